@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency from Debian 12 packages, non-interactively.
+# Safe to run again: apt-get skips what is already installed.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+export DEBIAN_FRONTEND=noninteractive
+# tshark asks whether non-root users may capture; answer "no" up front.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+
+PKGS=(
+  build-essential cmake ninja-build pkg-config clang-format
+  libboost-dev libboost-system-dev   # Boost.Asio (header-only, system for error codes)
+  libspdlog-dev libfmt-dev           # per-layer logging
+  libgtest-dev libgmock-dev googletest  # unit and integration tests
+  libpcap-dev                        # pcap read/write
+  libisal-dev                        # CRC32c (crc32_iscsi)
+  libcli11-dev                       # command line
+  nlohmann-json3-dev                 # --json output
+  libbenchmark-dev                   # benchmarks
+  tshark                             # verifies the pcaps we write
+  python3
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all packages present"
+fi

@@ -1,0 +1,15 @@
+// Subcommands of the `rnic` front door. Each registers its options on the CLI11 app and
+// returns a runner; runners return the process exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace iwarp::tools {
+
+using Runner = std::function<int()>;
+
+Runner add_decode_command(CLI::App& app);
+Runner add_generate_command(CLI::App& app);
+
+}  // namespace iwarp::tools

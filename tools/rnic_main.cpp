@@ -1,0 +1,37 @@
+// rnic: the userspace software RNIC's front door.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <map>
+
+#include "tools/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "rnic - a userspace software iWARP RNIC (MPA/DDP/RDMAP over TCP).\n"
+      "Decode iWARP captures, generate sample traces, and (soon) run two emulated RNICs."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "rnic 0.1.0");
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "Log level: trace, debug, info, warn, error, off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+
+  std::map<CLI::App*, iwarp::tools::Runner> runners;
+  auto add = [&](auto fn) {
+    auto r = fn(app);
+    runners[app.get_subcommands({}).back()] = r;
+  };
+  add(iwarp::tools::add_decode_command);
+  add(iwarp::tools::add_generate_command);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  for (auto* sub : app.get_subcommands())
+    if (auto it = runners.find(sub); it != runners.end()) return it->second();
+  return 2;
+}

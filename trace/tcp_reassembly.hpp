@@ -1,0 +1,38 @@
+// Turns one direction's TCP segments (any order, duplicates, overlaps, retransmissions) into
+// the in-order byte stream, and keeps track of the holes: octets beyond the in-order point
+// that have arrived while something before them is still missing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+
+#include "common/bytes.hpp"
+#include "common/strong_types.hpp"
+
+namespace iwarp::trace {
+
+class TcpReassembler {
+ public:
+  // `next` is the sequence number of the first stream octet (ISN + 1 after a SYN).
+  explicit TcpReassembler(TcpSeq next) : next_(next) {}
+
+  // Adds a segment. Octets before the in-order point are dropped (already delivered);
+  // the rest are held until contiguous. Calls `deliver` with each newly contiguous run,
+  // in stream order. Returns the number of octets delivered.
+  std::size_t add(TcpSeq seq, ByteSpan payload, const std::function<void(ByteSpan)>& deliver);
+
+  TcpSeq next() const { return next_; }          // in-order point
+  std::size_t held_bytes() const;                // octets waiting beyond holes
+  std::size_t holes() const;                     // number of gaps before held data
+  std::uint64_t delivered() const { return delivered_; }
+
+ private:
+  TcpSeq next_;
+  std::uint64_t delivered_ = 0;
+  // Out-of-order data keyed by offset from next_ at insertion time is fragile under wrap;
+  // keyed by absolute 64-bit stream offset instead (offset of next_ is delivered_).
+  std::map<std::uint64_t, Bytes> held_;
+};
+
+}  // namespace iwarp::trace

@@ -1,0 +1,76 @@
+// Decodes every iWARP connection in a capture: reassembles each TCP direction, follows the MPA
+// exchange, decodes FPDUs and DDP/RDMAP segments, and checks them (CRC, markers, MSN/MO/TO
+// continuity). The result is a list of records, one per MPA frame, FPDU, violation or note,
+// in the order the receiver would see them.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/segment.hpp"
+#include "mpa/connection_decoder.hpp"
+#include "trace/pcap_reader.hpp"
+
+namespace iwarp::trace {
+
+struct Record {
+  enum class Kind : std::uint8_t { MpaFrame, Fpdu, Violation, Note };
+  Kind kind = Kind::Note;
+  std::size_t flow = 0;         // index into DecodeReport::flows
+  std::uint64_t frame = 0;      // capture frame that completed this unit
+  std::uint64_t time_us = 0;
+  mpa::Direction dir = mpa::Direction::FromInitiator;
+  std::uint64_t offset = 0;     // stream offset in its direction
+  std::uint32_t length = 0;     // octets on the wire (frame or FPDU)
+
+  std::optional<mpa::MpaFrame> mpa;  // Kind::MpaFrame
+
+  // Kind::Fpdu
+  std::uint16_t ulpdu_length = 0;
+  mpa::CrcStatus crc = mpa::CrcStatus::NotChecked;
+  std::uint32_t crc_value = 0;
+  std::uint16_t markers = 0;
+  std::optional<ddp::DdpHeader> ddp;  // when the DDP header parsed
+  std::uint32_t payload_length = 0;
+  std::string summary;                // describe(segment)
+  bool siw_terminate_quirk = false;
+
+  std::optional<WireError> error;  // Kind::Violation (or an FPDU whose segment is bad)
+  std::string text;                // Kind::Note, and the one-line rendering of violations
+};
+
+struct FlowReport {
+  IpEndpoint initiator, responder;
+  bool iwarp = false;          // an MPA Request opened the client's stream
+  std::string verdict;         // "iWARP", "no iWARP: ...", ...
+  std::optional<mpa::MpaFrame> request, reply;
+  std::optional<mpa::ConnectionParams> params;
+  std::map<std::string, std::uint64_t> opcode_counts;  // by RDMAP opcode name
+  std::uint64_t fpdus = 0, crc_good = 0, crc_bad = 0, crc_absent = 0, markers = 0;
+  std::uint64_t violations = 0;
+  std::vector<std::string> notes;  // capture problems, stream ends, rejects
+};
+
+struct DecodeReport {
+  std::string path;
+  std::string link_name;
+  std::uint64_t frames = 0;
+  std::vector<FlowReport> flows;
+  std::vector<Record> records;
+
+  std::uint64_t violations() const;
+  std::uint64_t iwarp_flows() const;
+};
+
+struct DecodeOptions {
+  bool keep_records = true;  // false: counts only (large captures)
+};
+
+DecodeReport decode_capture(const Capture& cap, const DecodeOptions& opts = {});
+
+// The record as one text line ("  12  0.000345 i->r @1448 FPDU Send QN 0 MSN 1 ...").
+std::string format_record(const Record& r, std::uint64_t t0_us);
+
+}  // namespace iwarp::trace

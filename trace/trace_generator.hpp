@@ -1,0 +1,33 @@
+// Writes a scripted iWARP conversation as a capture: the MPA exchange for the given policies,
+// then every RDMAP message type in both directions (multi-segment where the type allows),
+// encoded by our own MPA/DDP/RDMAP encoders and framed by PcapWriter one FPDU per segment.
+// Used for the sample traces in pcap_traces/ and to check our encoders against tshark.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <map>
+#include <string>
+
+#include "mpa/negotiation.hpp"
+#include "trace/pcap_writer.hpp"
+
+namespace iwarp::trace {
+
+struct GeneratorOptions {
+  mpa::Policy initiator;
+  mpa::Policy responder;
+  PcapWriterOptions pcap;  // pcap.mss also sets each direction's MULPDU
+  std::uint32_t seed = 1;  // payload contents
+};
+
+struct GeneratedTrace {
+  mpa::ConnectionParams params;
+  std::map<std::string, std::uint64_t> opcode_counts;  // FPDUs per RDMAP opcode name
+  std::uint64_t fpdus = 0;
+};
+
+std::expected<GeneratedTrace, std::string> generate_conversation(const std::string& path,
+                                                                 const GeneratorOptions& opts);
+
+}  // namespace iwarp::trace
