@@ -39,13 +39,14 @@ BENCHMARK(BM_Sse42) SIZES;
 BENCHMARK(BM_Chosen) SIZES;
 
 // Interleaved timing of both paths, printed as a ratio table.
-double time_ns(std::uint32_t (*f)(std::uint32_t, iwarp::ByteSpan), const std::vector<std::uint8_t>& b,
-               int reps) {
+double time_ns(std::uint32_t (*f)(std::uint32_t, iwarp::ByteSpan),
+               const std::vector<std::uint8_t>& b, int reps) {
   auto t0 = std::chrono::steady_clock::now();
   std::uint32_t s = 0;
   for (int i = 0; i < reps; ++i) s ^= f(~0u + static_cast<std::uint32_t>(i & 1), b);
   benchmark::DoNotOptimize(s);
-  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / reps;
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+         reps;
 }
 
 }  // namespace

@@ -86,9 +86,15 @@ class ByteWriter {
  public:
   explicit ByteWriter(Bytes& out) : out_(out) {}
   void u8(std::uint8_t v) { out_.push_back(v); }
-  void be16(std::uint16_t v) { grow(2, [&](std::uint8_t* p) { store_be16(p, v); }); }
-  void be32(std::uint32_t v) { grow(4, [&](std::uint8_t* p) { store_be32(p, v); }); }
-  void be64(std::uint64_t v) { grow(8, [&](std::uint8_t* p) { store_be64(p, v); }); }
+  void be16(std::uint16_t v) {
+    grow(2, [&](std::uint8_t* p) { store_be16(p, v); });
+  }
+  void be32(std::uint32_t v) {
+    grow(4, [&](std::uint8_t* p) { store_be32(p, v); });
+  }
+  void be64(std::uint64_t v) {
+    grow(8, [&](std::uint8_t* p) { store_be64(p, v); });
+  }
   void bytes(ByteSpan b) { out_.insert(out_.end(), b.begin(), b.end()); }
   void zeros(std::size_t n) { out_.insert(out_.end(), n, 0); }
   std::size_t size() const { return out_.size(); }

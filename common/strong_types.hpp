@@ -85,5 +85,7 @@ struct std::hash<iwarp::StrongValue<Tag, Rep>> {
 };
 template <>
 struct std::hash<iwarp::STag> {
-  std::size_t operator()(iwarp::STag v) const noexcept { return std::hash<std::uint32_t>{}(v.value()); }
+  std::size_t operator()(iwarp::STag v) const noexcept {
+    return std::hash<std::uint32_t>{}(v.value());
+  }
 };

@@ -60,9 +60,13 @@ static_assert(static_cast<std::size_t>(Errc::RdmapOpUnspecified) + 1 == kInfo.si
 
 }  // namespace
 
-TermCode term_code(Errc e) { return kInfo[static_cast<std::size_t>(e)].term; }
+TermCode term_code(Errc e) {
+  return kInfo[static_cast<std::size_t>(e)].term;
+}
 
-std::string_view errc_name(Errc e) { return kInfo[static_cast<std::size_t>(e)].name; }
+std::string_view errc_name(Errc e) {
+  return kInfo[static_cast<std::size_t>(e)].name;
+}
 
 std::string describe_term(std::uint8_t layer, std::uint8_t etype, std::uint8_t ecode) {
   for (const auto& i : kInfo) {

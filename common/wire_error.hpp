@@ -45,20 +45,20 @@ enum class Errc : std::uint8_t {
   DdpUntaggedVersion,          // 2/0x06
 
   // Layer 0 (RDMAP). EType 0 local catastrophic; 1 remote protection; 2 remote operation.
-  RdmapLocalCatastrophic,         // 0/0x00
-  RdmapInvalidStag,               // 1/0x00
-  RdmapBaseBounds,                // 1/0x01
-  RdmapAccessRights,              // 1/0x02
-  RdmapStagNotAssociated,         // 1/0x03
-  RdmapToWrap,                    // 1/0x04
-  RdmapProtCannotInvalidate,      // 1/0x09
-  RdmapProtUnspecified,           // 1/0xff
-  RdmapVersion,                   // 2/0x05 invalid RDMAP version
-  RdmapUnexpectedOpcode,          // 2/0x06
-  RdmapCatastrophicStream,        // 2/0x07 catastrophic error, localized to RDMAP stream
-  RdmapCatastrophicGlobal,        // 2/0x08
-  RdmapOpCannotInvalidate,        // 2/0x09 STag cannot be invalidated
-  RdmapOpUnspecified,             // 2/0xff
+  RdmapLocalCatastrophic,     // 0/0x00
+  RdmapInvalidStag,           // 1/0x00
+  RdmapBaseBounds,            // 1/0x01
+  RdmapAccessRights,          // 1/0x02
+  RdmapStagNotAssociated,     // 1/0x03
+  RdmapToWrap,                // 1/0x04
+  RdmapProtCannotInvalidate,  // 1/0x09
+  RdmapProtUnspecified,       // 1/0xff
+  RdmapVersion,               // 2/0x05 invalid RDMAP version
+  RdmapUnexpectedOpcode,      // 2/0x06
+  RdmapCatastrophicStream,    // 2/0x07 catastrophic error, localized to RDMAP stream
+  RdmapCatastrophicGlobal,    // 2/0x08
+  RdmapOpCannotInvalidate,    // 2/0x09 STag cannot be invalidated
+  RdmapOpUnspecified,         // 2/0xff
 };
 
 // The Terminate triple for an error code.
@@ -72,8 +72,8 @@ std::string describe_term(std::uint8_t layer, std::uint8_t etype, std::uint8_t e
 // breaks (a static string naming the section), what exactly was wrong, and where.
 struct WireError {
   Errc code;
-  const char* rule;     // e.g. "RFC 5044 §6.2: CRC must match"
-  std::string detail;   // e.g. "got 0x1234abcd, computed 0x89abcdef"
+  const char* rule;          // e.g. "RFC 5044 §6.2: CRC must match"
+  std::string detail;        // e.g. "got 0x1234abcd, computed 0x89abcdef"
   std::uint64_t offset = 0;  // stream offset of the offending frame, when known
 
   std::string to_string() const;

@@ -29,7 +29,7 @@ inline constexpr std::uint8_t kOpcodeMask = 0x0F;
 struct DdpHeader {
   bool tagged = false;
   bool last = true;
-  std::uint8_t ddp_rsvd = 0;    // 4 reserved bits, zero when sent (RFC 5041 §5.1)
+  std::uint8_t ddp_rsvd = 0;  // 4 reserved bits, zero when sent (RFC 5041 §5.1)
   std::uint8_t dv = kDdpVersion;
   std::uint8_t rv = kRdmapVersion;
   std::uint8_t rdmap_rsvd = 0;  // 2 reserved bits (RFC 5040 §4.1)

@@ -28,9 +28,12 @@ ReadRequest ReadRequest::decode(ByteSpan b) {
 
 std::string_view atomic_op_name(std::uint8_t op) {
   switch (op) {
-    case 0: return "FetchAdd";
-    case 1: return "Swap";
-    case 2: return "CompareSwap";
+    case 0:
+      return "FetchAdd";
+    case 1:
+      return "Swap";
+    case 2:
+      return "CompareSwap";
   }
   return "Unknown";
 }
@@ -123,8 +126,8 @@ Result<Terminate> Terminate::decode(ByteSpan b) {
     t.ddp_segment_length = rd.be16();
     if (!rd.ok() || rd.remaining() < 1)
       return fail(Errc::RdmapCatastrophicStream, kRule, "D set but no DDP header follows");
-    std::size_t n = (rd.rest()[0] & ddp::kFlagTagged) ? ddp::kTaggedHeaderSize
-                                                     : ddp::kUntaggedHeaderSize;
+    std::size_t n =
+        (rd.rest()[0] & ddp::kFlagTagged) ? ddp::kTaggedHeaderSize : ddp::kUntaggedHeaderSize;
     ByteSpan h = rd.bytes(n);
     if (!rd.ok())
       return fail(Errc::RdmapCatastrophicStream, kRule,

@@ -29,7 +29,7 @@ std::string_view atomic_op_name(std::uint8_t op);
 // RFC 7306 §4.2.1: Rsvd(28)|AtomicOp(4), Request Identifier, Remote STag, Remote TO,
 // Add or Swap Data, Add or Swap Mask, Compare Data, Compare Mask.
 struct AtomicRequest {
-  std::uint8_t op = 0;        // AtomicOp, raw
+  std::uint8_t op = 0;         // AtomicOp, raw
   std::uint32_t reserved = 0;  // upper 28 bits as received
   std::uint32_t request_id = 0;
   STag stag{0};

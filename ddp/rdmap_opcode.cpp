@@ -24,7 +24,9 @@ constexpr std::array<OpcodeInfo, kMaxOpcode + 1> kTable{{
 // clang-format on
 }  // namespace
 
-const OpcodeInfo* opcode_info(std::uint8_t op) { return op <= kMaxOpcode ? &kTable[op] : nullptr; }
+const OpcodeInfo* opcode_info(std::uint8_t op) {
+  return op <= kMaxOpcode ? &kTable[op] : nullptr;
+}
 
 std::string_view opcode_name(std::uint8_t op) {
   auto* i = opcode_info(op);

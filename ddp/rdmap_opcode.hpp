@@ -26,32 +26,32 @@ enum class Opcode : std::uint8_t {
 inline constexpr std::uint8_t kMaxOpcode = 0xB;
 
 // RFC 5040 §5.1 / RFC 7306 §8: the untagged DDP queues RDMAP uses.
-inline constexpr std::uint32_t kQnSend = 0;       // Send family and Immediate Data
-inline constexpr std::uint32_t kQnReadReq = 1;    // RDMA Read Request and Atomic Request
-inline constexpr std::uint32_t kQnTerminate = 2;  // Terminate
-inline constexpr std::uint32_t kQnAtomicResp = 3; // Atomic Response
+inline constexpr std::uint32_t kQnSend = 0;        // Send family and Immediate Data
+inline constexpr std::uint32_t kQnReadReq = 1;     // RDMA Read Request and Atomic Request
+inline constexpr std::uint32_t kQnTerminate = 2;   // Terminate
+inline constexpr std::uint32_t kQnAtomicResp = 3;  // Atomic Response
 inline constexpr std::uint32_t kQueueCount = 4;
 
 struct OpcodeInfo {
   Opcode opcode;
-  std::string_view name;       // as tshark prints it where it knows the opcode
-  bool tagged;                 // tagged buffer model (RFC 5041 §4)
-  std::uint32_t qn;            // untagged queue number (meaningless when tagged)
-  std::uint16_t body_size;     // RDMAP header octets after the DDP header
-  bool payload;                // carries ULP payload after the body
-  bool single_segment;         // must be one DDP segment with L=1
-  bool solicited;              // Solicited Event variant
-  bool invalidate;             // carries an STag to invalidate in RsvdULP
+  std::string_view name;    // as tshark prints it where it knows the opcode
+  bool tagged;              // tagged buffer model (RFC 5041 §4)
+  std::uint32_t qn;         // untagged queue number (meaningless when tagged)
+  std::uint16_t body_size;  // RDMAP header octets after the DDP header
+  bool payload;             // carries ULP payload after the body
+  bool single_segment;      // must be one DDP segment with L=1
+  bool solicited;           // Solicited Event variant
+  bool invalidate;          // carries an STag to invalidate in RsvdULP
 };
 
 // Table lookup; nullopt for opcodes no RFC defines.
 const OpcodeInfo* opcode_info(std::uint8_t op);
 std::string_view opcode_name(std::uint8_t op);
 
-inline constexpr std::uint16_t kReadRequestBodySize = 28;    // RFC 5040 §4.4
-inline constexpr std::uint16_t kAtomicRequestBodySize = 52;  // RFC 7306 §4.2.1
-inline constexpr std::uint16_t kAtomicResponseBodySize = 12; // RFC 7306 §4.2.2
-inline constexpr std::uint16_t kImmediateDataSize = 8;       // RFC 7306 §4.3
-inline constexpr std::uint16_t kTerminateControlSize = 4;    // RFC 5040 §4.8
+inline constexpr std::uint16_t kReadRequestBodySize = 28;     // RFC 5040 §4.4
+inline constexpr std::uint16_t kAtomicRequestBodySize = 52;   // RFC 7306 §4.2.1
+inline constexpr std::uint16_t kAtomicResponseBodySize = 12;  // RFC 7306 §4.2.2
+inline constexpr std::uint16_t kImmediateDataSize = 8;        // RFC 7306 §4.3
+inline constexpr std::uint16_t kTerminateControlSize = 4;     // RFC 5040 §4.8
 
 }  // namespace iwarp::rdmap

@@ -42,7 +42,9 @@ Result<Segment> parse_segment(ByteSpan ulpdu) {
                             info->body_size, rest.size()));
   ByteSpan body = rest.first(info->body_size);
   switch (info->opcode) {
-    case Opcode::ReadRequest: s.body = rdmap::ReadRequest::decode(body); break;
+    case Opcode::ReadRequest:
+      s.body = rdmap::ReadRequest::decode(body);
+      break;
     case Opcode::AtomicRequest: {
       auto a = rdmap::AtomicRequest::decode(body);
       if (a.op > static_cast<std::uint8_t>(rdmap::AtomicOp::CompareSwap))
@@ -51,21 +53,25 @@ Result<Segment> parse_segment(ByteSpan ulpdu) {
       s.body = a;
       break;
     }
-    case Opcode::AtomicResponse: s.body = rdmap::AtomicResponse::decode(body); break;
+    case Opcode::AtomicResponse:
+      s.body = rdmap::AtomicResponse::decode(body);
+      break;
     case Opcode::ImmediateData:
-    case Opcode::ImmediateDataSe: s.body = load_be64(body.data()); break;
+    case Opcode::ImmediateDataSe:
+      s.body = load_be64(body.data());
+      break;
     case Opcode::Terminate: {
       auto t = rdmap::Terminate::decode(rest);
       if (!t) return std::unexpected(t.error());
       s.body = std::move(*t);
       return s;
     }
-    default: break;
+    default:
+      break;
   }
   s.payload = rest.subspan(info->body_size);
   // RFC 5041 §7.2 tagged: the segment must not run past the end of the 64-bit TO space.
-  if (h->tagged && !s.payload.empty() &&
-      h->to.value() > ~std::uint64_t{0} - (s.payload.size() - 1))
+  if (h->tagged && !s.payload.empty() && h->to.value() > ~std::uint64_t{0} - (s.payload.size() - 1))
     return fail(Errc::DdpTaggedToWrap, "RFC 5041 §5.2: TO + segment length must not wrap 2^64",
                 fmt::format("TO 0x{:x} + {} octets", h->to.value(), s.payload.size()));
   return s;
@@ -99,9 +105,8 @@ std::string describe(const Segment& s) {
       [&](const auto& b) {
         using T = std::decay_t<decltype(b)>;
         if constexpr (std::is_same_v<T, rdmap::ReadRequest>) {
-          d += fmt::format(" sink 0x{:08x}@0x{:x} size {} src 0x{:08x}@0x{:x}",
-                           b.sink_stag.value(), b.sink_to.value(), b.size, b.src_stag.value(),
-                           b.src_to.value());
+          d += fmt::format(" sink 0x{:08x}@0x{:x} size {} src 0x{:08x}@0x{:x}", b.sink_stag.value(),
+                           b.sink_to.value(), b.size, b.src_stag.value(), b.src_to.value());
         } else if constexpr (std::is_same_v<T, rdmap::Terminate>) {
           d += fmt::format(" [{}] layer {} etype {} code 0x{:02x}{}{}{}{}",
                            describe_term(b.layer, b.etype, b.ecode), b.layer, b.etype, b.ecode,
@@ -109,8 +114,8 @@ std::string describe(const Segment& s) {
                            b.siw_bitfield_quirk ? " (siw bit-field layout)" : "");
         } else if constexpr (std::is_same_v<T, rdmap::AtomicRequest>) {
           d += fmt::format(" {} id {} STag 0x{:08x} TO 0x{:x} data 0x{:x} cmp 0x{:x}",
-                           rdmap::atomic_op_name(b.op), b.request_id, b.stag.value(),
-                           b.to.value(), b.add_swap_data, b.compare_data);
+                           rdmap::atomic_op_name(b.op), b.request_id, b.stag.value(), b.to.value(),
+                           b.add_swap_data, b.compare_data);
         } else if constexpr (std::is_same_v<T, rdmap::AtomicResponse>) {
           d += fmt::format(" id {} value 0x{:x}", b.request_id, b.original_value);
         } else if constexpr (std::is_same_v<T, std::uint64_t>) {

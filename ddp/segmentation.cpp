@@ -6,9 +6,9 @@ namespace iwarp::ddp {
 
 Result<std::vector<Segment>> segment_message(const Segment& whole, std::size_t mulpdu) {
   const std::size_t overhead = whole.hdr.size() + whole.info().body_size;
-  if (overhead > mulpdu || (whole.info().single_segment && overhead + whole.payload.size() > mulpdu))
-    return fail(Errc::DdpLocalCatastrophic,
-                "RFC 5041 §5: every DDP segment must fit the MULPDU",
+  if (overhead > mulpdu ||
+      (whole.info().single_segment && overhead + whole.payload.size() > mulpdu))
+    return fail(Errc::DdpLocalCatastrophic, "RFC 5041 §5: every DDP segment must fit the MULPDU",
                 fmt::format("{} header octets, {} payload octets, MULPDU {}", overhead,
                             whole.payload.size(), mulpdu));
   const std::size_t room = mulpdu - overhead;
@@ -62,12 +62,13 @@ Result<void> SegmentChecker::check(const Segment& s) {
                 fmt::format("QN {}", h.qn.value()));
   auto& q = queues_[h.qn.value()];
   if (h.msn != q.msn)
-    return fail(Errc::DdpUntaggedMsnRange,
-                "RFC 5041 §5.3: messages on a queue carry consecutive MSNs starting at 1",
-                fmt::format("QN {} MSN {}, expected {}", h.qn.value(), h.msn.value(),
-                            q.msn.value()));
+    return fail(
+        Errc::DdpUntaggedMsnRange,
+        "RFC 5041 §5.3: messages on a queue carry consecutive MSNs starting at 1",
+        fmt::format("QN {} MSN {}, expected {}", h.qn.value(), h.msn.value(), q.msn.value()));
   if (q.in_message && h.opcode != q.opcode)
-    return fail(Errc::RdmapUnexpectedOpcode, "RFC 5040 §5: segments of one message carry one opcode",
+    return fail(Errc::RdmapUnexpectedOpcode,
+                "RFC 5040 §5: segments of one message carry one opcode",
                 fmt::format("{} inside an unfinished {}", rdmap::opcode_name(h.opcode),
                             rdmap::opcode_name(q.opcode)));
   const std::uint32_t expected_mo = q.in_message ? q.mo : 0;

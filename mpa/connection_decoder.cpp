@@ -47,8 +47,8 @@ void ConnectionDecoder::feed(Direction d, ByteSpan data, ConnectionVisitor& v) {
   s.feed(data, fw);
   // The Reply may just have fixed the framing of initiator bytes held back until now.
   if (params_) {
-    Direction other = d == Direction::FromInitiator ? Direction::FromResponder
-                                                    : Direction::FromInitiator;
+    Direction other =
+        d == Direction::FromInitiator ? Direction::FromResponder : Direction::FromInitiator;
     auto& o = streams_[static_cast<int>(other)];
     if (o.state() == StreamDecoder::State::Fpdus && o.pending() > 0) {
       Forwarder fo(*this, other, v);

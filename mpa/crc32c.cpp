@@ -14,7 +14,7 @@ std::uint32_t crc32c_update_isal(std::uint32_t state, ByteSpan data) {
 }
 
 __attribute__((target("sse4.2"))) std::uint32_t crc32c_update_sse42(std::uint32_t state,
-                                                                     ByteSpan data) {
+                                                                    ByteSpan data) {
   const std::uint8_t* p = data.data();
   std::size_t n = data.size();
   std::uint64_t s = state;
@@ -36,7 +36,8 @@ bool crc32c_has_sse42() {
 }
 
 std::uint32_t crc32c_update(std::uint32_t state, ByteSpan data) {
-  if (data.size() < kCrcSmallThreshold && crc32c_has_sse42()) return crc32c_update_sse42(state, data);
+  if (data.size() < kCrcSmallThreshold && crc32c_has_sse42())
+    return crc32c_update_sse42(state, data);
   return crc32c_update_isal(state, data);
 }
 

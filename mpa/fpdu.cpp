@@ -58,7 +58,8 @@ Result<std::size_t> FpduEncoder::encode(std::span<const ByteSpan> pieces, Bytes&
           out.insert(out.end(), m, m + kMarkerSize);
           pos_ += kMarkerSize;
         }
-        std::size_t run = std::min<std::size_t>(chunk.size(), kMarkerInterval - pos_ % kMarkerInterval);
+        std::size_t run =
+            std::min<std::size_t>(chunk.size(), kMarkerInterval - pos_ % kMarkerInterval);
         out.insert(out.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(run));
         pos_ += run;
         chunk = chunk.subspan(run);

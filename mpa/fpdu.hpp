@@ -47,7 +47,9 @@ struct FramingConfig {
 // 512 octets). A Marker immediately before an FPDU's ULPDU_Length belongs to that FPDU, so an
 // FPDU "starts" at such a Marker and its FPDUPTR is 0; FPDUPTR of any Marker is the distance
 // back from the Marker to the first octet of its FPDU.
-constexpr bool is_marker_position(std::uint64_t pos) { return pos % kMarkerInterval == 0; }
+constexpr bool is_marker_position(std::uint64_t pos) {
+  return pos % kMarkerInterval == 0;
+}
 
 // Wire octets taken by `logical` FPDU octets (length field .. CRC) that start at `pos`,
 // and how many markers they carry. A marker due right after the CRC belongs to the next FPDU.
@@ -60,8 +62,7 @@ MarkedLength marked_length(std::uint64_t pos, std::size_t logical);
 // Builds FPDUs for one direction. Keeps the stream position for marker placement.
 class FpduEncoder {
  public:
-  explicit FpduEncoder(FramingConfig cfg, std::uint64_t position = 0)
-      : cfg_(cfg), pos_(position) {}
+  explicit FpduEncoder(FramingConfig cfg, std::uint64_t position = 0) : cfg_(cfg), pos_(position) {}
 
   // Appends one FPDU whose ULPDU is the concatenation of `pieces` (for example a DDP header
   // and its payload). Returns the FPDU's wire length, or an error if the ULPDU is too long.

@@ -8,10 +8,14 @@ namespace iwarp::mpa {
 
 std::string_view rtr_name(RtrType t) {
   switch (t) {
-    case RtrType::None: return "none";
-    case RtrType::Send: return "send";
-    case RtrType::Write: return "write";
-    case RtrType::Read: return "read";
+    case RtrType::None:
+      return "none";
+    case RtrType::Send:
+      return "send";
+    case RtrType::Write:
+      return "write";
+    case RtrType::Read:
+      return "read";
   }
   return "?";
 }
@@ -119,9 +123,8 @@ Result<MpaFrame> decode_frame(ByteSpan frame, FrameKind expected) {
 
 std::string describe(const MpaFrame& f) {
   std::string s = fmt::format("MPA {} rev {} M={} C={} R={} H={}",
-                              f.kind == FrameKind::Request ? "Request" : "Reply",
-                              f.revision, int(f.markers), int(f.crc), int(f.reject),
-                              int(f.enhanced));
+                              f.kind == FrameKind::Request ? "Request" : "Reply", f.revision,
+                              int(f.markers), int(f.crc), int(f.reject), int(f.enhanced));
   if (f.params) {
     s += fmt::format(" IRD {} ORD {}", f.params->ird, f.params->ord);
     if (f.params->peer_to_peer) {

@@ -45,10 +45,10 @@ struct EnhancedParams {
 
 struct MpaFrame {
   FrameKind kind = FrameKind::Request;
-  bool markers = false;   // M: the sender of this frame wants to receive markers
-  bool crc = false;       // C
-  bool reject = false;    // R (Reply only)
-  bool enhanced = false;  // RFC 6581 enhanced connection establishment
+  bool markers = false;       // M: the sender of this frame wants to receive markers
+  bool crc = false;           // C
+  bool reject = false;        // R (Reply only)
+  bool enhanced = false;      // RFC 6581 enhanced connection establishment
   std::uint8_t reserved = 0;  // the four reserved flag bits as received
   std::uint8_t revision = 1;
   std::optional<EnhancedParams> params;  // present when enhanced and PD holds the prefix

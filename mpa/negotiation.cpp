@@ -9,34 +9,45 @@ namespace iwarp::mpa {
 
 std::string_view to_string(CrcPolicy p) {
   switch (p) {
-    case CrcPolicy::Required: return "required";
-    case CrcPolicy::Optional: return "optional";
-    case CrcPolicy::Off: return "off";
+    case CrcPolicy::Required:
+      return "required";
+    case CrcPolicy::Optional:
+      return "optional";
+    case CrcPolicy::Off:
+      return "off";
   }
   return "?";
 }
 
 std::string_view to_string(MarkerPolicy p) {
   switch (p) {
-    case MarkerPolicy::Required: return "required";
-    case MarkerPolicy::Optional: return "optional";
-    case MarkerPolicy::Off: return "off";
+    case MarkerPolicy::Required:
+      return "required";
+    case MarkerPolicy::Optional:
+      return "optional";
+    case MarkerPolicy::Off:
+      return "off";
   }
   return "?";
 }
 
 std::string_view to_string(Outcome::Kind k) {
   switch (k) {
-    case Outcome::Kind::Established: return "established";
-    case Outcome::Kind::Rejected: return "rejected";
-    case Outcome::Kind::Terminated: return "terminated";
+    case Outcome::Kind::Established:
+      return "established";
+    case Outcome::Kind::Rejected:
+      return "rejected";
+    case Outcome::Kind::Terminated:
+      return "terminated";
   }
   return "?";
 }
 
 namespace {
 
-std::uint16_t clamp14(std::uint16_t v) { return std::min<std::uint16_t>(v, kMaxIrdOrd); }
+std::uint16_t clamp14(std::uint16_t v) {
+  return std::min<std::uint16_t>(v, kMaxIrdOrd);
+}
 
 WireError error(Errc c, const char* rule, std::string detail) {
   return WireError{c, rule, std::move(detail), 0};
@@ -129,8 +140,7 @@ ResponderDecision respond(const Policy& p, const MpaFrame& req, ByteSpan private
 
   // Markers: the initiator asks to receive them; we must be able to send them.
   if (req.markers && p.markers == MarkerPolicy::Off)
-    return reject(Errc::MpaBadReqRep,
-                  "RFC 5044 §7.1: markers must be sent when the peer sets M",
+    return reject(Errc::MpaBadReqRep, "RFC 5044 §7.1: markers must be sent when the peer sets M",
                   "initiator asks for markers, responder cannot send them");
   rep.markers = p.markers == MarkerPolicy::Required;
 
@@ -177,7 +187,8 @@ Outcome finish_initiator(const Policy& p, const MpaFrame& req, const MpaFrame& r
     return o;
   }
   if (rep.revision > req.revision)
-    return terminate(Errc::MpaBadReqRep, "RFC 6581 §4: the Reply's Rev must not exceed the Request's",
+    return terminate(Errc::MpaBadReqRep,
+                     "RFC 6581 §4: the Reply's Rev must not exceed the Request's",
                      fmt::format("Request Rev {}, Reply Rev {}", req.revision, rep.revision));
   if (req.enhanced && rep.revision == 2 && !rep.enhanced)
     return terminate(Errc::MpaBadReqRep,
@@ -197,10 +208,12 @@ Outcome finish_initiator(const Policy& p, const MpaFrame& req, const MpaFrame& r
     const auto& rp = *rep.params;
     // RFC 6581 §6: the responder's ORD must fit our IRD.
     if (rp.ord > req.params->ird)
-      return terminate(Errc::MpaInsufficientIrd, "RFC 6581 §6: responder ORD must not exceed initiator IRD",
+      return terminate(Errc::MpaInsufficientIrd,
+                       "RFC 6581 §6: responder ORD must not exceed initiator IRD",
                        fmt::format("responder ORD {} > initiator IRD {}", rp.ord, req.params->ird));
     if (req.params->ord > rp.ird && p.strict_ird_ord)
-      return terminate(Errc::MpaInsufficientIrd, "RFC 6581 §6: responder IRD must cover initiator ORD",
+      return terminate(Errc::MpaInsufficientIrd,
+                       "RFC 6581 §6: responder IRD must cover initiator ORD",
                        fmt::format("initiator ORD {} > responder IRD {}", req.params->ord, rp.ird));
   }
   if (p.peer_to_peer) {
@@ -236,9 +249,9 @@ Negotiation negotiate(const Policy& initiator, const Policy& responder) {
 }
 
 std::string describe(const ConnectionParams& p) {
-  std::string s = fmt::format("rev {} crc {} markers i->r {} r->i {}", p.revision,
-                              p.crc ? "on" : "off", p.markers_to_responder ? "on" : "off",
-                              p.markers_to_initiator ? "on" : "off");
+  std::string s =
+      fmt::format("rev {} crc {} markers i->r {} r->i {}", p.revision, p.crc ? "on" : "off",
+                  p.markers_to_responder ? "on" : "off", p.markers_to_initiator ? "on" : "off");
   if (p.enhanced)
     s += fmt::format(" initiator IRD/ORD {}/{} responder IRD/ORD {}/{}", p.initiator_ird,
                      p.initiator_ord, p.responder_ird, p.responder_ord);

@@ -32,10 +32,10 @@ struct Policy {
   std::uint8_t revision = 2;  // highest MPA revision spoken (1 or 2)
   CrcPolicy crc = CrcPolicy::Optional;
   MarkerPolicy markers = MarkerPolicy::Off;
-  std::uint16_t ird = 16;  // inbound RDMA Read queue depth we offer
-  std::uint16_t ord = 16;  // outbound RDMA Reads we want outstanding
-  bool peer_to_peer = false;  // RFC 6581 P2P: initiator sends an RTR; responder accepts one
-  RtrMask rtr = kAllRtr;      // RTR message types supported
+  std::uint16_t ird = 16;       // inbound RDMA Read queue depth we offer
+  std::uint16_t ord = 16;       // outbound RDMA Reads we want outstanding
+  bool peer_to_peer = false;    // RFC 6581 P2P: initiator sends an RTR; responder accepts one
+  RtrMask rtr = kAllRtr;        // RTR message types supported
   bool strict_ird_ord = false;  // refuse (0x06) rather than lower ORD to the peer's IRD
 };
 

@@ -8,9 +8,12 @@ namespace iwarp::mpa {
 
 std::string_view to_string(CrcStatus s) {
   switch (s) {
-    case CrcStatus::NotChecked: return "absent";
-    case CrcStatus::Good: return "good";
-    case CrcStatus::Bad: return "bad";
+    case CrcStatus::NotChecked:
+      return "absent";
+    case CrcStatus::Good:
+      return "good";
+    case CrcStatus::Bad:
+      return "bad";
   }
   return "?";
 }
@@ -40,7 +43,8 @@ void StreamDecoder::feed(ByteSpan data, StreamVisitor& v) {
   if (pending_.empty()) {
     // Fast path: decode straight from the caller's buffer, keep only an incomplete tail.
     std::size_t used = drain(data, v);
-    if (state_ != State::Failed) pending_.assign(data.begin() + static_cast<std::ptrdiff_t>(used), data.end());
+    if (state_ != State::Failed)
+      pending_.assign(data.begin() + static_cast<std::ptrdiff_t>(used), data.end());
   } else {
     pending_.insert(pending_.end(), data.begin(), data.end());
     std::size_t used = drain(pending_, v);
@@ -51,12 +55,12 @@ void StreamDecoder::feed(ByteSpan data, StreamVisitor& v) {
     return;
   }
   if (state_ == State::AwaitFraming && pending_.size() > opts_.max_pending) {
-    fail_with(WireError{Errc::MpaBadReqRep,
-                        "RFC 5044 §7.1: FPDUs follow only a completed MPA exchange",
-                        fmt::format("{} octets arrived before the MPA framing was settled",
-                                    pending_.size()),
-                        consumed_},
-              v);
+    fail_with(
+        WireError{
+            Errc::MpaBadReqRep, "RFC 5044 §7.1: FPDUs follow only a completed MPA exchange",
+            fmt::format("{} octets arrived before the MPA framing was settled", pending_.size()),
+            consumed_},
+        v);
     pending_.clear();
   }
 }
@@ -75,16 +79,19 @@ std::size_t StreamDecoder::drain(ByteSpan in, StreamVisitor& v) {
 
 std::size_t StreamDecoder::step(ByteSpan in, StreamVisitor& v) {
   switch (state_) {
-    case State::ExpectFrame: return step_frame(in, v);
-    case State::Fpdus: return step_fpdu(in, v);
+    case State::ExpectFrame:
+      return step_frame(in, v);
+    case State::Fpdus:
+      return step_fpdu(in, v);
     case State::Closed:
-      fail_with(WireError{Errc::MpaBadReqRep,
-                          "RFC 5044 §7.1: a rejected connection carries no FPDUs",
-                          fmt::format("{} octets after a rejecting Reply", in.size()), consumed_},
-                v);
+      fail_with(
+          WireError{Errc::MpaBadReqRep, "RFC 5044 §7.1: a rejected connection carries no FPDUs",
+                    fmt::format("{} octets after a rejecting Reply", in.size()), consumed_},
+          v);
       return 0;
     case State::AwaitFraming:
-    case State::Failed: return 0;
+    case State::Failed:
+      return 0;
   }
   return 0;
 }
@@ -95,10 +102,10 @@ std::size_t StreamDecoder::step_frame(ByteSpan in, StreamVisitor& v) {
     // Reject a wrong key as soon as its octets are in rather than wait for a whole header.
     for (std::size_t i = 0; i < in.size() && i < kKeySize; ++i)
       if (in[i] != static_cast<std::uint8_t>(key[i])) {
-        fail_with(WireError{Errc::MpaBadReqRep, "RFC 5044 §7.1: frame must start with the MPA key",
-                            fmt::format("expected \"{}\", got {}", key, hex(in.first(i + 1))),
-                            consumed_},
-                  v);
+        fail_with(
+            WireError{Errc::MpaBadReqRep, "RFC 5044 §7.1: frame must start with the MPA key",
+                      fmt::format("expected \"{}\", got {}", key, hex(in.first(i + 1))), consumed_},
+            v);
         return 0;
       }
     return 0;
@@ -166,8 +173,8 @@ std::size_t StreamDecoder::step_fpdu(ByteSpan in, StreamVisitor& v) {
         if (rsvd != 0)
           return marker_error(i, fmt::format("marker reserved field 0x{:04x}, must be 0", rsvd));
         if (ptr != i)
-          return marker_error(i, fmt::format("FPDUPTR {} but the FPDU starts {} octets before",
-                                             ptr, i));
+          return marker_error(
+              i, fmt::format("FPDUPTR {} but the FPDU starts {} octets before", ptr, i));
         i += kMarkerSize;
         p += kMarkerSize;
         continue;
@@ -186,12 +193,13 @@ std::size_t StreamDecoder::step_fpdu(ByteSpan in, StreamVisitor& v) {
     f.crc_computed = crc32c(wire.first(ml.wire - kCrcSize));
     f.crc = f.crc_computed == f.crc_received ? CrcStatus::Good : CrcStatus::Bad;
     if (f.crc == CrcStatus::Bad && !opts_.continue_after_bad_crc) {
-      fail_with(WireError{Errc::MpaCrcError,
-                          "RFC 5044 §6.2: the CRC must match the FPDU (length, ULPDU, pad, markers)",
-                          fmt::format("received 0x{:08x}, computed 0x{:08x}", f.crc_received,
-                                      f.crc_computed),
-                          consumed_},
-                v);
+      fail_with(
+          WireError{
+              Errc::MpaCrcError,
+              "RFC 5044 §6.2: the CRC must match the FPDU (length, ULPDU, pad, markers)",
+              fmt::format("received 0x{:08x}, computed 0x{:08x}", f.crc_received, f.crc_computed),
+              consumed_},
+          v);
       return 0;
     }
   }

@@ -20,7 +20,7 @@ struct Fpdu {
   std::uint64_t offset = 0;       // stream offset of the FPDU's first octet (a leading marker's)
   std::uint32_t wire_length = 0;  // octets on the wire including markers, pad and CRC
   std::uint16_t ulpdu_length = 0;
-  ByteSpan ulpdu;                 // the DDP segment, markers removed; valid during the callback
+  ByteSpan ulpdu;                  // the DDP segment, markers removed; valid during the callback
   std::uint32_t crc_received = 0;  // CRC field value (read least significant octet first)
   std::uint32_t crc_computed = 0;
   CrcStatus crc = CrcStatus::NotChecked;

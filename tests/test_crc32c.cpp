@@ -21,7 +21,9 @@ TEST(Crc32c, ThirtyTwoZeroBytes) {
   }
 }
 
-TEST(Crc32c, EmptyInputIsZero) { EXPECT_EQ(crc32c({}), 0u); }
+TEST(Crc32c, EmptyInputIsZero) {
+  EXPECT_EQ(crc32c({}), 0u);
+}
 
 // Both implementations agree for every length around the size threshold and beyond, at every
 // alignment, and chained updates equal one update over the whole buffer.

@@ -116,7 +116,8 @@ TEST(DdpSegment, EveryOpcodeRoundTrips) {
     ASSERT_TRUE(p) << describe(s) << ": " << p.error().to_string();
     EXPECT_EQ(p->hdr, s.hdr) << describe(s);
     EXPECT_EQ(p->body, s.body) << describe(s);
-    EXPECT_TRUE(std::equal(p->payload.begin(), p->payload.end(), s.payload.begin(), s.payload.end()));
+    EXPECT_TRUE(
+        std::equal(p->payload.begin(), p->payload.end(), s.payload.begin(), s.payload.end()));
     EXPECT_EQ(encode(*p), b);
   }
 }
@@ -148,9 +149,10 @@ TEST(DdpSegment, AtomicRequestLayoutFollowsRfc7306) {
 
 TEST(DdpSegment, SiwTerminateIsDecodedWithItsBitFieldQuirk) {
   // hostpeer_eth0_terminate.pcap: siw's Terminate after a Write to STag 0xdeadbe00.
-  Bytes t = {0x41, 0x47, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0,  // untagged QN 2 MSN 1
-             0x11, 0x00, 0x03, 0x00,                                     // siw's control word
-             0x00, 0x11,                                                 // DDP segment length
+  Bytes t = {0x41, 0x47, 0,    0,    0,    0,    0, 0, 0, 2, 0, 0, 0,    1,
+             0,    0,    0,    0,     // untagged QN 2 MSN 1
+             0x11, 0x00, 0x03, 0x00,  // siw's control word
+             0x00, 0x11,              // DDP segment length
              0xc1, 0x40, 0xde, 0xad, 0xbe, 0x00, 0, 0, 0, 0, 0, 0, 0x10, 0x00};
   auto s = parse_segment(t);
   ASSERT_TRUE(s) << s.error().to_string();

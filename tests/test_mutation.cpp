@@ -22,11 +22,21 @@ void mutate(Bytes& b, std::mt19937& rng) {
   for (int r = 0; r < rounds && !b.empty(); ++r) {
     std::size_t at = rng() % b.size();
     switch (rng() % 7) {
-      case 0: b[at] ^= static_cast<std::uint8_t>(1u << (rng() % 8)); break;
-      case 1: b[at] = static_cast<std::uint8_t>(rng()); break;
-      case 2: b.insert(b.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::uint8_t>(rng())); break;
-      case 3: b.erase(b.begin() + static_cast<std::ptrdiff_t>(at)); break;
-      case 4: b.resize(at); break;
+      case 0:
+        b[at] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+        break;
+      case 1:
+        b[at] = static_cast<std::uint8_t>(rng());
+        break;
+      case 2:
+        b.insert(b.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::uint8_t>(rng()));
+        break;
+      case 3:
+        b.erase(b.begin() + static_cast<std::ptrdiff_t>(at));
+        break;
+      case 4:
+        b.resize(at);
+        break;
       case 5: {  // duplicate a run
         std::size_t n = std::min<std::size_t>(rng() % 32, b.size() - at);
         Bytes run(b.begin() + static_cast<std::ptrdiff_t>(at),
@@ -36,8 +46,8 @@ void mutate(Bytes& b, std::mt19937& rng) {
       }
       default:  // interesting values in a 16-bit field (lengths, PD_Length)
         if (at + 1 < b.size()) {
-          static constexpr std::uint16_t kVals[] = {0, 1, 2, 3, 13, 14, 17, 18, 45, 46, 511, 512,
-                                                    513, 0x7fff, 0xffff};
+          static constexpr std::uint16_t kVals[] = {0,  1,  2,   3,   13,  14,     17,    18,
+                                                    45, 46, 511, 512, 513, 0x7fff, 0xffff};
           store_be16(&b[at], kVals[rng() % std::size(kVals)]);
         }
     }

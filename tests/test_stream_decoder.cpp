@@ -16,9 +16,8 @@ std::vector<std::string> per_direction(const Transcript& t) {
   for (const auto& l : t.lines)
     if (l.rfind("negotiated", 0) != 0) out.push_back(l);
   // Keep each direction's order, group by direction.
-  std::stable_sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
-    return a[0] < b[0];
-  });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const std::string& a, const std::string& b) { return a[0] < b[0]; });
   return out;
 }
 
@@ -55,12 +54,14 @@ TEST_P(StreamDecoderChunking, WholeBuffersOneByteAndRandomChunksGiveIdenticalRes
   ASSERT_EQ(s.params.crc, p.crc == CrcPolicy::Required);
 
   // Whole streams, initiator first (its FPDUs wait for the Reply to fix their framing).
-  Transcript whole = run(s, [] { return SIZE_MAX; }, [flip = 0]() mutable { return flip++ ? 1 : 0; });
+  Transcript whole = run(
+      s, [] { return SIZE_MAX; }, [flip = 0]() mutable { return flip++ ? 1 : 0; });
   ASSERT_EQ(whole.errors, 0) << whole.lines.back();
   EXPECT_GT(whole.fpdus, 60);
   auto ref = per_direction(whole);
 
-  Transcript bytes = run(s, [] { return std::size_t{1}; }, [i = 0]() mutable { return (i++) & 1; });
+  Transcript bytes = run(
+      s, [] { return std::size_t{1}; }, [i = 0]() mutable { return (i++) & 1; });
   EXPECT_EQ(per_direction(bytes), ref);
 
   for (std::uint32_t seed = 1; seed <= 20; ++seed) {
@@ -72,14 +73,19 @@ TEST_P(StreamDecoderChunking, WholeBuffersOneByteAndRandomChunksGiveIdenticalRes
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllFramings, StreamDecoderChunking,
-    ::testing::Values(Case{1, CrcPolicy::Optional, MarkerPolicy::Optional},
-                      Case{1, CrcPolicy::Required, MarkerPolicy::Optional},
-                      Case{1, CrcPolicy::Optional, MarkerPolicy::Required},
-                      Case{1, CrcPolicy::Required, MarkerPolicy::Required},
-                      Case{2, CrcPolicy::Required, MarkerPolicy::Required},
-                      Case{2, CrcPolicy::Optional, MarkerPolicy::Optional}));
+INSTANTIATE_TEST_SUITE_P(AllFramings, StreamDecoderChunking,
+                         ::testing::Values(Case{1, CrcPolicy::Optional, MarkerPolicy::Optional},
+                                           Case{1, CrcPolicy::Required, MarkerPolicy::Optional},
+                                           Case{1, CrcPolicy::Optional, MarkerPolicy::Required},
+                                           Case{1, CrcPolicy::Required, MarkerPolicy::Required},
+                                           Case{2, CrcPolicy::Required, MarkerPolicy::Required},
+                                           Case{2, CrcPolicy::Optional, MarkerPolicy::Optional}),
+                         [](const auto& p) {
+                           return "rev" + std::to_string(p.param.rev) +
+                                  (p.param.crc == CrcPolicy::Required ? "_crc" : "_nocrc") +
+                                  (p.param.markers == MarkerPolicy::Required ? "_markers"
+                                                                             : "_nomarkers");
+                         });
 
 Streams crc_marker_streams() {
   Policy p;
@@ -110,8 +116,7 @@ TEST(StreamDecoderErrors, FlippedPayloadBitIsACrcErrorAtThatFpdu) {
 TEST(StreamDecoderErrors, CorruptMarkerIsAFramingError) {
   Streams s = crc_marker_streams();
   // Find the frame length: the first marker sits right after the MPA Request.
-  auto req = decode_frame(ByteSpan(s.dir[0]).first(kFrameHeaderSize +
-                                                   load_be16(&s.dir[0][18])),
+  auto req = decode_frame(ByteSpan(s.dir[0]).first(kFrameHeaderSize + load_be16(&s.dir[0][18])),
                           FrameKind::Request);
   ASSERT_TRUE(req);
   std::size_t origin = req->wire_size();

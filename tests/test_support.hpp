@@ -24,8 +24,7 @@ struct Streams {
 
 // A connection with `n` random messages of random types each way.
 inline Streams make_streams(const mpa::Policy& init, const mpa::Policy& resp, std::uint32_t seed,
-                            int n = 40, std::size_t mss = 1460,
-                            std::size_t max_payload = 5000) {
+                            int n = 40, std::size_t mss = 1460, std::size_t max_payload = 5000) {
   Streams s;
   auto neg = mpa::negotiate(init, resp);
   s.params = neg.initiator.params;
@@ -46,7 +45,8 @@ inline Streams make_streams(const mpa::Policy& init, const mpa::Policy& resp, st
     ddp::Segment whole;
     switch (rng() % 4) {
       case 0:
-        whole.hdr = ddp::tagged_header(rdmap::Opcode::Write, STag{rng()}, TaggedOffset{rng() % 100000});
+        whole.hdr =
+            ddp::tagged_header(rdmap::Opcode::Write, STag{rng()}, TaggedOffset{rng() % 100000});
         whole.payload = payload;
         break;
       case 1:

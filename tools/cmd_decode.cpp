@@ -82,12 +82,12 @@ json record_json(const trace::Record& r) {
   }
   if (r.error) {
     auto t = term_code(r.error->code);
-    j["error"] = json{{"name", errc_name(r.error->code)},
-                      {"rule", r.error->rule},
-                      {"detail", r.error->detail},
-                      {"terminate", {{"layer", static_cast<int>(t.layer)},
-                                     {"etype", t.etype},
-                                     {"ecode", t.ecode}}}};
+    j["error"] =
+        json{{"name", errc_name(r.error->code)},
+             {"rule", r.error->rule},
+             {"detail", r.error->detail},
+             {"terminate",
+              {{"layer", static_cast<int>(t.layer)}, {"etype", t.etype}, {"ecode", t.ecode}}}};
   }
   if (!r.text.empty()) j["text"] = r.text;
   return j;
@@ -95,7 +95,8 @@ json record_json(const trace::Record& r) {
 
 std::string counts_text(const trace::FlowReport& f) {
   std::string s;
-  for (const auto& [name, n] : f.opcode_counts) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", name, n);
+  for (const auto& [name, n] : f.opcode_counts)
+    s += fmt::format("{}{} {}", s.empty() ? "" : ", ", name, n);
   return s.empty() ? "none" : s;
 }
 
@@ -157,7 +158,8 @@ Runner add_decode_command(CLI::App& app) {
                rep.link_name, rep.flows.size(), rep.iwarp_flows());
     if (!o->summary) {
       const std::uint64_t t0 = rep.records.empty() ? 0 : rep.records.front().time_us;
-      fmt::print("{:>6} {:>10} {:>2} {} {:<9} {}\n", "frame", "time", "cn", "dir", "offset", "what");
+      fmt::print("{:>6} {:>10} {:>2} {} {:<9} {}\n", "frame", "time", "cn", "dir", "offset",
+                 "what");
       for (const auto& r : rep.records) fmt::print("{}\n", trace::format_record(r, t0));
     }
     for (std::size_t i = 0; i < rep.flows.size(); ++i) {

@@ -22,7 +22,8 @@ Runner add_generate_command(CLI::App& app) {
       "generate",
       "Write a sample iWARP conversation as a pcap: the MPA exchange, then every RDMAP message\n"
       "type (Send family, Write, Read, Terminate, RFC 7306 atomics and immediate data) in both\n"
-      "directions, framed by this stack's encoders. Opens in Wireshark; decode with `rnic decode`.");
+      "directions, framed by this stack's encoders. Opens in Wireshark; decode with `rnic "
+      "decode`.");
   cmd->add_option("output", o->out, "Capture file to write")->required();
   cmd->add_option("--mpa-rev", o->rev, "MPA revision: 1 (RFC 5044) or 2 (RFC 6581)")
       ->check(CLI::IsMember({1, 2}));

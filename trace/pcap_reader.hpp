@@ -24,9 +24,9 @@ struct IpEndpoint {
 };
 
 struct TcpSegment {
-  std::uint64_t frame = 0;   // 1-based frame number in the file
-  std::uint64_t time_us = 0; // capture timestamp, microseconds since the epoch
-  TcpSeq seq;                // sequence number of the first payload octet (or of the SYN/FIN)
+  std::uint64_t frame = 0;    // 1-based frame number in the file
+  std::uint64_t time_us = 0;  // capture timestamp, microseconds since the epoch
+  TcpSeq seq;                 // sequence number of the first payload octet (or of the SYN/FIN)
   TcpSeq ack;
   bool syn = false, fin = false, rst = false, has_ack = false;
   Bytes payload;
@@ -36,13 +36,17 @@ struct TcpSegment {
 // capture has it, else the sender of the first segment seen), direction 1 from `server`.
 struct TcpFlow {
   IpEndpoint client, server;
-  bool saw_syn = false;       // SYN from the client in the capture
-  bool saw_syn_ack = false;   // SYN-ACK from the server in the capture
+  bool saw_syn = false;           // SYN from the client in the capture
+  bool saw_syn_ack = false;       // SYN-ACK from the server in the capture
   TcpSeq client_isn, server_isn;  // valid when the matching SYN was seen
-  std::array<std::vector<TcpSegment>, 2> dir;  // [0] client->server, [1] server->client
+  // [0] client->server, [1] server->client. Only segments with payload or SYN/FIN/RST are
+  // kept (pure ACKs are dropped to save memory); a segment whose payload was cut by the
+  // snaplen or by IP fragmentation keeps no payload and leaves a note in `problems`.
+  std::array<std::vector<TcpSegment>, 2> dir;
   std::uint64_t first_frame = 0;
   // Problems found while reading this flow, each one line ("frame 12: truncated by snaplen
-  // 96 (96 of 1514 octets captured)"). A flow with problems may still be partly decodable.
+  // 96 (caplen 96 of 1514 octets); TCP payload incomplete"). A flow with problems may still
+  // be partly decodable.
   std::vector<std::string> problems;
 };
 
@@ -53,6 +57,9 @@ struct Capture {
   std::uint64_t frames = 0;
   std::uint64_t non_tcp_frames = 0;
   std::vector<TcpFlow> flows;  // in order of first appearance
+  // Problems that belong to no flow (a frame cut or malformed before its TCP ports, an IP
+  // fragment whose first fragment is missing, a damaged file tail), each one line.
+  std::vector<std::string> problems;
 };
 
 // Reads all TCP flows. Fatal problems (cannot open, unsupported link type, not a capture) are

@@ -24,12 +24,12 @@ enum class Side : std::uint8_t { Client = 0, Server = 1 };
 struct PcapWriterOptions {
   Ipv4Endpoint client{{10, 0, 0, 1}, 40000};
   Ipv4Endpoint server{{10, 0, 0, 2}, 7174};
-  std::uint16_t mss = 1460;          // largest TCP payload per frame
-  std::uint32_t client_isn = 1000;   // initial sequence numbers
+  std::uint16_t mss = 1460;         // largest TCP payload per frame
+  std::uint32_t client_isn = 1000;  // initial sequence numbers
   std::uint32_t server_isn = 5000;
   std::uint64_t start_time_us = 1'700'000'000'000'000ull;  // first frame's timestamp
-  std::uint32_t step_us = 100;       // time between consecutive frames
-  bool handshake = true;             // write SYN, SYN-ACK, ACK first
+  std::uint32_t step_us = 100;                             // time between consecutive frames
+  bool handshake = true;                                   // write SYN, SYN-ACK, ACK first
 };
 
 class PcapWriter {

@@ -22,9 +22,9 @@ class TcpReassembler {
   // in stream order. Returns the number of octets delivered.
   std::size_t add(TcpSeq seq, ByteSpan payload, const std::function<void(ByteSpan)>& deliver);
 
-  TcpSeq next() const { return next_; }          // in-order point
-  std::size_t held_bytes() const;                // octets waiting beyond holes
-  std::size_t holes() const;                     // number of gaps before held data
+  TcpSeq next() const { return next_; }  // in-order point
+  std::size_t held_bytes() const;        // octets waiting beyond holes
+  std::size_t holes() const;             // number of gaps before held data
   std::uint64_t delivered() const { return delivered_; }
 
  private:

@@ -72,9 +72,15 @@ class FlowDecoder final : public mpa::ConnectionVisitor {
     ++flow_.fpdus;
     flow_.markers += f.markers;
     switch (f.crc) {
-      case mpa::CrcStatus::Good: ++flow_.crc_good; break;
-      case mpa::CrcStatus::Bad: ++flow_.crc_bad; break;
-      case mpa::CrcStatus::NotChecked: ++flow_.crc_absent; break;
+      case mpa::CrcStatus::Good:
+        ++flow_.crc_good;
+        break;
+      case mpa::CrcStatus::Bad:
+        ++flow_.crc_bad;
+        break;
+      case mpa::CrcStatus::NotChecked:
+        ++flow_.crc_absent;
+        break;
     }
     Record r = base(Record::Kind::Fpdu, d, f.offset, f.wire_length);
     r.ulpdu_length = f.ulpdu_length;
@@ -83,10 +89,10 @@ class FlowDecoder final : public mpa::ConnectionVisitor {
     r.markers = f.markers;
     if (f.crc == mpa::CrcStatus::Bad) {
       ++flow_.violations;
-      r.error = WireError{Errc::MpaCrcError, "RFC 5044 §6.2: the CRC must match the FPDU",
-                          fmt::format("received 0x{:08x}, computed 0x{:08x}", f.crc_received,
-                                      f.crc_computed),
-                          f.offset};
+      r.error = WireError{
+          Errc::MpaCrcError, "RFC 5044 §6.2: the CRC must match the FPDU",
+          fmt::format("received 0x{:08x}, computed 0x{:08x}", f.crc_received, f.crc_computed),
+          f.offset};
     }
     auto seg = ddp::parse_segment(f.ulpdu);
     if (!seg) {
@@ -105,7 +111,8 @@ class FlowDecoder final : public mpa::ConnectionVisitor {
     r.ddp = seg->hdr;
     r.payload_length = static_cast<std::uint32_t>(seg->payload.size());
     r.summary = ddp::describe(*seg);
-    if (auto* t = std::get_if<rdmap::Terminate>(&seg->body)) r.siw_terminate_quirk = t->siw_bitfield_quirk;
+    if (auto* t = std::get_if<rdmap::Terminate>(&seg->body))
+      r.siw_terminate_quirk = t->siw_bitfield_quirk;
     ++flow_.opcode_counts[std::string(rdmap::opcode_name(seg->hdr.opcode))];
     auto check = checkers_[static_cast<int>(d)].check(*seg);
     push(std::move(r));
@@ -218,11 +225,11 @@ void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
                                 "octets held beyond the gap)",
                                 mpa::to_string(dir), reasm[d].delivered(), reasm[d].held_bytes()));
     if (s.pending() > 0 && s.state() != mpa::StreamDecoder::State::Failed)
-      dec.note(dir, fmt::format("{}: capture ends inside a {} ({} octets of it captured)",
-                                mpa::to_string(dir),
-                                s.state() == mpa::StreamDecoder::State::ExpectFrame ? "MPA frame"
-                                                                                    : "FPDU",
-                                s.pending()));
+      dec.note(dir,
+               fmt::format(
+                   "{}: capture ends inside a {} ({} octets of it captured)", mpa::to_string(dir),
+                   s.state() == mpa::StreamDecoder::State::ExpectFrame ? "MPA frame" : "FPDU",
+                   s.pending()));
   }
   if (!fr.reply)
     dec.note(Direction::FromResponder, "MPA Reply not in the capture: exchange cut short");
@@ -257,7 +264,8 @@ DecodeReport decode_capture(const Capture& cap, const DecodeOptions& opts) {
 std::string format_record(const Record& r, std::uint64_t t0_us) {
   const double t = static_cast<double>(r.time_us - std::min(r.time_us, t0_us)) / 1e6;
   const char* dir = r.dir == Direction::FromInitiator ? "I>R" : "R>I";
-  std::string head = fmt::format("{:>6} {:>10.6f} c{} {} @{:<8}", r.frame, t, r.flow, dir, r.offset);
+  std::string head =
+      fmt::format("{:>6} {:>10.6f} c{} {} @{:<8}", r.frame, t, r.flow, dir, r.offset);
   switch (r.kind) {
     case Record::Kind::MpaFrame:
       return fmt::format("{} {} ({} octets)", head, r.summary, r.length);
@@ -268,8 +276,10 @@ std::string format_record(const Record& r, std::uint64_t t0_us) {
       if (r.markers) s += fmt::format(" markers {}", r.markers);
       return s;
     }
-    case Record::Kind::Violation: return fmt::format("{} VIOLATION {}", head, r.text);
-    case Record::Kind::Note: return fmt::format("{} NOTE {}", head, r.text);
+    case Record::Kind::Violation:
+      return fmt::format("{} VIOLATION {}", head, r.text);
+    case Record::Kind::Note:
+      return fmt::format("{} NOTE {}", head, r.text);
   }
   return head;
 }

@@ -18,12 +18,12 @@ namespace iwarp::trace {
 struct Record {
   enum class Kind : std::uint8_t { MpaFrame, Fpdu, Violation, Note };
   Kind kind = Kind::Note;
-  std::size_t flow = 0;         // index into DecodeReport::flows
-  std::uint64_t frame = 0;      // capture frame that completed this unit
+  std::size_t flow = 0;     // index into DecodeReport::flows
+  std::uint64_t frame = 0;  // capture frame that completed this unit
   std::uint64_t time_us = 0;
   mpa::Direction dir = mpa::Direction::FromInitiator;
-  std::uint64_t offset = 0;     // stream offset in its direction
-  std::uint32_t length = 0;     // octets on the wire (frame or FPDU)
+  std::uint64_t offset = 0;  // stream offset in its direction
+  std::uint32_t length = 0;  // octets on the wire (frame or FPDU)
 
   std::optional<mpa::MpaFrame> mpa;  // Kind::MpaFrame
 
@@ -34,7 +34,7 @@ struct Record {
   std::uint16_t markers = 0;
   std::optional<ddp::DdpHeader> ddp;  // when the DDP header parsed
   std::uint32_t payload_length = 0;
-  std::string summary;                // describe(segment)
+  std::string summary;  // describe(segment)
   bool siw_terminate_quirk = false;
 
   std::optional<WireError> error;  // Kind::Violation (or an FPDU whose segment is bad)
@@ -43,8 +43,8 @@ struct Record {
 
 struct FlowReport {
   IpEndpoint initiator, responder;
-  bool iwarp = false;          // an MPA Request opened the client's stream
-  std::string verdict;         // "iWARP", "no iWARP: ...", ...
+  bool iwarp = false;   // an MPA Request opened the client's stream
+  std::string verdict;  // "iWARP", "no iWARP: ...", ...
   std::optional<mpa::MpaFrame> request, reply;
   std::optional<mpa::ConnectionParams> params;
   std::map<std::string, std::uint64_t> opcode_counts;  // by RDMAP opcode name

@@ -17,8 +17,10 @@ class Conversation {
  public:
   Conversation(PcapWriter& w, const mpa::ConnectionParams& p, std::uint16_t mss)
       : w_(w),
-        enc_{mpa::FpduEncoder(p.framing_to_responder()), mpa::FpduEncoder(p.framing_to_initiator())},
-        mulpdu_{mpa::mulpdu(mss, p.markers_to_responder), mpa::mulpdu(mss, p.markers_to_initiator)} {}
+        enc_{mpa::FpduEncoder(p.framing_to_responder()),
+             mpa::FpduEncoder(p.framing_to_initiator())},
+        mulpdu_{mpa::mulpdu(mss, p.markers_to_responder),
+                mpa::mulpdu(mss, p.markers_to_initiator)} {}
 
   // Sends one message from `from` (Client = initiator); fills in the MSN for untagged ones.
   std::expected<void, std::string> send(Side from, ddp::Segment whole) {
@@ -61,8 +63,9 @@ ddp::Segment tagged(Opcode op, std::uint32_t stag, std::uint64_t to, ByteSpan pa
 
 ddp::Segment untagged(Opcode op, ByteSpan payload = {}, std::uint32_t rsvd_ulp = 0) {
   ddp::Segment s;
-  s.hdr = ddp::untagged_header(op, QueueNumber{rdmap::opcode_info(static_cast<std::uint8_t>(op))->qn},
-                               Msn{0}, MessageOffset{0}, true, rsvd_ulp);
+  s.hdr =
+      ddp::untagged_header(op, QueueNumber{rdmap::opcode_info(static_cast<std::uint8_t>(op))->qn},
+                           Msn{0}, MessageOffset{0}, true, rsvd_ulp);
   s.payload = payload;
   return s;
 }
@@ -73,10 +76,10 @@ std::expected<GeneratedTrace, std::string> generate_conversation(const std::stri
                                                                  const GeneratorOptions& opts) {
   auto n = mpa::negotiate(opts.initiator, opts.responder);
   if (n.initiator.kind != mpa::Outcome::Kind::Established)
-    return std::unexpected(fmt::format(
-        "the two policies do not connect ({}): {}", mpa::to_string(n.initiator.kind),
-        n.initiator.error ? n.initiator.error->to_string()
-                          : (n.responder.error ? n.responder.error->to_string() : "")));
+    return std::unexpected(
+        fmt::format("the two policies do not connect ({}): {}", mpa::to_string(n.initiator.kind),
+                    n.initiator.error ? n.initiator.error->to_string()
+                                      : (n.responder.error ? n.responder.error->to_string() : "")));
   auto w = PcapWriter::open(path, opts.pcap);
   if (!w) return std::unexpected(w.error());
   PcapWriter& pw = **w;

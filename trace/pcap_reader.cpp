@@ -1,0 +1,501 @@
+// Capture file -> TCP flows. libpcap does the file format (pcap and pcapng); everything from
+// the link-layer header on is parsed here with bounds-checked reads (common/bytes.hpp), so a
+// damaged or hostile frame yields a problem note, never a crash.
+//
+// To keep memory low only segments that carry payload or SYN, FIN or RST are stored; pure
+// ACKs are parsed (they can open a flow) but not kept. TCP checksums are not verified: loopback
+// captures carry unfinished checksums (TX offload).
+#include "trace/pcap_reader.hpp"
+
+#include <fmt/format.h>
+#include <pcap/pcap.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <tuple>
+
+namespace iwarp::trace {
+
+std::string IpEndpoint::to_string() const {
+  if (!v6) return fmt::format("{}.{}.{}.{}:{}", addr[0], addr[1], addr[2], addr[3], port);
+  // RFC 5952 §4: lower-case hex without leading zeros; the longest run (first if tied) of two
+  // or more zero groups becomes "::".
+  std::array<std::uint16_t, 8> g{};
+  for (std::size_t i = 0; i < 8; ++i) g[i] = load_be16(&addr[2 * i]);
+  std::size_t best = 8, best_len = 0;
+  for (std::size_t i = 0; i < 8;) {
+    if (g[i] != 0) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < 8 && g[j] == 0) ++j;
+    if (j - i > best_len) {
+      best = i;
+      best_len = j - i;
+    }
+    i = j;
+  }
+  if (best_len < 2) best = 8;
+  std::string s = "[";
+  for (std::size_t i = 0; i < 8; ++i) {
+    if (i == best) {
+      s += "::";
+      i += best_len - 1;
+      continue;
+    }
+    if (i != 0 && i != best + best_len) s += ':';
+    s += fmt::format("{:x}", g[i]);
+  }
+  return s + "]:" + std::to_string(port);
+}
+
+namespace {
+
+// Link types. LINKTYPE_RAW (101) is what the file says; libpcap normally maps it to DLT_RAW.
+constexpr int kLinkNull = DLT_NULL;        // 0: BSD loopback, family in host byte order
+constexpr int kLinkEthernet = DLT_EN10MB;  // 1
+constexpr int kLinkRaw12 = 12;             // DLT_RAW on most platforms
+constexpr int kLinkRaw14 = 14;             // DLT_RAW on OpenBSD
+constexpr int kLinkRaw101 = 101;           // LINKTYPE_RAW
+constexpr int kLinkLoop = 108;             // DLT_LOOP: OpenBSD loopback, network byte order
+constexpr int kLinkSll = 113;              // DLT_LINUX_SLL
+constexpr int kLinkSll2 = 276;             // DLT_LINUX_SLL2
+constexpr const char* kSupported =
+    "EN10MB (1), LINUX_SLL (113), LINUX_SLL2 (276), RAW (12/101), NULL (0), LOOP (108)";
+
+constexpr std::uint16_t kEtherIpv4 = 0x0800;
+constexpr std::uint16_t kEtherIpv6 = 0x86dd;
+constexpr std::uint8_t kProtoTcp = 6;
+
+// RFC 793 §3.1 control bits.
+constexpr std::uint8_t kFin = 0x01, kSyn = 0x02, kRst = 0x04, kAck = 0x10;
+
+// Per-frame facts the problem notes quote.
+struct Frame {
+  std::uint64_t number = 0;
+  std::uint64_t time_us = 0;
+  std::uint32_t caplen = 0, len = 0;
+  int snaplen = 0;
+  bool cut() const { return caplen < len; }
+};
+
+// The IP layer of a frame, reduced to what TCP needs.
+struct IpPacket {
+  IpEndpoint src, dst;                  // ports filled from the TCP header
+  ByteSpan l4;                          // captured transport octets (never beyond the datagram)
+  std::size_t l4_declared = 0;          // transport octets the IP header announces
+  bool first_fragment = false;          // offset 0 with more fragments: the TCP payload is partial
+  std::string fragment_desc;            // for the problem note of a first fragment
+  std::optional<std::string> frag_key;  // identifies the datagram's other fragments
+};
+
+using EndpointKey = std::tuple<bool, std::array<std::uint8_t, 16>, std::uint16_t>;
+EndpointKey key_of(const IpEndpoint& e) {
+  return {e.v6, e.addr, e.port};
+}
+
+std::string frag_key(const char* family, ByteSpan src, ByteSpan dst, std::uint32_t id) {
+  return fmt::format("{} {} {} {}", family, hex(src, 16), hex(dst, 16), id);
+}
+
+class Reader {
+ public:
+  explicit Reader(Capture& cap) : cap_(cap) {}
+
+  void frame(const Frame& f, ByteSpan data) {
+    ++cap_.frames;
+    if (!link(f, data)) ++cap_.non_tcp_frames;
+  }
+
+  void finish() {
+    for (auto& flow : cap_.flows) {
+      if (flow.saw_syn) continue;
+      flow.problems.insert(
+          flow.problems.begin(),
+          fmt::format("capture starts mid-connection: no SYN for {} -> {} (first frame {})",
+                      flow.client.to_string(), flow.server.to_string(), flow.first_frame));
+    }
+  }
+
+ private:
+  // Returns true when the frame produced a TCP segment.
+  bool link(const Frame& f, ByteSpan data) {
+    ByteReader r(data);
+    switch (cap_.link_type) {
+      case kLinkEthernet: {
+        r.skip(12);  // destination and source MAC
+        return ethertype(f, r.be16(), r);
+      }
+      case kLinkSll: {
+        // Linux cooked v1: packet type, ARPHRD, address length, 8 address octets, protocol.
+        r.skip(14);
+        return ethertype(f, r.be16(), r);
+      }
+      case kLinkSll2: {
+        // Linux cooked v2: protocol first, then reserved, ifindex, ARPHRD, type, addr len, addr.
+        const std::uint16_t proto = r.be16();
+        r.skip(18);
+        return ethertype(f, proto, r);
+      }
+      case kLinkRaw12:
+      case kLinkRaw14:
+      case kLinkRaw101:
+        return ip(f, r.rest());
+      case kLinkNull:
+      case kLinkLoop: {
+        // 4-octet address family in the writer's byte order (DLT_NULL) or big-endian
+        // (DLT_LOOP); either way only the low 16 bits are non-zero, which tells the order.
+        const ByteSpan fam = r.bytes(4);
+        if (!r.ok()) return short_frame(f, "loopback header");
+        std::uint32_t family = load_le32(fam.data());
+        if (family > 0xffff) family = load_be32(fam.data());
+        // AF_INET is 2 everywhere; AF_INET6 is 10 (Linux), 24, 28 or 30 (BSDs, macOS).
+        if (family == 2) return ipv4(f, r.rest());
+        if (family == 10 || family == 24 || family == 28 || family == 30) return ipv6(f, r.rest());
+        return false;
+      }
+      default:
+        return false;
+    }
+  }
+
+  // IEEE 802.1Q / 802.1ad tags (TPID 0x8100, 0x88a8, 0x9100) are skipped: 2 octets TCI and
+  // the next EtherType.
+  bool ethertype(const Frame& f, std::uint16_t type, ByteReader& r) {
+    while (r.ok() && (type == 0x8100 || type == 0x88a8 || type == 0x9100)) {
+      r.skip(2);
+      type = r.be16();
+    }
+    if (!r.ok()) return short_frame(f, "link-layer header");
+    if (type == kEtherIpv4) return ipv4(f, r.rest());
+    if (type == kEtherIpv6) return ipv6(f, r.rest());
+    return false;
+  }
+
+  bool ip(const Frame& f, ByteSpan net) {
+    if (net.empty()) return short_frame(f, "IP header");
+    const int version = net[0] >> 4;
+    if (version == 4) return ipv4(f, net);
+    if (version == 6) return ipv6(f, net);
+    return false;
+  }
+
+  bool short_frame(const Frame& f, const char* what) {
+    cap_problem(
+        f.cut() ? fmt::format(
+                      "frame {}: truncated by snaplen {} (caplen {} of {} octets); {} incomplete",
+                      f.number, f.snaplen, f.caplen, f.len, what)
+                : fmt::format("frame {}: {} incomplete (frame of {} octets)", f.number, what,
+                              f.caplen));
+    return false;
+  }
+
+  // RFC 791 §3.1.
+  bool ipv4(const Frame& f, ByteSpan net) {
+    ByteReader r(net);
+    const std::uint8_t vihl = r.u8();
+    r.skip(1);  // type of service
+    const std::uint16_t total = r.be16();
+    const std::uint16_t id = r.be16();
+    const std::uint16_t frag = r.be16();
+    r.skip(1);  // time to live
+    const std::uint8_t proto = r.u8();
+    r.skip(2);  // header checksum
+    const ByteSpan src = r.bytes(4), dst = r.bytes(4);
+    if (!r.ok()) return short_frame(f, "IPv4 header");
+    if ((vihl >> 4) != 4)
+      return malformed(f, fmt::format("IP version {} in an IPv4 frame", vihl >> 4));
+    const std::size_t ihl = std::size_t{vihl & 0x0fu} * 4;
+    if (ihl < 20) return malformed(f, fmt::format("IPv4 header length {} below 20", ihl));
+    // A total length of 0 is what TCP segmentation offload leaves in captures of the sender.
+    const std::size_t declared = total == 0 ? net.size() : total;
+    if (declared < ihl) {
+      return malformed(f,
+                       fmt::format("IPv4 total length {} below header length {}", declared, ihl));
+    }
+    if (proto != kProtoTcp) return false;
+    if (net.size() < ihl) return short_frame(f, "IPv4 options");
+
+    IpPacket p;
+    p.src.addr = {};
+    p.dst.addr = {};
+    std::copy(src.begin(), src.end(), p.src.addr.begin());
+    std::copy(dst.begin(), dst.end(), p.dst.addr.begin());
+    // Bytes beyond the total length are link-layer padding (Ethernet minimum frame size).
+    p.l4 = net.subspan(ihl, std::min(net.size(), declared) - ihl);
+    p.l4_declared = declared - ihl;
+
+    // RFC 791 §3.2 fragmentation: MF flag 0x2000, offset in 8-octet units.
+    const std::size_t offset = std::size_t{frag & 0x1fffu} * 8;
+    const bool more = (frag & 0x2000) != 0;
+    if (offset != 0 || more) {
+      const std::string key = frag_key("4", src, dst, id);
+      if (offset != 0) {
+        return fragment_note(key, fmt::format("frame {}: IPv4 fragment (id 0x{:04x}, offset {}) "
+                                              "skipped; IP fragments are not reassembled",
+                                              f.number, id, offset));
+      }
+      p.first_fragment = true;
+      p.fragment_desc = fmt::format("IPv4 first fragment (id 0x{:04x})", id);
+      p.frag_key = key;
+    }
+    return tcp(f, p);
+  }
+
+  // RFC 8200 §3-§4: fixed header, then a chain of extension headers.
+  bool ipv6(const Frame& f, ByteSpan net) {
+    ByteReader r(net);
+    const std::uint8_t v = r.u8();
+    r.skip(3);  // traffic class, flow label
+    const std::uint16_t plen = r.be16();
+    std::uint8_t next = r.u8();
+    r.skip(1);  // hop limit
+    const ByteSpan src = r.bytes(16), dst = r.bytes(16);
+    if (!r.ok()) return short_frame(f, "IPv6 header");
+    if ((v >> 4) != 6) return malformed(f, fmt::format("IP version {} in an IPv6 frame", v >> 4));
+    // Payload length 0 means a jumbogram (RFC 2675); take what the frame holds.
+    const std::size_t declared = plen == 0 ? net.size() : 40 + std::size_t{plen};
+    const ByteSpan datagram = net.subspan(0, std::min(net.size(), declared));
+
+    IpPacket p;
+    p.src.v6 = p.dst.v6 = true;
+    std::copy(src.begin(), src.end(), p.src.addr.begin());
+    std::copy(dst.begin(), dst.end(), p.dst.addr.begin());
+    std::size_t pos = 40;
+    // Each extension header makes progress of at least 8 octets, so this ends.
+    while (next != kProtoTcp) {
+      ByteReader h(datagram.subspan(std::min(pos, datagram.size())));
+      if (next == 0 || next == 43 || next == 60 || next == 51) {
+        // Hop-by-Hop (0), Routing (43), Destination Options (60): length in 8-octet units
+        // not counting the first 8. AH (51, RFC 4302 §2.2): in 4-octet units minus 2.
+        const std::uint8_t nh = h.u8();
+        const std::uint8_t len = h.u8();
+        if (!h.ok()) return v6_short(f, declared, net.size());
+        pos += next == 51 ? (std::size_t{len} + 2) * 4 : (std::size_t{len} + 1) * 8;
+        next = nh;
+        continue;
+      }
+      if (next == 44) {
+        // Fragment header (RFC 8200 §4.5): next header, reserved, offset(13) res(2) M(1), id.
+        const std::uint8_t nh = h.u8();
+        h.skip(1);
+        const std::uint16_t offlg = h.be16();
+        const std::uint32_t id = h.be32();
+        if (!h.ok()) return v6_short(f, declared, net.size());
+        pos += 8;
+        next = nh;
+        const std::size_t offset = static_cast<std::size_t>(offlg >> 3) * 8;
+        const bool more = (offlg & 1) != 0;
+        if (offset == 0 && !more) continue;  // atomic fragment (RFC 6946): a whole packet
+        const std::string key = frag_key("6", src, dst, id);
+        if (offset != 0) {
+          return fragment_note(key, fmt::format("frame {}: IPv6 fragment (id 0x{:08x}, offset {}) "
+                                                "skipped; IP fragments are not reassembled",
+                                                f.number, id, offset));
+        }
+        p.first_fragment = true;
+        p.fragment_desc = fmt::format("IPv6 first fragment (id 0x{:08x})", id);
+        p.frag_key = key;
+        continue;
+      }
+      return false;  // another upper layer (or No Next Header, 59)
+    }
+    if (pos > declared) return malformed(f, "IPv6 extension headers exceed the payload length");
+    if (pos > datagram.size()) return v6_short(f, declared, net.size());
+    p.l4 = datagram.subspan(pos);
+    p.l4_declared = declared - pos;
+    return tcp(f, p);
+  }
+
+  bool v6_short(const Frame& f, std::size_t declared, std::size_t available) {
+    if (f.cut() || declared > available) return short_frame(f, "IPv6 extension header");
+    return malformed(f, "IPv6 extension header runs past the payload length");
+  }
+
+  // RFC 793 §3.1.
+  bool tcp(const Frame& f, IpPacket& p) {
+    ByteReader r(p.l4);
+    p.src.port = r.be16();
+    p.dst.port = r.be16();
+    const TcpSeq seq{r.be32()};
+    const TcpSeq ack{r.be32()};
+    const std::uint8_t doff = r.u8();
+    const std::uint8_t flags = r.u8();
+    r.skip(6);  // window, checksum, urgent pointer
+    if (!r.ok()) {
+      if (p.l4_declared < 20 && !p.first_fragment && p.l4.size() >= p.l4_declared) {
+        return malformed(
+            f, fmt::format("TCP segment of {} octets is shorter than its header", p.l4_declared));
+      }
+      return short_frame(f, "TCP header");
+    }
+    const std::size_t hlen = static_cast<std::size_t>(doff >> 4) * 4;
+    if (hlen < 20 || hlen > p.l4_declared) {
+      return malformed(
+          f, fmt::format("TCP data offset {} invalid for a {}-octet segment", hlen, p.l4_declared));
+    }
+    const std::size_t payload_len = p.l4_declared - hlen;
+    std::string problem;
+    ByteSpan payload;
+    if (p.first_fragment) {
+      problem =
+          fmt::format("frame {}: {}; TCP payload incomplete (IP fragments are not reassembled)",
+                      f.number, p.fragment_desc);
+    } else if (p.l4.size() < p.l4_declared) {
+      if (payload_len > 0) {
+        problem = f.cut() ? fmt::format(
+                                "frame {}: truncated by snaplen {} (caplen {} of {} octets); TCP "
+                                "payload incomplete",
+                                f.number, f.snaplen, f.caplen, f.len)
+                          : fmt::format(
+                                "frame {}: IP datagram announces {} TCP octets but the frame holds "
+                                "{}; TCP payload incomplete",
+                                f.number, p.l4_declared, p.l4.size());
+      }
+    } else {
+      payload = p.l4.subspan(hlen, payload_len);
+    }
+
+    TcpFlow& flow = flow_for(f, p, flags);
+    const std::size_t flow_index = static_cast<std::size_t>(&flow - cap_.flows.data());
+    if (p.frag_key) frag_flows_[*p.frag_key] = flow_index;
+    const int d = p.src == flow.client ? 0 : 1;
+    const bool syn = flags & kSyn, fin = flags & kFin, rst = flags & kRst, has_ack = flags & kAck;
+    if (syn && !has_ack && d == 0 && !flow.saw_syn) {
+      flow.saw_syn = true;
+      flow.client_isn = seq;
+    }
+    if (syn && has_ack && d == 1 && !flow.saw_syn_ack) {
+      flow.saw_syn_ack = true;
+      flow.server_isn = seq;
+    }
+    if (fin || rst) ended_[flow_index] = true;
+    if (!problem.empty()) flow.problems.push_back(std::move(problem));
+    if (!payload.empty() || syn || fin || rst) {
+      TcpSegment s;
+      s.frame = f.number;
+      s.time_us = f.time_us;
+      s.seq = seq;
+      s.ack = ack;
+      s.syn = syn;
+      s.fin = fin;
+      s.rst = rst;
+      s.has_ack = has_ack;
+      s.payload.assign(payload.begin(), payload.end());
+      flow.dir[static_cast<std::size_t>(d)].push_back(std::move(s));
+    }
+    return true;
+  }
+
+  // The flow this segment belongs to; a SYN (without ACK) on a tuple whose flow already saw
+  // FIN or RST opens a new connection that reuses the ports.
+  TcpFlow& flow_for(const Frame& f, const IpPacket& p, std::uint8_t flags) {
+    auto a = key_of(p.src), b = key_of(p.dst);
+    if (b < a) std::swap(a, b);
+    const auto key = std::make_pair(a, b);
+    const bool syn_only = (flags & kSyn) && !(flags & kAck);
+    auto it = index_.find(key);
+    if (it != index_.end() && !(syn_only && ended_[it->second])) return cap_.flows[it->second];
+    TcpFlow flow;
+    // The client sent the SYN; a SYN-ACK comes from the server; else the first sender.
+    const bool syn_ack = (flags & kSyn) && (flags & kAck);
+    flow.client = syn_ack ? p.dst : p.src;
+    flow.server = syn_ack ? p.src : p.dst;
+    flow.first_frame = f.number;
+    cap_.flows.push_back(std::move(flow));
+    ended_.push_back(false);
+    index_[key] = cap_.flows.size() - 1;
+    return cap_.flows.back();
+  }
+
+  bool fragment_note(const std::string& key, std::string note) {
+    auto it = frag_flows_.find(key);
+    if (it != frag_flows_.end()) {
+      cap_.flows[it->second].problems.push_back(std::move(note));
+    } else {
+      cap_problem(std::move(note) + " (first fragment not seen)");
+    }
+    return false;
+  }
+
+  bool malformed(const Frame& f, const std::string& what) {
+    cap_problem(fmt::format("frame {}: malformed: {}", f.number, what));
+    return false;
+  }
+
+  void cap_problem(std::string s) { cap_.problems.push_back(std::move(s)); }
+
+  Capture& cap_;
+  std::map<std::pair<EndpointKey, EndpointKey>, std::size_t> index_;  // tuple -> latest flow
+  std::vector<bool> ended_;                                           // per flow: FIN or RST seen
+  std::map<std::string, std::size_t> frag_flows_;                     // fragmented datagram -> flow
+};
+
+std::string strip_path_prefix(std::string msg, const std::string& path) {
+  const std::string prefix = path + ": ";
+  if (msg.starts_with(prefix)) msg.erase(0, prefix.size());
+  std::replace(msg.begin(), msg.end(), '\n', ' ');
+  return msg;
+}
+
+struct PcapCloser {
+  void operator()(pcap_t* p) const { pcap_close(p); }
+};
+
+}  // namespace
+
+std::expected<Capture, std::string> read_capture(const std::string& path) {
+  char errbuf[PCAP_ERRBUF_SIZE] = {};
+  std::unique_ptr<pcap_t, PcapCloser> p(pcap_open_offline(path.c_str(), errbuf));
+  if (!p) return std::unexpected(path + ": " + strip_path_prefix(errbuf, path));
+
+  Capture cap;
+  cap.path = path;
+  cap.link_type = pcap_datalink(p.get());
+  const char* name = pcap_datalink_val_to_name(cap.link_type);
+  cap.link_name = name ? name : fmt::format("DLT_{}", cap.link_type);
+  switch (cap.link_type) {
+    case kLinkEthernet:
+    case kLinkSll:
+    case kLinkSll2:
+    case kLinkRaw12:
+    case kLinkRaw14:
+    case kLinkRaw101:
+    case kLinkNull:
+    case kLinkLoop:
+      break;
+    default:
+      return std::unexpected(fmt::format("{}: unsupported link type {} ({}); supported: {}", path,
+                                         cap.link_name, cap.link_type, kSupported));
+  }
+
+  Reader reader(cap);
+  const int snaplen = pcap_snapshot(p.get());
+  for (;;) {
+    pcap_pkthdr* hdr = nullptr;
+    const u_char* data = nullptr;
+    const int rc = pcap_next_ex(p.get(), &hdr, &data);
+    if (rc == PCAP_ERROR_BREAK) break;  // end of file
+    if (rc != 1 || !hdr || !data) {
+      cap.problems.push_back(fmt::format("frame {}: {}; rest of the file ignored", cap.frames + 1,
+                                         strip_path_prefix(pcap_geterr(p.get()), path)));
+      break;
+    }
+    Frame f;
+    f.number = cap.frames + 1;
+    const auto sec = hdr->ts.tv_sec < 0 ? 0 : static_cast<std::uint64_t>(hdr->ts.tv_sec);
+    const auto usec = hdr->ts.tv_usec < 0 ? 0 : static_cast<std::uint64_t>(hdr->ts.tv_usec);
+    f.time_us = sec * 1'000'000 + usec;
+    f.caplen = hdr->caplen;
+    f.len = std::max(hdr->len, hdr->caplen);
+    f.snaplen = snaplen;
+    reader.frame(f, ByteSpan(data, hdr->caplen));
+  }
+  reader.finish();
+  return cap;
+}
+
+}  // namespace iwarp::trace
