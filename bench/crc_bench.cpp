@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   std::printf("\n%8s %12s %12s %10s\n", "bytes", "isal ns", "sse4.2 ns", "isal/sse");
-  for (std::size_t n : {16, 64, 128, 256, 512, 1024, 1442, 4096, 65536}) {
+  for (std::size_t n : {16, 64, 128, 160, 192, 224, 256, 512, 1024, 1442, 4096, 65536}) {
     auto b = buffer(n);
     int reps = static_cast<int>(std::max<std::size_t>(2000, 4'000'000 / n));
     double best_i = 1e18, best_s = 1e18;

@@ -6,6 +6,13 @@
 
 namespace iwarp::mpa {
 
+std::string rtr_mask_name(RtrMask m) {
+  std::string s;
+  for (auto t : {RtrType::Send, RtrType::Write, RtrType::Read})
+    if (m & static_cast<RtrMask>(t)) s += (s.empty() ? "" : "|") + std::string(rtr_name(t));
+  return s.empty() ? "none" : s;
+}
+
 std::string_view rtr_name(RtrType t) {
   switch (t) {
     case RtrType::None:
@@ -38,12 +45,13 @@ Bytes MpaFrame::encode() const {
   std::size_t pd_len = (params ? kEnhancedPrefixSize : 0) + private_data.size();
   w.be16(static_cast<std::uint16_t>(pd_len));
   if (params) {
+    // IRD/ORD are 14-bit fields: larger values are capped, never wrapped.
     std::uint16_t a = (params->peer_to_peer ? 0x8000 : 0) |
                       ((params->rtr & static_cast<RtrMask>(RtrType::Send)) ? 0x4000 : 0) |
-                      (params->ird & kMaxIrdOrd);
+                      std::min(params->ird, kMaxIrdOrd);
     std::uint16_t b = ((params->rtr & static_cast<RtrMask>(RtrType::Write)) ? 0x8000 : 0) |
                       ((params->rtr & static_cast<RtrMask>(RtrType::Read)) ? 0x4000 : 0) |
-                      (params->ord & kMaxIrdOrd);
+                      std::min(params->ord, kMaxIrdOrd);
     w.be16(a);
     w.be16(b);
   }
@@ -51,8 +59,9 @@ Bytes MpaFrame::encode() const {
   return out;
 }
 
-std::size_t frame_size_from_header(ByteSpan header20) {
-  return kFrameHeaderSize + load_be16(header20.data() + 18);
+std::optional<std::size_t> frame_size_from_header(ByteSpan header) {
+  if (header.size() < kFrameHeaderSize) return std::nullopt;
+  return kFrameHeaderSize + load_be16(header.data() + 18);
 }
 
 Result<MpaFrame> decode_frame(ByteSpan frame, FrameKind expected) {
@@ -127,17 +136,7 @@ std::string describe(const MpaFrame& f) {
                               int(f.markers), int(f.crc), int(f.reject), int(f.enhanced));
   if (f.params) {
     s += fmt::format(" IRD {} ORD {}", f.params->ird, f.params->ord);
-    if (f.params->peer_to_peer) {
-      s += " P2P rtr=";
-      bool first = true;
-      for (auto t : {RtrType::Send, RtrType::Write, RtrType::Read}) {
-        if (f.params->rtr & static_cast<RtrMask>(t)) {
-          s += fmt::format("{}{}", first ? "" : "|", rtr_name(t));
-          first = false;
-        }
-      }
-      if (first) s += "none";
-    }
+    if (f.params->peer_to_peer) s += " P2P rtr=" + rtr_mask_name(f.params->rtr);
   }
   s += fmt::format(" pd {}", f.private_data.size());
   return s;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "common/bytes.hpp"
@@ -33,6 +34,7 @@ enum class RtrType : std::uint8_t { None = 0, Send = 1, Write = 2, Read = 4 };
 using RtrMask = std::uint8_t;  // OR of RtrType values
 inline constexpr RtrMask kAllRtr = 1 | 2 | 4;
 std::string_view rtr_name(RtrType t);
+std::string rtr_mask_name(RtrMask m);  // "write|read", "none"
 
 // The 4-octet RFC 6581 §5 prefix: A | B | IRD(14) , C | D | ORD(14).
 struct EnhancedParams {
@@ -60,8 +62,8 @@ struct MpaFrame {
   friend bool operator==(const MpaFrame&, const MpaFrame&) = default;
 };
 
-// Length of the whole frame once its 20-octet header is known.
-std::size_t frame_size_from_header(ByteSpan header20);
+// Length of the whole frame from its header; nullopt while fewer than 20 octets are given.
+std::optional<std::size_t> frame_size_from_header(ByteSpan header);
 
 // Parses a complete frame (header + private data) of the expected kind.
 Result<MpaFrame> decode_frame(ByteSpan frame, FrameKind expected);

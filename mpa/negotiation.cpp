@@ -155,17 +155,21 @@ ResponderDecision respond(const Policy& p, const MpaFrame& req, ByteSpan private
     if (req.params->ord > e.ird && p.strict_ird_ord)
       return reject(Errc::MpaInsufficientIrd, "RFC 6581 §6: responder IRD must cover initiator ORD",
                     fmt::format("initiator ORD {} > responder IRD {}", req.params->ord, e.ird));
+    // RFC 6581 §9.2: a responder MUST echo A and select exactly one RTR type among those
+    // offered. A zero-length RDMA Read needs an outbound slot at the initiator (ORD >= 1) and
+    // an inbound one here (IRD >= 1), so Read is only a candidate when both exist.
     if (req.params->peer_to_peer) {
-      if (p.peer_to_peer) {
-        RtrType t = pick_rtr(req.params->rtr & p.rtr);
-        if (t == RtrType::None)
-          return reject(Errc::MpaNoMatchingRtr,
-                        "RFC 6581 §5: responder selects one RTR type the initiator offered",
-                        "no RTR type in common");
-        e.peer_to_peer = true;
-        e.rtr = static_cast<RtrMask>(t);
-      }
-      // A responder without P2P support leaves A clear; the initiator decides (RFC 6581 §5).
+      RtrMask usable = req.params->rtr & p.rtr;
+      if (req.params->ord == 0 || e.ird == 0)
+        usable &= static_cast<RtrMask>(~static_cast<RtrMask>(RtrType::Read));
+      RtrType t = pick_rtr(usable);
+      if (t == RtrType::None)
+        return reject(Errc::MpaNoMatchingRtr,
+                      "RFC 6581 §9.2: responder selects one RTR type the initiator offered",
+                      fmt::format("offered {}, supported {}, no usable type in common",
+                                  rtr_mask_name(req.params->rtr), rtr_mask_name(p.rtr)));
+      e.peer_to_peer = true;
+      e.rtr = static_cast<RtrMask>(t);
     }
     rep.params = e;
   }
@@ -219,14 +223,20 @@ Outcome finish_initiator(const Policy& p, const MpaFrame& req, const MpaFrame& r
   if (p.peer_to_peer) {
     if (!o.params.enhanced || !o.params.peer_to_peer)
       return terminate(Errc::MpaNoMatchingRtr,
-                       "RFC 6581 §5: a peer-to-peer initiator needs the responder to accept an RTR",
-                       "responder did not set A");
+                       "RFC 6581 §9.2: a peer-to-peer initiator needs the responder to echo A",
+                       o.params.enhanced ? "responder did not set A" : "responder replied Rev 1");
     const auto offered = req.params->rtr;
     const auto chosen = rep.params->rtr;
     if (std::popcount(static_cast<unsigned>(chosen)) != 1 || !(offered & chosen))
-      return terminate(Errc::MpaNoMatchingRtr,
-                       "RFC 6581 §5: the Reply selects exactly one offered RTR type",
-                       fmt::format("offered 0x{:x}, selected 0x{:x}", offered, chosen));
+      return terminate(
+          Errc::MpaNoMatchingRtr, "RFC 6581 §9.2: the Reply selects exactly one offered RTR type",
+          fmt::format("offered {}, selected {}", rtr_mask_name(offered), rtr_mask_name(chosen)));
+    if (chosen == static_cast<RtrMask>(RtrType::Read) &&
+        (req.params->ord == 0 || rep.params->ird == 0))
+      return terminate(
+          Errc::MpaNoMatchingRtr,
+          "RFC 6581 §9.2: a Read RTR needs initiator ORD and responder IRD of 1 or more",
+          fmt::format("initiator ORD {}, responder IRD {}", req.params->ord, rep.params->ird));
   }
   o.kind = Outcome::Kind::Established;
   return o;

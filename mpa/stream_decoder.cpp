@@ -110,7 +110,7 @@ std::size_t StreamDecoder::step_frame(ByteSpan in, StreamVisitor& v) {
       }
     return 0;
   }
-  const std::size_t size = frame_size_from_header(in.first(kFrameHeaderSize));
+  const std::size_t size = *frame_size_from_header(in);
   // An over-long PD_Length is reported at once (decode_frame checks it before the length).
   if (size - kFrameHeaderSize <= kMaxPrivateData && in.size() < size) return 0;
   auto r = decode_frame(in.first(std::min(size, in.size())), first_kind_);

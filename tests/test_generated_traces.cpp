@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "trace/pcap_reader.hpp"
@@ -116,6 +117,17 @@ TEST_P(GeneratedTrace, TsharkAndOurDecoderAgreeWithTheEncoder) {
 
   // Markers: tshark found and stripped them (it shows an FPDU back pointer per marker).
   EXPECT_EQ(count("FPDU back pointer"), rep.flows[0].markers);
+
+  // The copy committed under pcap_traces/generated/ is exactly what the generator writes.
+  const fs::path committed =
+      fs::path(IWARP_SOURCE_DIR) / "pcap_traces" / "generated" / (std::string(c.name) + ".pcap");
+  if (fs::exists(committed)) {
+    auto slurp = [](const fs::path& p) {
+      std::ifstream in(p, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    EXPECT_EQ(slurp(committed), slurp(file)) << committed << " is stale: regenerate it";
+  }
   fs::remove(file);
 }
 

@@ -76,6 +76,7 @@ void expect_wire(const MpaFrame& f, const Bytes& want) {
   EXPECT_EQ(f.wire_size(), want.size());
   ASSERT_GE(want.size(), kFrameHeaderSize);
   EXPECT_EQ(frame_size_from_header(ByteSpan(want).first(kFrameHeaderSize)), want.size());
+  EXPECT_EQ(frame_size_from_header(ByteSpan(want).first(kFrameHeaderSize - 1)), std::nullopt);
   auto d = decode_frame(want, f.kind);
   ASSERT_TRUE(d.has_value()) << d.error().to_string();
   EXPECT_EQ(*d, f) << "decoded " << describe(*d) << " want " << describe(f);

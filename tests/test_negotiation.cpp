@@ -145,8 +145,11 @@ Expected oracle(const Policy& ini, const Policy& rsp) {
   if (e.enhanced) {
     if (rsp.strict_ird_ord && ini.ord > rsp.ird)
       return reject(Errc::MpaInsufficientIrd, Reason::Ird);
-    if (ini.peer_to_peer && rsp.peer_to_peer) {
+    // RFC 6581 §9.2: the responder echoes A whenever the initiator sets it, and picks one type;
+    // a zero-length Read needs initiator ORD >= 1 and responder IRD >= 1.
+    if (ini.peer_to_peer) {
       RtrMask common = ini.rtr & rsp.rtr;
+      if (ini.ord == 0 || rsp.ird == 0) common &= static_cast<RtrMask>(~kRead);
       if (common == 0) return reject(Errc::MpaNoMatchingRtr, Reason::Rtr);
       rtr = (common & kWrite) ? RtrType::Write : (common & kRead) ? RtrType::Read : RtrType::Send;
       p2p = true;
@@ -330,8 +333,10 @@ void check_combination(const Policy& ini, const Policy& rsp, std::vector<std::st
       if (p.initiator_ord > ini.ord || p.responder_ord > rsp.ord)
         mismatch("invariant: ORD never raised", "ORD <= policy ORD", describe(p));
     }
-    if (p.peer_to_peer != (ini.peer_to_peer && rsp.peer_to_peer && p.enhanced))
-      mismatch("invariant: p2p iff both sides and rev 2", "", describe(p));
+    if (p.peer_to_peer != (ini.peer_to_peer && p.enhanced))
+      mismatch("invariant: p2p iff the initiator asks and rev 2", "", describe(p));
+    if (p.rtr == RtrType::Read && (p.initiator_ord == 0 || p.responder_ird == 0))
+      mismatch("invariant: a Read RTR has an ORD and an IRD slot", "", describe(p));
     if (p.peer_to_peer) {
       auto m = static_cast<RtrMask>(p.rtr);
       if (std::popcount(static_cast<unsigned>(m)) != 1 || !(m & ini.rtr & rsp.rtr))
@@ -471,8 +476,24 @@ TEST(NegotiationOracle, HandWorkedCases) {
   EXPECT_EQ(oracle(p2p, p2p_rw).error, Errc::MpaNoMatchingRtr);
   EXPECT_EQ(oracle(p2p, p2p_rw).responder, Kind::Rejected);
   EXPECT_EQ(oracle(p2p_rw, p2p_rw).params.rtr, RtrType::Write);
-  EXPECT_EQ(oracle(p2p_rw, siw).initiator, Kind::Terminated);
-  EXPECT_EQ(oracle(p2p_rw, siw).error, Errc::MpaNoMatchingRtr);
+  // RFC 6581 §9.2: a responder without P2P of its own still echoes A and picks a type.
+  EXPECT_EQ(oracle(p2p_rw, siw).initiator, Kind::Established);
+  EXPECT_EQ(oracle(p2p_rw, siw).params.rtr, RtrType::Write);
+  Policy no_rtr = siw;
+  no_rtr.rtr = 0;
+  EXPECT_EQ(oracle(p2p_rw, no_rtr).responder, Kind::Rejected);
+  EXPECT_EQ(oracle(p2p_rw, no_rtr).error, Errc::MpaNoMatchingRtr);
+  Policy v1 = siw;
+  v1.revision = 1;
+  EXPECT_EQ(oracle(p2p_rw, v1).initiator, Kind::Terminated);
+  EXPECT_EQ(oracle(p2p_rw, v1).error, Errc::MpaNoMatchingRtr);
+  // A zero-length Read RTR needs a Read slot on both sides.
+  Policy read_only = p2p;
+  read_only.rtr = kRead;
+  Policy no_ird = siw;
+  no_ird.ird = 0;
+  EXPECT_EQ(oracle(read_only, no_ird).error, Errc::MpaNoMatchingRtr);
+  EXPECT_EQ(oracle(read_only, siw).params.rtr, RtrType::Read);
 
   Policy big = siw;
   big.ord = 16;
@@ -559,12 +580,13 @@ TEST(NegotiationPrecedence, InitiatorChecksCrcBeforeMarkersBeforeIrdBeforeRtr) {
   ASSERT_EQ(n.initiator.kind, Kind::Terminated);
   EXPECT_EQ(n.initiator.error->code, Errc::MpaInsufficientIrd);
   ini.strict_ird_ord = false;
+  rsp.revision = 1;  // a Rev 1 Reply cannot carry A
   n = negotiate(ini, rsp);
   ASSERT_EQ(n.initiator.kind, Kind::Terminated);
   EXPECT_EQ(n.initiator.error->code, Errc::MpaNoMatchingRtr);
   EXPECT_EQ(n.responder.kind, Kind::Terminated);
   EXPECT_EQ(n.responder.error->code, Errc::MpaNoMatchingRtr);
-  rsp.peer_to_peer = true;
+  rsp.revision = 2;
   n = negotiate(ini, rsp);
   EXPECT_EQ(n.initiator.kind, Kind::Established);
   EXPECT_TRUE(n.initiator.params.crc);
