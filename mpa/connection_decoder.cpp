@@ -1,5 +1,7 @@
 #include "mpa/connection_decoder.hpp"
 
+#include "common/log.hpp"
+
 namespace iwarp::mpa {
 
 std::string_view to_string(Direction d) {
@@ -28,6 +30,7 @@ ConnectionDecoder::ConnectionDecoder(StreamDecoderOptions opts)
 
 void ConnectionDecoder::on_frame(Direction d, const MpaFrame& f, ConnectionVisitor& v) {
   (d == Direction::FromInitiator ? request_ : reply_) = f;
+  log::layer("mpa").debug("{}: {}", to_string(d), describe(f));
   if (!request_ || !reply_) return;
   auto& from_init = streams_[static_cast<int>(Direction::FromInitiator)];
   auto& from_resp = streams_[static_cast<int>(Direction::FromResponder)];
@@ -38,6 +41,7 @@ void ConnectionDecoder::on_frame(Direction d, const MpaFrame& f, ConnectionVisit
   params_ = params_from_frames(*request_, *reply_);
   from_init.set_framing(params_->framing_to_responder());
   from_resp.set_framing(params_->framing_to_initiator());
+  log::layer("mpa").debug("negotiated: {}", describe(*params_));
   v.on_negotiated(*params_);
 }
 

@@ -2,9 +2,17 @@
 
 #include <fmt/format.h>
 
+#include "common/log.hpp"
 #include "mpa/crc32c.hpp"
 
 namespace iwarp::mpa {
+
+namespace {
+spdlog::logger& logger() {
+  static spdlog::logger& l = log::layer("mpa");
+  return l;
+}
+}  // namespace
 
 std::string_view to_string(CrcStatus s) {
   switch (s) {
@@ -34,6 +42,7 @@ void StreamDecoder::close() {
 }
 
 void StreamDecoder::fail_with(WireError e, StreamVisitor& v) {
+  logger().debug("stream failed at offset {}: {}", e.offset, e.to_string());
   state_ = State::Failed;
   v.on_error(e);
 }
@@ -203,6 +212,8 @@ std::size_t StreamDecoder::step_fpdu(ByteSpan in, StreamVisitor& v) {
       return 0;
     }
   }
+  logger().trace("FPDU @{} ulpdu {} wire {} crc {} markers {}", f.offset, f.ulpdu_length,
+                 f.wire_length, to_string(f.crc), f.markers);
   v.on_fpdu(f);
   return ml.wire;
 }

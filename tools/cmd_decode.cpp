@@ -125,11 +125,9 @@ Runner add_decode_command(CLI::App& app) {
     }
     auto rep = trace::decode_capture(*cap, {.keep_records = !o->summary || o->json});
     if (o->json) {
-      json doc{{"file", rep.path},
-               {"link", rep.link_name},
-               {"frames", rep.frames},
-               {"iwarp_connections", rep.iwarp_flows()},
-               {"violations", rep.violations()}};
+      json doc{{"file", rep.path},         {"link", rep.link_name},
+               {"frames", rep.frames},     {"iwarp_connections", rep.iwarp_flows()},
+               {"problems", rep.problems}, {"violations", rep.violations()}};
       json conns = json::array();
       for (const auto& f : rep.flows) {
         json c{{"initiator", f.initiator.to_string()},
@@ -156,6 +154,7 @@ Runner add_decode_command(CLI::App& app) {
     }
     fmt::print("{}: {} frames, link {}, {} TCP connection(s), {} iWARP\n", rep.path, rep.frames,
                rep.link_name, rep.flows.size(), rep.iwarp_flows());
+    for (const auto& p : rep.problems) fmt::print("capture problem: {}\n", p);
     if (!o->summary) {
       const std::uint64_t t0 = rep.records.empty() ? 0 : rep.records.front().time_us;
       fmt::print("{:>6} {:>10} {:>2} {} {:<9} {}\n", "frame", "time", "cn", "dir", "offset",

@@ -1,5 +1,5 @@
 // rnic: the userspace software RNIC's front door.
-#include <spdlog/spdlog.h>
+#include "common/log.hpp"
 
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -14,8 +14,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "rnic 0.1.0");
   std::string log_level = "warn";
-  app.add_option("--log-level", log_level, "Log level: trace, debug, info, warn, error, off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  app.add_option("--log-level", log_level,
+                 "Log level for every layer (trace, debug, info, warn, error, off), or per layer:\n"
+                 "  mpa=trace,ddp=debug,trace=info (layers: mpa, ddp, trace)")
+      ->check([](const std::string& s) { return iwarp::log::configure(s); });
 
   std::map<CLI::App*, iwarp::tools::Runner> runners;
   auto add = [&](auto fn) {
@@ -30,7 +32,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  iwarp::log::configure(log_level);
   for (auto* sub : app.get_subcommands())
     if (auto it = runners.find(sub); it != runners.end()) return it->second();
   return 2;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/log.hpp"
 #include "ddp/segmentation.hpp"
 #include "trace/tcp_reassembly.hpp"
 
@@ -50,6 +51,8 @@ class FlowDecoder final : public mpa::ConnectionVisitor {
     if (records_) records_->push_back(std::move(r));
   }
   void violation(Direction d, const WireError& e, std::uint64_t offset) {
+    log::layer("trace").info("connection {} {} frame {}: {}", index_, mpa::to_string(d), frame_,
+                             e.to_string());
     ++flow_.violations;
     Record r = base(Record::Kind::Violation, d, offset, 0);
     r.error = e;
@@ -209,6 +212,7 @@ void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
     if (!flow.saw_syn && sniff == Sniff::NotIwarp)
       why_not += "; the capture starts mid-connection, so an MPA exchange may have been missed";
     fr.verdict = "no iWARP: " + why_not;
+    log::layer("trace").debug("connection {}: {}", index, fr.verdict);
     return;
   }
   fr.iwarp = true;
@@ -235,6 +239,9 @@ void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
     dec.note(Direction::FromResponder, "MPA Reply not in the capture: exchange cut short");
   else if (fr.reply->reject)
     dec.note(Direction::FromResponder, "connection rejected by the responder (MPA Reply R=1)");
+  log::layer("trace").debug("connection {} {} -> {}: iWARP, {} FPDUs, {} violations", index,
+                            flow.client.to_string(), flow.server.to_string(), fr.fpdus,
+                            fr.violations);
 }
 
 }  // namespace
@@ -255,6 +262,7 @@ DecodeReport decode_capture(const Capture& cap, const DecodeOptions& opts) {
   rep.path = cap.path;
   rep.link_name = cap.link_name;
   rep.frames = cap.frames;
+  rep.problems = cap.problems;
   rep.flows.resize(cap.flows.size());
   for (std::size_t i = 0; i < cap.flows.size(); ++i)
     decode_flow(i, cap.flows[i], rep.flows[i], opts.keep_records ? &rep.records : nullptr);

@@ -57,6 +57,7 @@ struct DecodeReport {
   std::string path;
   std::string link_name;
   std::uint64_t frames = 0;
+  std::vector<std::string> problems;  // capture problems that belong to no connection
   std::vector<FlowReport> flows;
   std::vector<Record> records;
 
