@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "test_support.hpp"
 #include "trace/pcap_reader.hpp"
 #include "trace/pcap_writer.hpp"
 #include "trace/tcp_reassembly.hpp"
@@ -19,18 +20,7 @@
 namespace iwarp::trace {
 namespace {
 
-// A capture file in the test temp directory, removed afterwards unless the test failed.
-struct TempPcap {
-  explicit TempPcap(const std::string& name)
-      : path(::testing::TempDir() + "pcap_reader_" + std::to_string(::getpid()) + "_" + name +
-             ".pcap") {}
-  ~TempPcap() {
-    if (!::testing::Test::HasFailure()) std::remove(path.c_str());
-  }
-  TempPcap(const TempPcap&) = delete;
-  TempPcap& operator=(const TempPcap&) = delete;
-  std::string path;
-};
+using TempPcap = test::TempFile;
 
 std::string corpus(const std::string& file) {
   return std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/" + file;

@@ -11,23 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "test_support.hpp"
 #include "trace/pcap_writer.hpp"
 
 namespace iwarp::trace {
 namespace {
 
-// A capture file in the test temp directory, removed afterwards unless the test failed.
-struct TempPcap {
-  explicit TempPcap(const std::string& name)
-      : path(::testing::TempDir() + "pcap_writer_" + std::to_string(::getpid()) + "_" + name +
-             ".pcap") {}
-  ~TempPcap() {
-    if (!::testing::Test::HasFailure()) std::remove(path.c_str());
-  }
-  TempPcap(const TempPcap&) = delete;
-  TempPcap& operator=(const TempPcap&) = delete;
-  std::string path;
-};
+using TempPcap = test::TempFile;
 
 Bytes random_bytes(std::mt19937& gen, std::size_t n) {
   Bytes b(n);

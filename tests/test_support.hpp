@@ -3,6 +3,10 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <random>
 #include <string>
@@ -14,6 +18,18 @@
 #include "mpa/fpdu.hpp"
 
 namespace iwarp::test {
+
+// A capture file in the test temp directory, removed afterwards unless the test failed.
+struct TempFile {
+  explicit TempFile(const std::string& name)
+      : path(::testing::TempDir() + "iwarp_" + std::to_string(::getpid()) + "_" + name + ".pcap") {}
+  ~TempFile() {
+    if (!::testing::Test::HasFailure()) std::remove(path.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  std::string path;
+};
 
 // Both directions of one connection: [0] initiator -> responder, [1] back.
 struct Streams {
