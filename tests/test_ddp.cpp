@@ -178,6 +178,29 @@ TEST(DdpSegment, SiwTerminateIsDecodedWithItsBitFieldQuirk) {
   EXPECT_EQ(back->ddp_header, term.ddp_header);
 }
 
+TEST(DdpSegment, SiwBitFieldLayoutKeepsLayerAndETypeApart) {
+  // siw's bit-fields put Layer in the low nibble of octet 0 and EType in the high one, and
+  // M/D/R in bits 0..2 of octet 2. RDMAP (layer 0), remote operation (etype 2), unexpected
+  // opcode (0x06), with M only: 20 06 01 00.
+  Bytes body = {0x20, 0x06, 0x01, 0x00};
+  auto t = rdmap::Terminate::decode(body);
+  ASSERT_TRUE(t);
+  EXPECT_TRUE(t->siw_bitfield_quirk);
+  EXPECT_EQ(t->layer, 0);
+  EXPECT_EQ(t->etype, 2);
+  EXPECT_EQ(t->ecode, 6);
+  EXPECT_TRUE(t->m);
+  EXPECT_FALSE(t->d);
+  // The same error in RFC layout: 02 06 80 00.
+  Bytes rfc = {0x02, 0x06, 0x80, 0x00};
+  auto r = rdmap::Terminate::decode(rfc);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->siw_bitfield_quirk);
+  EXPECT_EQ(r->layer, 0);
+  EXPECT_EQ(r->etype, 2);
+  EXPECT_TRUE(r->m);
+}
+
 struct BadCase {
   const char* name;
   Bytes bytes;

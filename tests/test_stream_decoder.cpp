@@ -130,6 +130,32 @@ TEST(StreamDecoderErrors, CorruptMarkerIsAFramingError) {
   EXPECT_NE(t.last_error->detail.find("FPDUPTR"), std::string::npos);
 }
 
+TEST(StreamDecoderErrors, EveryMarkerFieldIsChecked) {
+  Streams base = crc_marker_streams();
+  auto req =
+      decode_frame(ByteSpan(base.dir[0]).first(kFrameHeaderSize + load_be16(&base.dir[0][18])),
+                   FrameKind::Request);
+  ASSERT_TRUE(req);
+  const std::size_t origin = req->wire_size();
+  struct Poke {
+    std::size_t at;  // octet of the stream to change
+    std::uint8_t xor_with;
+    const char* detail;
+  };
+  // The leading marker's FPDUPTR (0 -> 4), a reserved octet of the leading marker, a reserved
+  // octet of a later marker.
+  for (Poke p : {Poke{origin + 3, 0x04, "FPDUPTR"}, Poke{origin + 0, 0x80, "reserved"},
+                 Poke{origin + 1024 + 1, 0x01, "reserved"}}) {
+    Streams s = base;
+    s.dir[0][p.at] ^= p.xor_with;
+    Transcript t = decode_all(s);
+    ASSERT_TRUE(t.last_error) << p.at;
+    EXPECT_EQ(t.last_error->code, Errc::MpaMarkerError) << t.last_error->to_string();
+    EXPECT_NE(t.last_error->detail.find(p.detail), std::string::npos) << t.last_error->detail;
+    EXPECT_EQ(t.last_error->offset, p.at - p.at % 4);
+  }
+}
+
 TEST(StreamDecoderErrors, WrongKeyIsReportedOnItsFirstOctet) {
   struct V : StreamVisitor {
     std::optional<WireError> e;
