@@ -2,6 +2,7 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -18,8 +19,16 @@ struct Registry {
   spdlog::level::level_enum default_level = spdlog::level::warn;
 };
 
+std::string configure_locked(struct Registry& r, std::string_view spec);
+
 Registry& reg() {
+  // RNIC_LOG in the environment sets the starting levels ("debug", "rnic=trace,cm=info").
   static Registry r;
+  static const bool from_env = [] {
+    if (const char* env = std::getenv("RNIC_LOG")) configure_locked(r, env);
+    return true;
+  }();
+  (void)from_env;
   return r;
 }
 
@@ -55,6 +64,11 @@ spdlog::logger& layer(std::string_view name) {
 std::string configure(std::string_view spec) {
   auto& r = reg();
   std::lock_guard lock(r.mu);
+  return configure_locked(r, spec);
+}
+
+namespace {
+std::string configure_locked(Registry& r, std::string_view spec) {
   std::size_t pos = 0;
   while (pos <= spec.size()) {
     std::size_t comma = spec.find(',', pos);
@@ -81,5 +95,6 @@ std::string configure(std::string_view spec) {
   }
   return {};
 }
+}  // namespace
 
 }  // namespace iwarp::log

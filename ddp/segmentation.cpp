@@ -30,9 +30,7 @@ Result<std::vector<Segment>> segment_message(const Segment& whole, std::size_t m
   return out;
 }
 
-Result<void> SegmentChecker::check(const Segment& s) {
-  const auto& h = s.hdr;
-  const std::size_t len = s.payload.size();
+Result<void> SegmentChecker::check(const DdpHeader& h, std::size_t len) {
   if (h.tagged) {
     auto& t = tagged_;
     if (t.in_message) {

@@ -26,7 +26,9 @@ inline std::size_t ulpdu_size(const Segment& s) {
 // opcode change mid-message.
 class SegmentChecker {
  public:
-  Result<void> check(const Segment& s);
+  Result<void> check(const Segment& s) { return check(s.hdr, s.payload.size()); }
+  // The same for a segment whose payload is still arriving: `payload_length` is its full size.
+  Result<void> check(const DdpHeader& h, std::size_t payload_length);
 
   // The MSN the next new message on `qn` must carry.
   Msn expected_msn(std::uint32_t qn) const { return queues_[qn].msn; }

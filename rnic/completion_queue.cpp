@@ -1,0 +1,119 @@
+#include "rnic/completion_queue.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <stdexcept>
+
+namespace iwarp::rnic {
+
+CompletionChannel::CompletionChannel() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (fd_ < 0) throw std::runtime_error("eventfd failed for a completion channel");
+}
+
+CompletionChannel::~CompletionChannel() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void CompletionChannel::signal(CompletionQueue* cq) {
+  {
+    std::lock_guard l(mu_);
+    events_.push_back(cq);
+  }
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(fd_, &one, sizeof one);
+}
+
+CompletionQueue* CompletionChannel::wait(std::optional<std::chrono::milliseconds> timeout) {
+  const auto deadline = timeout ? std::chrono::steady_clock::now() + *timeout
+                                : std::chrono::steady_clock::time_point{};
+  for (;;) {
+    {
+      std::lock_guard l(mu_);
+      if (!events_.empty()) {
+        auto* cq = events_.front();
+        events_.pop_front();
+        if (events_.empty()) {
+          std::uint64_t v;
+          [[maybe_unused]] auto n = ::read(fd_, &v, sizeof v);
+        }
+        std::lock_guard cl(cq->mu_);
+        ++cq->events_;
+        return cq;
+      }
+    }
+    int ms = -1;
+    if (timeout) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return nullptr;
+      ms = static_cast<int>(left.count());
+    }
+    pollfd p{fd_, POLLIN, 0};
+    int r = ::poll(&p, 1, ms);
+    if (r < 0 && errno != EINTR) return nullptr;
+  }
+}
+
+CompletionQueue::CompletionQueue(std::size_t depth, CompletionChannel* channel, void* context)
+    : ring_(depth < 1 ? 1 : depth), channel_(channel), context_(context) {}
+
+int CompletionQueue::poll(std::span<Wc> out) {
+  std::lock_guard l(mu_);
+  int n = 0;
+  while (n < static_cast<int>(out.size()) && head_ != tail_) {
+    out[static_cast<std::size_t>(n++)] = ring_[head_ % ring_.size()];
+    ++head_;
+  }
+  return n;
+}
+
+int CompletionQueue::req_notify(bool solicited_only) {
+  std::lock_guard l(mu_);
+  // Arming for all completions wins over an earlier solicited-only arm.
+  if (!solicited_only)
+    arm_ = Arm::All;
+  else if (arm_ == Arm::None)
+    arm_ = Arm::Solicited;
+  return 0;
+}
+
+void CompletionQueue::ack_events(unsigned n) {
+  std::lock_guard l(mu_);
+  acked_ += n;
+}
+
+unsigned CompletionQueue::events_unacked() const {
+  std::lock_guard l(mu_);
+  return events_ - acked_;
+}
+
+bool CompletionQueue::overflowed() const {
+  std::lock_guard l(mu_);
+  return overflow_;
+}
+
+bool CompletionQueue::push(const Wc& wc, bool solicited) {
+  bool notify = false;
+  {
+    std::lock_guard l(mu_);
+    if (tail_ - head_ == ring_.size()) {
+      overflow_ = true;
+      return false;
+    }
+    ring_[tail_ % ring_.size()] = wc;
+    ++tail_;
+    // A failed completion counts as solicited, as in the verbs specification.
+    if (arm_ == Arm::All ||
+        (arm_ == Arm::Solicited && (solicited || wc.status != WcStatus::Success))) {
+      arm_ = Arm::None;
+      notify = channel_ != nullptr;
+    }
+  }
+  if (notify) channel_->signal(this);
+  return true;
+}
+
+}  // namespace iwarp::rnic

@@ -1,0 +1,75 @@
+// Completion queues and completion channels (the CQ half of RFC 5040 §5's completion model,
+// with the libibverbs notification scheme): a CQ is a ring of work completions; req_notify()
+// arms it once, for all completions or for solicited ones only (RFC 5040 §4.3, Send with SE);
+// the next matching completion then raises one event on the CQ's channel, which a consumer
+// waits for without spinning (the channel is an eventfd).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "rnic/work_request.hpp"
+
+namespace iwarp::rnic {
+
+class CompletionQueue;
+
+class CompletionChannel {
+ public:
+  CompletionChannel();
+  ~CompletionChannel();
+  CompletionChannel(const CompletionChannel&) = delete;
+  CompletionChannel& operator=(const CompletionChannel&) = delete;
+
+  // Blocks until a CQ on this channel has an event (or the timeout passes: nullptr).
+  CompletionQueue* wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  int fd() const { return fd_; }  // readable while an event is pending
+
+  void signal(CompletionQueue* cq);  // engine side
+
+ private:
+  int fd_ = -1;
+  std::mutex mu_;
+  std::deque<CompletionQueue*> events_;
+};
+
+class CompletionQueue {
+ public:
+  CompletionQueue(std::size_t depth, CompletionChannel* channel, void* context);
+
+  // Up to out.size() completions, oldest first. Returns how many.
+  int poll(std::span<Wc> out);
+  // Arms the CQ for one event. Returns 0.
+  int req_notify(bool solicited_only);
+  // Completion events acknowledged so far (ibv_ack_cq_events).
+  void ack_events(unsigned n);
+  unsigned events_unacked() const;
+
+  // Engine side: adds a completion; `solicited` for a Send with SE (RFC 5040 §4.3).
+  // Returns false when the ring overflowed (the completion is lost).
+  bool push(const Wc& wc, bool solicited = false);
+
+  void* context() const { return context_; }
+  CompletionChannel* channel() const { return channel_; }
+  std::size_t depth() const { return ring_.size(); }
+  bool overflowed() const;
+
+ private:
+  friend class CompletionChannel;
+  enum class Arm : std::uint8_t { None, Solicited, All };
+  mutable std::mutex mu_;
+  std::vector<Wc> ring_;
+  std::uint64_t head_ = 0, tail_ = 0;  // free-running
+  Arm arm_ = Arm::None;
+  bool overflow_ = false;
+  CompletionChannel* channel_;
+  void* context_;
+  unsigned events_ = 0, acked_ = 0;
+};
+
+}  // namespace iwarp::rnic

@@ -1,0 +1,534 @@
+#include "rnic/connection_manager.hpp"
+
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <stdexcept>
+
+#include "common/log.hpp"
+#include "ddp/segment.hpp"
+#include "mpa/fpdu.hpp"
+
+namespace iwarp::rnic {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+spdlog::logger& logger() {
+  return log::layer("cm");
+}
+}  // namespace
+
+std::string_view to_string(CmEventType t) {
+  switch (t) {
+    case CmEventType::ConnectRequest:
+      return "CONNECT_REQUEST";
+    case CmEventType::Established:
+      return "ESTABLISHED";
+    case CmEventType::Rejected:
+      return "REJECTED";
+    case CmEventType::Unreachable:
+      return "UNREACHABLE";
+    case CmEventType::ConnectError:
+      return "CONNECT_ERROR";
+    case CmEventType::Disconnected:
+      return "DISCONNECTED";
+    case CmEventType::AddrResolved:
+      return "ADDR_RESOLVED";
+    case CmEventType::RouteResolved:
+      return "ROUTE_RESOLVED";
+  }
+  return "?";
+}
+
+EventChannel::EventChannel() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (fd_ < 0) throw std::runtime_error("eventfd failed for an event channel");
+}
+EventChannel::~EventChannel() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void EventChannel::push(CmEvent e) {
+  {
+    std::lock_guard l(mu_);
+    q_.push_back(std::move(e));
+  }
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(fd_, &one, sizeof one);
+}
+
+std::optional<CmEvent> EventChannel::get(std::optional<std::chrono::milliseconds> timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout.value_or(std::chrono::hours(0));
+  for (;;) {
+    {
+      std::lock_guard l(mu_);
+      if (!q_.empty()) {
+        CmEvent e = std::move(q_.front());
+        q_.pop_front();
+        if (q_.empty()) {
+          std::uint64_t v;
+          [[maybe_unused]] auto n = ::read(fd_, &v, sizeof v);
+        }
+        return e;
+      }
+    }
+    int ms = -1;
+    if (timeout) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      ms = static_cast<int>(left.count());
+    }
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, ms) < 0 && errno != EINTR) return std::nullopt;
+  }
+}
+
+CmId::CmId(Device& dev, EventChannel& ch, CmOptions opts)
+    : dev_(dev), ch_(ch), opts_(std::move(opts)), timer_(dev.io()) {}
+
+CmId::~CmId() = default;
+
+std::shared_ptr<CmId> CmId::create(Device& dev, EventChannel& ch, CmOptions opts) {
+  return std::shared_ptr<CmId>(new CmId(dev, ch, std::move(opts)));
+}
+
+std::shared_ptr<QueuePair> CmId::qp() const {
+  std::lock_guard l(mu_);
+  return qp_;
+}
+
+std::string CmId::peer() const {
+  std::lock_guard l(mu_);
+  return peer_;
+}
+
+std::optional<mpa::MpaFrame> CmId::request() const {
+  std::lock_guard l(mu_);
+  return request_;
+}
+
+void CmId::emit(CmEventType t, std::string detail, Bytes pdata) {
+  CmEvent e;
+  e.type = t;
+  e.id = shared_from_this();
+  e.detail = std::move(detail);
+  e.private_data = std::move(pdata);
+  logger().info("{} {}{}{}", peer(), to_string(t), e.detail.empty() ? "" : ": ", e.detail);
+  ch_.push(std::move(e));
+}
+
+std::size_t CmId::emss() {
+  if (opts_.emss) return opts_.emss;
+  int mss = 0;
+  socklen_t len = sizeof mss;
+  if (::getsockopt(sock_->native_handle(), IPPROTO_TCP, TCP_MAXSEG, &mss, &len) != 0 || mss <= 0)
+    return 1448;
+  return static_cast<std::size_t>(mss);
+}
+
+void CmId::arm_timer(std::chrono::milliseconds t, std::string what) {
+  timer_.expires_after(t);
+  timer_.async_wait(
+      [self = shared_from_this(), what = std::move(what), t](const boost::system::error_code& ec) {
+        if (ec || self->finished_) return;
+        self->finished_ = true;
+        boost::system::error_code ignored;
+        if (self->sock_) self->sock_->close(ignored);
+        self->emit(CmEventType::ConnectError,
+                   fmt::format("{} within {} ms; connection closed", what, t.count()));
+      });
+}
+
+int CmId::listen(const std::string& addr, std::uint16_t port, std::string* why) {
+  boost::system::error_code ec;
+  auto a = asio::ip::make_address(addr, ec);
+  if (ec) {
+    if (why) *why = fmt::format("'{}' is not an IP address", addr);
+    return EINVAL;
+  }
+  acceptor_.emplace(dev_.io());
+  tcp::endpoint ep(a, port);
+  acceptor_->open(ep.protocol(), ec);
+  if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_->bind(ep, ec);
+  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    if (why) *why = fmt::format("cannot listen on {}:{}: {}", addr, port, ec.message());
+    acceptor_.reset();
+    return EADDRINUSE;
+  }
+  {
+    std::lock_guard l(mu_);
+    peer_ = fmt::format("listen {}:{}", addr, acceptor_->local_endpoint().port());
+  }
+  asio::post(dev_.io(), [self = shared_from_this()] { self->do_accept_loop(); });
+  return 0;
+}
+
+std::uint16_t CmId::local_port() const {
+  if (acceptor_) return acceptor_->local_endpoint().port();
+  if (sock_) {
+    boost::system::error_code ec;
+    auto ep = sock_->local_endpoint(ec);
+    if (!ec) return ep.port();
+  }
+  return 0;
+}
+
+void CmId::do_accept_loop() {
+  acceptor_->async_accept(
+      [self = shared_from_this()](const boost::system::error_code& ec, tcp::socket s) {
+        if (ec) {
+          if (ec != asio::error::operation_aborted)
+            logger().warn("accept failed: {}", ec.message());
+          if (ec == asio::error::operation_aborted || !self->acceptor_->is_open()) return;
+        } else {
+          self->on_tcp_accepted(std::move(s));
+        }
+        self->do_accept_loop();
+      });
+}
+
+void CmId::read_frame(mpa::FrameKind kind, std::function<void(Result<mpa::MpaFrame>)> done) {
+  frame_buf_.assign(mpa::kFrameHeaderSize, 0);
+  auto self = shared_from_this();
+  asio::async_read(
+      *sock_, asio::buffer(frame_buf_),
+      [self, kind, done = std::move(done)](const boost::system::error_code& ec, std::size_t) {
+        if (ec) {
+          if (self->finished_) return;
+          return done(fail(
+              Errc::MpaTcpLost, "RFC 5044 §7.1: the MPA frame must arrive",
+              fmt::format("connection ended before the MPA {}: {}",
+                          kind == mpa::FrameKind::Request ? "Request" : "Reply", ec.message())));
+        }
+        auto size = mpa::frame_size_from_header(self->frame_buf_);
+        if (!size || *size > mpa::kFrameHeaderSize + mpa::kMaxPrivateData) {
+          // Let the frame decoder say exactly what is wrong with the header.
+          return done(mpa::decode_frame(self->frame_buf_, kind));
+        }
+        self->frame_buf_.resize(*size);
+        asio::async_read(
+            *self->sock_,
+            asio::buffer(self->frame_buf_.data() + mpa::kFrameHeaderSize,
+                         *size - mpa::kFrameHeaderSize),
+            [self, kind, done](const boost::system::error_code& ec2, std::size_t) {
+              if (ec2) {
+                if (self->finished_) return;
+                return done(
+                    fail(Errc::MpaTcpLost, "RFC 5044 §7.1: the MPA frame must arrive",
+                         fmt::format("connection ended inside the MPA frame: {}", ec2.message())));
+              }
+              if (self->tap_) self->tap_->on_data(false, self->frame_buf_);
+              done(mpa::decode_frame(self->frame_buf_, kind));
+            });
+      });
+}
+
+void CmId::on_tcp_accepted(tcp::socket s) {
+  auto child = std::shared_ptr<CmId>(new CmId(dev_, ch_, opts_));
+  boost::system::error_code ec;
+  s.set_option(tcp::no_delay(true), ec);
+  auto remote = s.remote_endpoint(ec);
+  child->sock_.emplace(std::move(s));
+  {
+    std::lock_guard l(child->mu_);
+    child->peer_ = fmt::format("{}:{}", remote.address().to_string(), remote.port());
+  }
+  if (opts_.tap) {
+    TapInfo ti{child->sock_->local_endpoint(ec), remote, false, child->emss()};
+    child->tap_ = opts_.tap(ti);
+  }
+  logger().debug("TCP connection from {}", child->peer());
+  // RFC 5044 §7.1: the responder waits a bounded time for the MPA Request.
+  child->arm_timer(opts_.mpa_timeout, "no MPA Request arrived");
+  child->read_frame(mpa::FrameKind::Request, [child](Result<mpa::MpaFrame> f) {
+    if (child->finished_) return;
+    if (!f) {
+      child->finished_ = true;
+      child->timer_.cancel();
+      boost::system::error_code ignored;
+      child->sock_->close(ignored);
+      child->emit(CmEventType::ConnectError,
+                  fmt::format("bad MPA Request, connection closed: {}", f.error().to_string()));
+      return;
+    }
+    child->timer_.cancel();
+    {
+      std::lock_guard l(child->mu_);
+      child->request_ = *f;
+    }
+    CmEvent e;
+    e.type = CmEventType::ConnectRequest;
+    e.id = child;
+    e.private_data = f->private_data;
+    if (f->params) {
+      e.peer_ird = f->params->ird;
+      e.peer_ord = f->params->ord;
+    }
+    e.detail = mpa::describe(*f);
+    logger().info("{} CONNECT_REQUEST: {}", child->peer(), e.detail);
+    // The application must accept or reject within the MPA timeout.
+    child->timer_.expires_after(child->opts_.mpa_timeout * 2);
+    child->timer_.async_wait([child](const boost::system::error_code& ec2) {
+      if (ec2 || child->finished_) return;
+      child->finished_ = true;
+      boost::system::error_code ignored;
+      child->sock_->close(ignored);
+      logger().warn("{}: connect request neither accepted nor rejected in time; closed",
+                    child->peer());
+    });
+    child->ch_.push(std::move(e));
+  });
+}
+
+void CmId::start_qp(const mpa::ConnectionParams& params, bool initiator) {
+  StreamSetup st;
+  st.params = params;
+  st.initiator = initiator;
+  st.emss = emss();
+  st.ignore_ord = opts_.ignore_ord;
+  auto qp = this->qp();
+  std::weak_ptr<CmId> weak = shared_from_this();
+  auto on_closed = [weak](const QpClosed& c) {
+    auto self = weak.lock();
+    if (!self || self->disconnected_) return;
+    self->disconnected_ = true;
+    self->emit(CmEventType::Disconnected, c.detail);
+  };
+  if (initiator && params.peer_to_peer) qp->send_rtr(params.rtr);
+  auto go = [self = shared_from_this(), qp, st, on_closed] {
+    qp->start(std::move(*self->sock_), st, {}, self->tap_, on_closed);
+    self->sock_.reset();
+  };
+  if (initiator && opts_.first_fpdu_delay.count() > 0) {
+    // Hold our first FPDU back (see CmOptions::first_fpdu_delay); the QP is RTS meanwhile.
+    timer_.expires_after(opts_.first_fpdu_delay);
+    timer_.async_wait([go](const boost::system::error_code&) { go(); });
+  } else {
+    go();
+  }
+}
+
+void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<QueuePair> qp,
+                   const ConnParam& param) {
+  {
+    std::lock_guard l(mu_);
+    qp_ = std::move(qp);
+    peer_ = fmt::format("{}:{}", host, port);
+  }
+  asio::post(dev_.io(), [self = shared_from_this(), host, port, param] {
+    boost::system::error_code ec;
+    tcp::resolver resolver(self->dev_.io());
+    auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+    if (ec) {
+      self->finished_ = true;
+      return self->emit(CmEventType::Unreachable,
+                        fmt::format("cannot resolve '{}': {}", host, ec.message()));
+    }
+    self->sock_.emplace(self->dev_.io());
+    self->timer_.expires_after(self->opts_.connect_timeout);
+    self->timer_.async_wait([self](const boost::system::error_code& e) {
+      if (e || self->finished_) return;
+      self->finished_ = true;
+      boost::system::error_code ignored;
+      self->sock_->close(ignored);
+      self->emit(CmEventType::Unreachable, fmt::format("TCP connect timed out after {} ms",
+                                                       self->opts_.connect_timeout.count()));
+    });
+    asio::async_connect(
+        *self->sock_, endpoints,
+        [self, param](const boost::system::error_code& cerr, const tcp::endpoint& ep) {
+          if (self->finished_) return;
+          if (cerr) {
+            self->finished_ = true;
+            self->timer_.cancel();
+            return self->emit(CmEventType::Unreachable,
+                              fmt::format("TCP connect: {}", cerr.message()));
+          }
+          boost::system::error_code ig;
+          self->sock_->set_option(tcp::no_delay(true), ig);
+          {
+            std::lock_guard l(self->mu_);
+            self->peer_ = fmt::format("{}:{}", ep.address().to_string(), ep.port());
+          }
+          if (self->opts_.tap)
+            self->tap_ =
+                self->opts_.tap(TapInfo{self->sock_->local_endpoint(ig), ep, true, self->emss()});
+          mpa::Policy pol = self->opts_.policy;
+          pol.ird = param.responder_resources;
+          pol.ord = param.initiator_depth;
+          auto req = mpa::make_request(pol, param.private_data);
+          auto bytes = std::make_shared<Bytes>(req.encode());
+          if (self->tap_) self->tap_->on_data(true, *bytes);
+          self->arm_timer(self->opts_.mpa_timeout, "no MPA Reply arrived");
+          asio::async_write(
+              *self->sock_, asio::buffer(*bytes),
+              [self, bytes, pol, req](const boost::system::error_code& we, std::size_t) {
+                if (we) {
+                  if (self->finished_) return;
+                  self->finished_ = true;
+                  self->timer_.cancel();
+                  return self->emit(CmEventType::ConnectError,
+                                    fmt::format("sending the MPA Request: {}", we.message()));
+                }
+                self->read_frame(mpa::FrameKind::Reply, [self, pol, req](Result<mpa::MpaFrame> f) {
+                  if (self->finished_) return;
+                  self->finished_ = true;
+                  self->timer_.cancel();
+                  if (!f) {
+                    boost::system::error_code ig2;
+                    self->sock_->close(ig2);
+                    return self->emit(CmEventType::ConnectError,
+                                      fmt::format("bad MPA Reply: {}", f.error().to_string()));
+                  }
+                  auto out = mpa::finish_initiator(pol, req, *f);
+                  switch (out.kind) {
+                    case mpa::Outcome::Kind::Established: {
+                      self->start_qp(out.params, true);
+                      CmEvent e;
+                      e.type = CmEventType::Established;
+                      e.id = self;
+                      e.private_data = f->private_data;
+                      e.params = out.params;
+                      if (f->params) {
+                        e.peer_ird = f->params->ird;
+                        e.peer_ord = f->params->ord;
+                      }
+                      e.detail = mpa::describe(out.params);
+                      logger().info("{} ESTABLISHED: {}", self->peer(), e.detail);
+                      self->ch_.push(std::move(e));
+                      return;
+                    }
+                    case mpa::Outcome::Kind::Rejected: {
+                      boost::system::error_code ig2;
+                      self->sock_->close(ig2);
+                      return self->emit(CmEventType::Rejected,
+                                        out.error
+                                            ? out.error->to_string()
+                                            : std::string("the responder rejected the connection"),
+                                        f->private_data);
+                    }
+                    case mpa::Outcome::Kind::Terminated: {
+                      // RFC 5044 §7.1 / RFC 6581 §7: the initiator answers an unacceptable Reply
+                      // with a Terminate carrying the LLP error, then closes.
+                      const auto& err = *out.error;
+                      const TermCode tc = term_code(err.code);
+                      rdmap::Terminate t;
+                      t.layer = static_cast<std::uint8_t>(tc.layer);
+                      t.etype = tc.etype;
+                      t.ecode = tc.ecode;
+                      ddp::Segment s;
+                      s.hdr = ddp::untagged_header(rdmap::Opcode::Terminate,
+                                                   QueueNumber{rdmap::kQnTerminate}, Msn{1},
+                                                   MessageOffset{0});
+                      s.body = t;
+                      Bytes ulpdu, fpdu;
+                      ddp::encode_segment(s, ulpdu);
+                      mpa::FpduEncoder enc(out.params.framing_to_responder());
+                      if (enc.encode(ulpdu, fpdu)) self->send_and_close(std::move(fpdu));
+                      return self->emit(CmEventType::ConnectError, err.to_string());
+                    }
+                  }
+                });
+              });
+        });
+  });
+}
+
+void CmId::send_and_close(Bytes data) {
+  auto buf = std::make_shared<Bytes>(std::move(data));
+  if (tap_) tap_->on_data(true, *buf);
+  asio::async_write(
+      *sock_, asio::buffer(*buf),
+      [self = shared_from_this(), buf](const boost::system::error_code&, std::size_t) {
+        boost::system::error_code ig;
+        self->sock_->shutdown(tcp::socket::shutdown_both, ig);
+        self->sock_->close(ig);
+        if (self->tap_) self->tap_->on_close(true);
+      });
+}
+
+int CmId::accept(std::shared_ptr<QueuePair> qp, const ConnParam& param, std::string* why) {
+  auto req = request();
+  if (!req) {
+    if (why) *why = "accept needs an id from a CONNECT_REQUEST event";
+    return EINVAL;
+  }
+  {
+    std::lock_guard l(mu_);
+    qp_ = std::move(qp);
+  }
+  asio::post(dev_.io(), [self = shared_from_this(), param, req = *req] {
+    if (self->finished_) {
+      self->emit(CmEventType::ConnectError, "accept came after the connect request timed out");
+      return;
+    }
+    self->finished_ = true;
+    self->timer_.cancel();
+    mpa::Policy pol = self->opts_.policy;
+    pol.ird = param.responder_resources;
+    pol.ord = param.initiator_depth;
+    auto d = mpa::respond(pol, req, param.private_data);
+    Bytes reply = d.reply.encode();
+    if (d.outcome.kind != mpa::Outcome::Kind::Established) {
+      self->send_and_close(std::move(reply));
+      self->emit(CmEventType::ConnectError,
+                 fmt::format("our MPA policy refuses this Request; sent a rejecting Reply: {}",
+                             d.outcome.error ? d.outcome.error->to_string() : "rejected"));
+      return;
+    }
+    auto buf = std::make_shared<Bytes>(std::move(reply));
+    if (self->tap_) self->tap_->on_data(true, *buf);
+    asio::async_write(
+        *self->sock_, asio::buffer(*buf),
+        [self, buf, params = d.outcome.params](const boost::system::error_code& ec, std::size_t) {
+          if (ec)
+            return self->emit(CmEventType::ConnectError,
+                              fmt::format("sending the MPA Reply: {}", ec.message()));
+          self->start_qp(params, false);
+          CmEvent e;
+          e.type = CmEventType::Established;
+          e.id = self;
+          e.params = params;
+          e.detail = mpa::describe(params);
+          logger().info("{} ESTABLISHED: {}", self->peer(), e.detail);
+          self->ch_.push(std::move(e));
+        });
+  });
+  return 0;
+}
+
+int CmId::reject(ByteSpan private_data, std::string* why) {
+  auto req = request();
+  if (!req) {
+    if (why) *why = "reject needs an id from a CONNECT_REQUEST event";
+    return EINVAL;
+  }
+  Bytes pd(private_data.begin(), private_data.end());
+  asio::post(dev_.io(), [self = shared_from_this(), pd, req = *req] {
+    if (self->finished_) return;
+    self->finished_ = true;
+    self->timer_.cancel();
+    self->send_and_close(mpa::make_reject(req, pd).encode());
+  });
+  return 0;
+}
+
+void CmId::disconnect() {
+  auto qp = this->qp();
+  if (qp) qp->disconnect();
+}
+
+}  // namespace iwarp::rnic

@@ -1,0 +1,141 @@
+// Connection management in the manner of librdmacm: listen, connect, accept, reject and
+// disconnect, with private data and IRD/ORD, over TCP with the MPA Request/Reply exchange of
+// RFC 5044 §7.1 and RFC 6581 (revision, CRC, markers, peer-to-peer RTR). Events arrive on an
+// event channel a consumer can block on: connect request, established, rejected, unreachable,
+// connect error, disconnected. A peer that never finishes the MPA exchange is timed out.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "mpa/negotiation.hpp"
+#include "rnic/queue_pair.hpp"
+
+namespace iwarp::rnic {
+
+enum class CmEventType : std::uint8_t {
+  ConnectRequest,  // RDMA_CM_EVENT_CONNECT_REQUEST (on the listener's channel)
+  Established,     // RDMA_CM_EVENT_ESTABLISHED
+  Rejected,        // RDMA_CM_EVENT_REJECTED: the responder answered R=1
+  Unreachable,     // RDMA_CM_EVENT_UNREACHABLE: no TCP connection
+  ConnectError,    // RDMA_CM_EVENT_CONNECT_ERROR: the MPA exchange failed or timed out
+  Disconnected,    // RDMA_CM_EVENT_DISCONNECTED
+  AddrResolved,    // RDMA_CM_EVENT_ADDR_RESOLVED
+  RouteResolved,   // RDMA_CM_EVENT_ROUTE_RESOLVED
+};
+std::string_view to_string(CmEventType t);
+
+struct ConnParam {
+  Bytes private_data;
+  std::uint16_t responder_resources = 16;  // our IRD
+  std::uint16_t initiator_depth = 16;      // our ORD
+};
+
+class CmId;
+
+struct CmEvent {
+  CmEventType type = CmEventType::Established;
+  std::shared_ptr<CmId> id;  // the connection (for ConnectRequest: the new one to accept)
+  Bytes private_data;        // the peer's
+  std::uint16_t peer_ird = 0, peer_ord = 0;
+  std::optional<mpa::ConnectionParams> params;  // Established: what was negotiated
+  std::string detail;                           // in words: why, for errors and disconnects
+};
+
+class EventChannel {
+ public:
+  EventChannel();
+  ~EventChannel();
+  EventChannel(const EventChannel&) = delete;
+  EventChannel& operator=(const EventChannel&) = delete;
+  // Blocks for the next event; nullopt on timeout.
+  std::optional<CmEvent> get(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  void push(CmEvent e);
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  std::mutex mu_;
+  std::deque<CmEvent> q_;
+};
+
+// Where a connection runs, for a wire tap (pcap recording).
+struct TapInfo {
+  boost::asio::ip::tcp::endpoint local, remote;
+  bool initiator = true;
+  std::size_t emss = 0;
+};
+using TapFactory = std::function<std::shared_ptr<WireTap>(const TapInfo&)>;
+
+struct CmOptions {
+  mpa::Policy policy;  // ird/ord are taken from ConnParam
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds mpa_timeout{5000};  // for the peer's MPA Request or Reply
+  // siw 6.1 answers the MPA Request before it reads its socket; an initiator whose first FPDU
+  // follows the Reply too closely can stall it. This delays our first FPDU (0: none).
+  std::chrono::milliseconds first_fpdu_delay{0};
+  // The TCP segment size to frame for (0: the socket's TCP_MAXSEG). RFC 5044 §4.1 MULPDU.
+  std::size_t emss = 0;
+  bool ignore_ord = false;  // testing aid, see StreamSetup
+  TapFactory tap;
+};
+
+class CmId : public std::enable_shared_from_this<CmId> {
+ public:
+  static std::shared_ptr<CmId> create(Device& dev, EventChannel& ch, CmOptions opts = {});
+  ~CmId();
+
+  // Binds and listens (synchronously, so errors come back here). Port 0 picks one.
+  int listen(const std::string& addr, std::uint16_t port, std::string* why);
+  std::uint16_t local_port() const;
+  // Starts the TCP connect and the MPA exchange; the outcome comes as an event.
+  void connect(const std::string& host, std::uint16_t port, std::shared_ptr<QueuePair> qp,
+               const ConnParam& param);
+  // For an id from a ConnectRequest event.
+  int accept(std::shared_ptr<QueuePair> qp, const ConnParam& param, std::string* why = nullptr);
+  int reject(ByteSpan private_data, std::string* why = nullptr);
+  void disconnect();
+
+  std::shared_ptr<QueuePair> qp() const;
+  const CmOptions& options() const { return opts_; }
+  Device& device() { return dev_; }
+  std::string peer() const;  // "127.0.0.1:7174"
+  // The peer's MPA Request (for an id from a ConnectRequest).
+  std::optional<mpa::MpaFrame> request() const;
+
+ private:
+  CmId(Device& dev, EventChannel& ch, CmOptions opts);
+  void do_accept_loop();
+  void on_tcp_accepted(boost::asio::ip::tcp::socket s);
+  void read_frame(mpa::FrameKind kind, std::function<void(Result<mpa::MpaFrame>)> done);
+  void arm_timer(std::chrono::milliseconds t, std::string what);
+  void emit(CmEventType t, std::string detail, Bytes pdata = {});
+  void start_qp(const mpa::ConnectionParams& params, bool initiator);
+  void send_and_close(Bytes data);
+  std::size_t emss();
+
+  Device& dev_;
+  EventChannel& ch_;
+  CmOptions opts_;
+  std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::optional<boost::asio::ip::tcp::socket> sock_;
+  boost::asio::steady_timer timer_;
+  mutable std::mutex mu_;
+  std::shared_ptr<QueuePair> qp_;
+  std::shared_ptr<WireTap> tap_;
+  std::optional<mpa::MpaFrame> request_;
+  Bytes frame_buf_;
+  std::string peer_;
+  bool finished_ = false;  // the MPA exchange has an outcome
+  bool disconnected_ = false;
+};
+
+}  // namespace iwarp::rnic

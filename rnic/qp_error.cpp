@@ -1,0 +1,233 @@
+// Errors and the end of a connection: the Terminate message (RFC 5040 §4.8, §7.4), the move to
+// ERROR with every outstanding work request flushed, a received Terminate, disconnect, and the
+// peer-to-peer RTR message (RFC 6581 §4).
+#include <fmt/format.h>
+
+#include <boost/asio/post.hpp>
+
+#include "common/log.hpp"
+#include "rnic/queue_pair.hpp"
+
+namespace iwarp::rnic {
+
+namespace {
+spdlog::logger& logger() {
+  return log::layer("rnic");
+}
+using rdmap::Opcode;
+
+// What a work request that a peer's Terminate ended reports (ibv_wc_status meanings).
+WcStatus status_for_terminate(const rdmap::Terminate& t) {
+  if (t.layer == static_cast<std::uint8_t>(TermLayer::Rdmap))
+    return t.etype == 1 ? WcStatus::RemAccessErr : WcStatus::RemOpErr;
+  if (t.layer == static_cast<std::uint8_t>(TermLayer::Ddp))
+    return t.etype == 1 ? WcStatus::RemAccessErr : WcStatus::RemInvReqErr;
+  return WcStatus::RemOpErr;
+}
+}  // namespace
+
+void QueuePair::fatal(const WireError& e, ByteSpan ddp_hdr, ByteSpan rdmap_hdr,
+                      std::uint16_t segment_length) {
+  const QpState st = state_.load();
+  if (closed_ || st == QpState::Terminate || st == QpState::Error) return;
+  const TermCode tc = term_code(e.code);
+  rdmap::Terminate t;
+  t.layer = static_cast<std::uint8_t>(tc.layer);
+  t.etype = tc.etype;
+  t.ecode = tc.ecode;
+  // RFC 5040 §4.8: attach the headers of the segment that failed where the layer has them:
+  // the DDP header for DDP errors and RDMAP operation errors (not for version or opcode
+  // errors, whose headers cannot be trusted), and the RDMAP header of a Read Request too for
+  // remote protection errors.
+  const bool version_or_opcode =
+      e.code == Errc::DdpTaggedVersion || e.code == Errc::DdpUntaggedVersion ||
+      e.code == Errc::RdmapVersion || e.code == Errc::RdmapUnexpectedOpcode;
+  const bool catastrophic = tc.etype == 0;
+  if (tc.layer != TermLayer::Llp && !version_or_opcode && !catastrophic && !ddp_hdr.empty()) {
+    t.m = t.d = true;
+    t.ddp_segment_length = segment_length;
+    t.ddp_header.assign(ddp_hdr.begin(), ddp_hdr.end());
+    if (tc.layer == TermLayer::Rdmap && tc.etype == 1 &&
+        rdmap_hdr.size() == rdmap::kTerminatedRdmapHeaderSize) {
+      t.r = true;
+      t.rdmap_header.assign(rdmap_hdr.begin(), rdmap_hdr.end());
+    }
+  }
+  const std::string reason = fmt::format("sent Terminate [{}]: {}",
+                                         describe_term(t.layer, t.etype, t.ecode), e.to_string());
+  logger().warn("QP {}: {}", qp_num_, reason);
+  {
+    std::lock_guard l(mu_);
+    error_reason_ = reason;
+  }
+  TxMsg m;
+  m.kind = TxKind::Terminate;
+  m.hdr = ddp::untagged_header(Opcode::Terminate, QueueNumber{rdmap::kQnTerminate},
+                               Msn{++tx_msn_[rdmap::kQnTerminate]}, MessageOffset{0});
+  t.encode(m.body);
+  set_state(QpState::Terminate);
+  // The receive WQE of a Send too long for it completes with a length error, the rest flush.
+  if (rx_send_.active && rx_send_.too_long) {
+    Wc wc;
+    wc.wr_id = rx_send_.rqe.wr_id;
+    wc.status = WcStatus::LocLenErr;
+    wc.opcode = WcOpcode::Recv;
+    wc.qp_num = qp_num_;
+    init_.recv_cq->push(wc);
+    rx_send_.active = false;
+  }
+  flush_all();
+  tx_priority_.clear();
+  tx_priority_.push_back(std::move(m));
+  closing_after_tx_ = true;
+  closed_reason_ = {QpClosed::Cause::TerminateSent, reason};
+  tx_kick();
+}
+
+void QueuePair::local_fatal(std::uint64_t sq_index, WcStatus status, const std::string& why) {
+  logger().warn("QP {}: {}", qp_num_, why);
+  complete_sq(sq_index, status);
+  // RFC 5040 §7.4: a local error that ends the stream is reported to the peer as a local
+  // catastrophic error.
+  fatal(WireError{Errc::RdmapLocalCatastrophic, "RFC 5040 §7.4: local error ends the stream", why});
+}
+
+void QueuePair::flush_all() {
+  // The message being sent and every request not yet completed, in posting order.
+  if (tx_cur_ && tx_cur_->kind == TxKind::Sq) tx_cur_.reset();
+  for (const auto& e : orq_)
+    if (e.sq_index != ~std::uint64_t{0}) complete_sq(e.sq_index, WcStatus::WrFlushErr);
+  orq_.clear();
+  std::uint64_t from, to;
+  {
+    std::lock_guard l(mu_);
+    from = sq_head_;
+    to = sq_tail_;
+    sq_next_ = sq_tail_;
+  }
+  for (auto i = from; i < to; ++i) complete_sq(i, WcStatus::WrFlushErr);
+  irq_.clear();
+  if (rx_send_.active) {
+    Wc wc;
+    wc.wr_id = rx_send_.rqe.wr_id;
+    wc.status = WcStatus::WrFlushErr;
+    wc.opcode = WcOpcode::Recv;
+    wc.qp_num = qp_num_;
+    init_.recv_cq->push(wc);
+    rx_send_.active = false;
+  }
+  std::deque<RecvWr> rq;
+  {
+    std::lock_guard l(mu_);
+    rq.swap(rq_);
+  }
+  for (const auto& r : rq) {
+    Wc wc;
+    wc.wr_id = r.wr_id;
+    wc.status = WcStatus::WrFlushErr;
+    wc.opcode = WcOpcode::Recv;
+    wc.qp_num = qp_num_;
+    init_.recv_cq->push(wc);
+  }
+}
+
+void QueuePair::close_socket() {
+  if (!sock_ || closed_) return;
+  closed_ = true;
+  boost::system::error_code ignored;
+  sock_->shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
+  sock_->close(ignored);
+  if (tap_) {
+    tap_->on_close(true);
+  }
+}
+
+void QueuePair::enter_error(QpClosed why) {
+  if (closed_ && state_.load() == QpState::Error) return;
+  {
+    std::lock_guard l(mu_);
+    if (error_reason_.empty() && why.cause != QpClosed::Cause::LocalDisconnect)
+      error_reason_ = why.detail;
+  }
+  if (state_.load() != QpState::Error) {
+    logger().info("QP {}: {} -> ERROR: {}", qp_num_, to_string(state_.load()), why.detail);
+    state_ = QpState::Error;
+  }
+  flush_all();
+  close_socket();
+  if (on_closed_) {
+    auto cb = std::move(on_closed_);
+    on_closed_ = nullptr;
+    cb(why);
+  }
+  // Drop the self-reference once the handlers now queued have run.
+  boost::asio::post(dev_.io(), [self = std::move(self_)] {});
+}
+
+void QueuePair::rx_terminate_received(const rdmap::Terminate& t) {
+  const std::string reason =
+      fmt::format("peer sent Terminate [{}] (layer {} etype {} code 0x{:02x}){}",
+                  describe_term(t.layer, t.etype, t.ecode), t.layer, t.etype, t.ecode,
+                  t.siw_bitfield_quirk ? ", in siw's bit-field layout" : "");
+  logger().warn("QP {}: {}", qp_num_, reason);
+  {
+    std::lock_guard l(mu_);
+    error_reason_ = reason;
+  }
+  // The oldest request still waiting for the peer (a Read or atomic) learns why.
+  const std::uint32_t vendor =
+      (std::uint32_t{t.layer} << 16) | (std::uint32_t{t.etype} << 8) | t.ecode;
+  if (!orq_.empty() && orq_.front().sq_index != ~std::uint64_t{0}) {
+    complete_sq(orq_.front().sq_index, status_for_terminate(t), 0, vendor);
+    orq_.pop_front();
+  }
+  set_state(QpState::Terminate);
+  enter_error({QpClosed::Cause::TerminateReceived, reason});
+}
+
+void QueuePair::disconnect() {
+  boost::asio::post(dev_.io(), [self = shared_from_this()] {
+    if (self->closed_ || !self->sock_) {
+      if (self->state_.load() != QpState::Error)
+        self->enter_error({QpClosed::Cause::LocalDisconnect, "disconnected"});
+      return;
+    }
+    if (self->state_.load() == QpState::Rts) self->set_state(QpState::Closing);
+    self->closing_after_tx_ = true;
+    self->closed_reason_ = {QpClosed::Cause::LocalDisconnect, "disconnected by the local side"};
+    self->tx_kick();
+  });
+}
+
+void QueuePair::modify_to_error() {
+  boost::asio::post(dev_.io(), [self = shared_from_this()] {
+    self->enter_error({QpClosed::Cause::LocalDisconnect, "moved to ERROR by the application"});
+  });
+}
+
+void QueuePair::send_rtr(mpa::RtrType type) {
+  // RFC 6581 §4: the initiator's first FPDU is a zero-length RTR message; like siw, a
+  // zero-length Write or Read names STag 1, which the responder does not look up.
+  TxMsg m;
+  m.kind = TxKind::Rtr;
+  switch (type) {
+    case mpa::RtrType::Write:
+      m.hdr = ddp::tagged_header(Opcode::Write, STag{1}, TaggedOffset{0});
+      break;
+    case mpa::RtrType::Read: {
+      m.hdr = ddp::untagged_header(Opcode::ReadRequest, QueueNumber{rdmap::kQnReadReq},
+                                   Msn{++tx_msn_[rdmap::kQnReadReq]}, MessageOffset{0});
+      rdmap::ReadRequest rr{STag{1}, TaggedOffset{0}, 0, STag{1}, TaggedOffset{0}};
+      rr.encode(m.body);
+      orq_.push_back(OrqEntry{~std::uint64_t{0}, false, STag{1}, 0, 0, 0, 0, nullptr});
+      break;
+    }
+    default:
+      m.hdr = ddp::untagged_header(Opcode::Send, QueueNumber{rdmap::kQnSend},
+                                   Msn{++tx_msn_[rdmap::kQnSend]}, MessageOffset{0});
+      break;
+  }
+  tx_priority_.push_back(std::move(m));
+}
+
+}  // namespace iwarp::rnic

@@ -1,0 +1,454 @@
+// Receive engine: reads the MPA stream, and for each DDP segment checks it (RFC 5041 §7.2,
+// RFC 5040 §7.4) and places its payload directly: tagged segments into the STag's region at
+// their TO, untagged Sends into the receive WQE at their MO. Large payloads are read from the
+// socket straight into the target memory (FpduReader::direct_window). Completions follow the
+// last segment of each message, in stream order (RFC 5040 §5.3 / RFC 5041 §5.4).
+#include <fmt/format.h>
+
+#include <boost/asio/read.hpp>
+#include <cstring>
+
+#include "common/log.hpp"
+#include "rnic/queue_pair.hpp"
+
+namespace iwarp::rnic {
+
+namespace {
+spdlog::logger& logger() {
+  return log::layer("rnic");
+}
+constexpr std::size_t kRxBuffer = 256 * 1024;
+constexpr std::size_t kDirectMin = 4096;  // smaller runs are cheaper through the buffer
+using rdmap::Opcode;
+
+// RFC 7306 §4.2.1 masked fetch-add: a set bit in the add mask ends a field, so no carry leaves
+// it; a zero mask is a plain 64-bit add.
+std::uint64_t masked_add(std::uint64_t a, std::uint64_t b, std::uint64_t mask) {
+  if (mask == 0) return a + b;
+  std::uint64_t out = 0, carry = 0;
+  for (int i = 0; i < 64; ++i) {
+    const std::uint64_t x = (a >> i) & 1, y = (b >> i) & 1;
+    const std::uint64_t s = x ^ y ^ carry;
+    carry = (x & y) | (x & carry) | (y & carry);
+    out |= s << i;
+    if ((mask >> i) & 1) carry = 0;
+  }
+  return out;
+}
+}  // namespace
+
+class QueuePair::RxSink : public mpa::FpduSink {
+ public:
+  explicit RxSink(QueuePair& qp) : qp_(qp) {}
+  MutableByteSpan on_fpdu_head(const mpa::FpduHead& h) override { return qp_.rx_head(h); }
+  void on_fpdu_end(const mpa::FpduTrailer& t) override { qp_.rx_end(t); }
+  void on_framing_error(const WireError& e) override { qp_.rx_framing_error(e); }
+
+ private:
+  QueuePair& qp_;
+};
+
+QueuePair::~QueuePair() = default;
+
+void QueuePair::rx_start(Bytes leftover) {
+  rx_sink_ = std::make_shared<RxSink>(*this);
+  rx_buf_.resize(kRxBuffer);
+  if (!leftover.empty()) rx_data(leftover);
+  rx_read();
+}
+
+void QueuePair::rx_data(ByteSpan data) {
+  if (tap_) tap_->on_data(false, data);
+  {
+    std::lock_guard l(mu_);
+    stats_.bytes_received += data.size();
+  }
+  rx_reader_->feed(data, *rx_sink_);
+}
+
+void QueuePair::rx_read() {
+  if (closed_ || !sock_ || rx_reader_->failed()) return;
+  auto self = shared_from_this();
+  auto win = rx_reader_->direct_window();
+  if (win.size() >= kDirectMin) {
+    // Straight into the target region: no staging copy.
+    sock_->async_read_some(boost::asio::buffer(win.data(), win.size()),
+                           [self, win](const boost::system::error_code& ec, std::size_t n) {
+                             if (ec) return self->on_rx_error(ec);
+                             if (self->closed_) return;
+                             if (self->tap_) self->tap_->on_data(false, ByteSpan(win.data(), n));
+                             {
+                               std::lock_guard l(self->mu_);
+                               self->stats_.bytes_received += n;
+                               ++self->stats_.direct_reads;
+                             }
+                             self->rx_reader_->commit_direct(n, *self->rx_sink_);
+                             self->rx_read();
+                           });
+    return;
+  }
+  sock_->async_read_some(boost::asio::buffer(rx_buf_),
+                         [self](const boost::system::error_code& ec, std::size_t n) {
+                           if (ec) return self->on_rx_error(ec);
+                           if (self->closed_) return;
+                           self->rx_data(ByteSpan(self->rx_buf_.data(), n));
+                           self->rx_read();
+                         });
+}
+
+void QueuePair::on_rx_error(const boost::system::error_code& ec) {
+  if (ec == boost::asio::error::operation_aborted || closed_) return;
+  if (ec == boost::asio::error::eof)
+    enter_error({QpClosed::Cause::PeerClosed, "the peer closed the connection"});
+  else
+    enter_error({QpClosed::Cause::PeerClosed, fmt::format("connection lost: {}", ec.message())});
+}
+
+bool QueuePair::take_rqe() {
+  std::optional<RecvWr> wr;
+  if (init_.srq) {
+    wr = init_.srq->take();
+  } else {
+    std::lock_guard l(mu_);
+    if (!rq_.empty()) {
+      wr = std::move(rq_.front());
+      rq_.pop_front();
+    }
+  }
+  if (!wr) return false;
+  rx_send_ = RxSend{};
+  rx_send_.active = true;
+  rx_send_.rqe = std::move(*wr);
+  return true;
+}
+
+MutableByteSpan QueuePair::rx_head(const mpa::FpduHead& h) {
+  rx_.error.reset();
+  rx_.seg = ddp::Segment{};
+  if (state_.load() != QpState::Rts) return {};  // after a Terminate nothing more is placed
+  rx_.bounce.clear();
+  rx_.ulpdu_length = h.ulpdu_length;
+  rx_.raw_ddp.assign(h.head.begin(),
+                     h.head.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(
+                                          h.head.size(), h.head.size() >= 1 && (h.head[0] & 0x80)
+                                                             ? ddp::kTaggedHeaderSize
+                                                             : ddp::kUntaggedHeaderSize)));
+  rx_.raw_rdmap.clear();
+  {
+    std::lock_guard l(mu_);
+    ++stats_.fpdus_received;
+  }
+  if (!rx_first_fpdu_seen_) {
+    rx_first_fpdu_seen_ = true;
+    if (tx_gated_) {
+      tx_gated_ = false;
+      ring_doorbell();
+    }
+  }
+  auto seg = ddp::parse_segment(h.head);
+  if (!seg) {
+    rx_.error = seg.error();
+    return {};
+  }
+  rx_.seg = *seg;
+  const std::size_t payload_len = h.ulpdu_length - seg->hdr.size() - seg->info().body_size;
+  rx_.payload_len = payload_len;
+  if (seg->hdr.op() == Opcode::ReadRequest)
+    rx_.raw_rdmap.assign(h.head.begin() + ddp::kUntaggedHeaderSize,
+                         h.head.begin() + ddp::kUntaggedHeaderSize + rdmap::kReadRequestBodySize);
+  if (auto c = rx_checker_.check(seg->hdr, payload_len); !c) {
+    rx_.error = c.error();
+    return {};
+  }
+  auto dest = seg->hdr.tagged ? rx_tagged(*seg, payload_len, seg->payload)
+                              : rx_untagged(*seg, payload_len, seg->payload);
+  if (!dest) {
+    rx_.error = dest.error();
+    return {};
+  }
+  return *dest;
+}
+
+Result<MutableByteSpan> QueuePair::rx_tagged(const ddp::Segment& s, std::size_t len,
+                                             ByteSpan head_payload) {
+  auto& mem = dev_.memory();
+  const auto& h = s.hdr;
+  std::uint8_t* p = nullptr;
+  if (h.op() == Opcode::ReadResponse) {
+    if (orq_.empty() || orq_.front().atomic)
+      return fail(
+          Errc::DdpTaggedInvalidStag,
+          "RFC 5040 §4.5: a Read Response answers an outstanding RDMA Read Request",
+          fmt::format("Read Response to STag 0x{:08x} with no Read outstanding", h.stag.value()));
+    auto& e = orq_.front();
+    if (h.stag != e.sink)
+      return fail(Errc::DdpTaggedInvalidStag,
+                  "RFC 5040 §4.5: a Read Response carries the Read Request's Data Sink STag",
+                  fmt::format("STag 0x{:08x}, the Read asked for 0x{:08x}", h.stag.value(),
+                              e.sink.value()));
+    if (h.to.value() != e.sink_to + e.received || e.received + len > e.size)
+      return fail(Errc::DdpTaggedBaseBounds,
+                  "RFC 5040 §4.5: Read Response data lies inside the requested sink range",
+                  fmt::format("TO 0x{:x} + {} outside [0x{:x}, +{})", h.to.value(), len, e.sink_to,
+                              e.size));
+    e.received += static_cast<std::uint32_t>(len);
+  } else {
+    rx_cur_write_len_ += static_cast<std::uint32_t>(len);
+  }
+  // RFC 5041 §7.2 (and siw): a zero-length tagged segment is not checked against any STag.
+  if (len == 0) return MutableByteSpan{};
+  auto r = mem.check_remote(h.stag, init_.pd, h.to.value(), len, kRemoteWrite, true);
+  if (!r) return std::unexpected(r.error());
+  p = *r;
+  std::memcpy(p, head_payload.data(), head_payload.size());
+  return MutableByteSpan(p + head_payload.size(), len - head_payload.size());
+}
+
+Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_t len,
+                                               ByteSpan head_payload) {
+  auto& mem = dev_.memory();
+  const auto& h = s.hdr;
+  const auto& st = *setup_;
+  switch (h.op()) {
+    case Opcode::Send:
+    case Opcode::SendSe:
+    case Opcode::SendInvalidate:
+    case Opcode::SendSeInvalidate: {
+      // RFC 6581 §4: in peer-to-peer mode a zero-length Send may be the initiator's RTR.
+      if (!st.initiator && st.params.peer_to_peer && st.params.rtr == mpa::RtrType::Send &&
+          h.msn.value() == 1 && len == 0 && h.last) {
+        rx_.seg.hdr.opcode = 0xF;  // marks the RTR: nothing to complete
+        return MutableByteSpan{};
+      }
+      if (h.mo.value() == 0) {
+        if (!take_rqe())
+          return fail(Errc::DdpUntaggedNoBuffer,
+                      "RFC 5041 §7.2: an untagged message needs a posted receive buffer",
+                      fmt::format("Send MSN {} arrived with no receive WR posted", h.msn.value()));
+        for (const auto& sge : rx_send_.rqe.sg_list) {
+          if (sge.length == 0) continue;
+          auto p = mem.check_local(sge.lkey, init_.pd, sge.addr, sge.length, kLocalWrite);
+          if (!p) {
+            rx_send_.too_long = false;
+            return fail(Errc::DdpLocalCatastrophic,
+                        "RFC 5041 §7.2: the receive buffer must be usable",
+                        fmt::format("receive WR {}: lkey 0x{:08x} is not writable local memory",
+                                    rx_send_.rqe.wr_id, sge.lkey.value()));
+          }
+          rx_send_.sges.emplace_back(*p, sge.length);
+          rx_send_.capacity += sge.length;
+        }
+      }
+      if (!rx_send_.active)
+        return fail(Errc::DdpUntaggedInvalidMo, "RFC 5041 §5.3: a continuation needs its message",
+                    fmt::format("MO {} without a first segment", h.mo.value()));
+      const std::uint64_t mo = h.mo.value();
+      if (mo + len > rx_send_.capacity) {
+        rx_send_.too_long = true;
+        return fail(Errc::DdpUntaggedTooLong,
+                    "RFC 5041 §7.2: the message must fit the posted receive buffer",
+                    fmt::format("Send MSN {} needs at least {} octets, receive WR {} has {}",
+                                h.msn.value(), mo + len, rx_send_.rqe.wr_id, rx_send_.capacity));
+      }
+      rx_send_.placed = static_cast<std::uint32_t>(mo + len);
+      // Find the SGE holding [mo, mo + len): one SGE means direct placement.
+      std::uint64_t base = 0;
+      for (auto sge : rx_send_.sges) {
+        if (mo >= base && mo + len <= base + sge.size()) {
+          auto* p = sge.data() + (mo - base);
+          std::memcpy(p, head_payload.data(), head_payload.size());
+          return MutableByteSpan(p + head_payload.size(), len - head_payload.size());
+        }
+        base += sge.size();
+      }
+      rx_.bounce.assign(head_payload.begin(), head_payload.end());
+      rx_.bounce.resize(len);
+      rx_.bounce_mo = static_cast<std::uint32_t>(mo);
+      return MutableByteSpan(rx_.bounce).subspan(head_payload.size());
+    }
+    case Opcode::ImmediateData:
+    case Opcode::ImmediateDataSe:
+      if (!take_rqe())
+        return fail(Errc::DdpUntaggedNoBuffer,
+                    "RFC 7306 §4.3: Immediate Data consumes a posted receive buffer",
+                    fmt::format("Immediate Data MSN {} with no receive WR posted", h.msn.value()));
+      return MutableByteSpan{};
+    case Opcode::ReadRequest:
+    case Opcode::AtomicRequest: {
+      // RFC 5040 §6.3 / RFC 6581: no more outstanding Read (and atomic) requests than our IRD.
+      const std::uint16_t ird = st.initiator ? st.params.initiator_ird : st.params.responder_ird;
+      std::size_t outstanding = irq_.size();
+      if (tx_cur_ &&
+          (tx_cur_->kind == TxKind::ReadResponse || tx_cur_->kind == TxKind::AtomicResponse))
+        ++outstanding;
+      if (outstanding >= ird)
+        return fail(Errc::RdmapCatastrophicStream,
+                    "RFC 5040 §6.3 / RFC 6581 §6: outstanding Read Requests must not exceed IRD",
+                    fmt::format("{} MSN {} with {} already outstanding, IRD {}",
+                                rdmap::opcode_name(h.opcode), h.msn.value(), outstanding, ird));
+      if (h.op() == Opcode::ReadRequest) {
+        const auto& rr = std::get<rdmap::ReadRequest>(s.body);
+        IrqEntry e{false, rr.sink_stag, rr.sink_to.value(), {}, {}};
+        if (rr.size > 0) {
+          auto p = mem.check_remote(rr.src_stag, init_.pd, rr.src_to.value(), rr.size, kRemoteRead,
+                                    false);
+          if (!p) return std::unexpected(p.error());
+          e.src = ByteSpan(*p, rr.size);
+        }
+        irq_.push_back(e);
+      } else {
+        const auto& a = std::get<rdmap::AtomicRequest>(s.body);
+        if (a.to.value() % 8 != 0)
+          return fail(Errc::RdmapBaseBounds,
+                      "RFC 7306 §5: the atomic target must be 8-octet aligned",
+                      fmt::format("TO 0x{:x}", a.to.value()));
+        auto p = mem.check_remote(a.stag, init_.pd, a.to.value(), 8, kRemoteAtomic, false);
+        if (!p) return std::unexpected(p.error());
+        // The 64-bit target is in host byte order in memory.
+        auto* word = reinterpret_cast<std::uint64_t*>(*p);
+        std::uint64_t old = __atomic_load_n(word, __ATOMIC_SEQ_CST), next = old;
+        do {
+          switch (static_cast<rdmap::AtomicOp>(a.op)) {
+            case rdmap::AtomicOp::FetchAdd:
+              next = masked_add(old, a.add_swap_data, a.add_swap_mask);
+              break;
+            case rdmap::AtomicOp::Swap:
+              next = (old & ~a.add_swap_mask) | (a.add_swap_data & a.add_swap_mask);
+              break;
+            case rdmap::AtomicOp::CompareSwap:
+              next = ((old ^ a.compare_data) & a.compare_mask) == 0
+                         ? (old & ~a.add_swap_mask) | (a.add_swap_data & a.add_swap_mask)
+                         : old;
+              break;
+          }
+        } while (!__atomic_compare_exchange_n(word, &old, next, false, __ATOMIC_SEQ_CST,
+                                              __ATOMIC_SEQ_CST));
+        IrqEntry e{true, STag{0}, 0, {}, rdmap::AtomicResponse{a.request_id, old}};
+        irq_.push_back(e);
+      }
+      ring_doorbell();
+      return MutableByteSpan{};
+    }
+    case Opcode::AtomicResponse: {
+      const auto& a = std::get<rdmap::AtomicResponse>(s.body);
+      if (orq_.empty() || !orq_.front().atomic || orq_.front().request_id != a.request_id)
+        return fail(Errc::RdmapUnexpectedOpcode,
+                    "RFC 7306 §4.2.2: an Atomic Response answers the oldest atomic request",
+                    fmt::format("response to request {} not outstanding", a.request_id));
+      auto e = orq_.front();
+      orq_.pop_front();
+      std::memcpy(e.result, &a.original_value, 8);
+      complete_sq(e.sq_index, WcStatus::Success, 8);
+      ring_doorbell();  // a fenced WR or one held by the ORD may go now
+      return MutableByteSpan{};
+    }
+    case Opcode::Terminate:
+      return MutableByteSpan{};
+    default:
+      return fail(Errc::RdmapUnexpectedOpcode, "RFC 5040 §4.2: opcode not expected here",
+                  std::string(rdmap::opcode_name(h.opcode)));
+  }
+}
+
+void QueuePair::rx_end(const mpa::FpduTrailer& t) {
+  if (t.crc == mpa::CrcStatus::Bad || closed_) return;  // the framing error follows
+  if (state_.load() != QpState::Rts) return;            // draining after a Terminate
+  if (rx_.error) {
+    fatal(*rx_.error, rx_.raw_ddp, rx_.raw_rdmap, rx_.ulpdu_length);
+    return;
+  }
+  if (!rx_.bounce.empty()) {
+    // Scatter the bounced payload over the receive SGEs.
+    std::uint64_t base = 0, mo = rx_.bounce_mo;
+    ByteSpan src(rx_.bounce);
+    for (auto sge : rx_send_.sges) {
+      if (src.empty()) break;
+      if (mo < base + sge.size()) {
+        const std::size_t at = mo - base;
+        const std::size_t n = std::min(src.size(), sge.size() - at);
+        std::memcpy(sge.data() + at, src.data(), n);
+        src = src.subspan(n);
+        mo += n;
+      }
+      base += sge.size();
+    }
+  }
+  if (!rx_.seg.hdr.last) return;
+  if (auto r = rx_message_end(); !r) fatal(r.error(), rx_.raw_ddp, rx_.raw_rdmap, rx_.ulpdu_length);
+}
+
+Result<void> QueuePair::rx_message_end() {
+  const auto& h = rx_.seg.hdr;
+  if (h.opcode == 0xF) return {};  // the peer-to-peer RTR Send
+  switch (h.op()) {
+    case Opcode::Write:
+      rx_last_write_len_ = rx_cur_write_len_;
+      rx_cur_write_len_ = 0;
+      return {};
+    case Opcode::ReadResponse: {
+      auto e = orq_.front();
+      if (e.received != e.size)
+        return fail(Errc::DdpTaggedBaseBounds,
+                    "RFC 5040 §4.5: the Read Response carries the whole requested size",
+                    fmt::format("{} of {} octets", e.received, e.size));
+      orq_.pop_front();
+      if (e.sq_index != ~std::uint64_t{0}) complete_sq(e.sq_index, WcStatus::Success, e.size);
+      ring_doorbell();
+      return {};
+    }
+    case Opcode::Send:
+    case Opcode::SendSe:
+    case Opcode::SendInvalidate:
+    case Opcode::SendSeInvalidate: {
+      Wc wc;
+      wc.wr_id = rx_send_.rqe.wr_id;
+      wc.opcode = WcOpcode::Recv;
+      wc.byte_len = rx_send_.placed;
+      wc.qp_num = qp_num_;
+      if (rx_.seg.info().invalidate) {
+        // RFC 5040 §5.4: invalidate the STag named in the header once the message is placed.
+        const STag inv{h.rsvd_ulp};
+        if (!dev_.memory().invalidate(inv, init_.pd)) {
+          rx_send_.active = false;
+          wc.status = WcStatus::RemInvReqErr;
+          init_.recv_cq->push(wc);
+          return fail(
+              Errc::RdmapOpCannotInvalidate,
+              "RFC 5040 §7.4: Send with Invalidate names an STag that can be invalidated",
+              fmt::format("STag 0x{:08x} is not a valid STag of this stream's PD", inv.value()));
+        }
+        wc.wc_flags |= kWcWithInv;
+        wc.invalidated_rkey = inv;
+      }
+      rx_send_.active = false;
+      if (!init_.recv_cq->push(wc, rx_.seg.info().solicited))
+        logger().error("QP {}: receive CQ overflow, completion of WR {} lost", qp_num_, wc.wr_id);
+      return {};
+    }
+    case Opcode::ImmediateData:
+    case Opcode::ImmediateDataSe: {
+      Wc wc;
+      wc.wr_id = rx_send_.rqe.wr_id;
+      wc.opcode = WcOpcode::RecvRdmaWithImm;
+      wc.byte_len = rx_last_write_len_;
+      wc.imm_data = static_cast<std::uint32_t>(std::get<std::uint64_t>(rx_.seg.body) >> 32);
+      wc.wc_flags = kWcWithImm;
+      wc.qp_num = qp_num_;
+      rx_send_.active = false;
+      rx_last_write_len_ = 0;
+      init_.recv_cq->push(wc, rx_.seg.info().solicited);
+      return {};
+    }
+    case Opcode::Terminate:
+      rx_terminate_received(std::get<rdmap::Terminate>(rx_.seg.body));
+      return {};
+    default:
+      return {};
+  }
+}
+
+void QueuePair::rx_framing_error(const WireError& e) {
+  fatal(e);
+}
+
+}  // namespace iwarp::rnic

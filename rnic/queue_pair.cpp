@@ -1,0 +1,333 @@
+// Queue pair: state machine, posting (verbs side) and connection start-up.
+#include <fmt/format.h>
+
+#include <boost/asio/post.hpp>
+#include <cstring>
+
+#include "common/log.hpp"
+#include "rnic/queue_pair.hpp"
+
+namespace iwarp::rnic {
+
+namespace {
+spdlog::logger& logger() {
+  return log::layer("rnic");
+}
+}  // namespace
+
+std::string_view to_string(QpState s) {
+  switch (s) {
+    case QpState::Idle:
+      return "IDLE";
+    case QpState::Rtr:
+      return "RTR";
+    case QpState::Rts:
+      return "RTS";
+    case QpState::Closing:
+      return "CLOSING";
+    case QpState::Terminate:
+      return "TERMINATE";
+    case QpState::Error:
+      return "ERROR";
+  }
+  return "?";
+}
+
+bool legal_transition(QpState from, QpState to) {
+  using S = QpState;
+  if (to == S::Error) return from != S::Error;  // any state may fail
+  switch (from) {
+    case S::Idle:
+      return to == S::Rtr || to == S::Idle;
+    case S::Rtr:
+      return to == S::Rts || to == S::Idle;
+    case S::Rts:
+      return to == S::Closing || to == S::Terminate;
+    case S::Closing:
+      return to == S::Idle;
+    case S::Terminate:
+      return false;
+    case S::Error:
+      return to == S::Idle;  // reset after the flush
+  }
+  return false;
+}
+
+std::string_view to_string(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::RdmaWrite:
+      return "RDMA_WRITE";
+    case WrOpcode::RdmaWriteWithImm:
+      return "RDMA_WRITE_WITH_IMM";
+    case WrOpcode::Send:
+      return "SEND";
+    case WrOpcode::SendWithImm:
+      return "SEND_WITH_IMM";
+    case WrOpcode::RdmaRead:
+      return "RDMA_READ";
+    case WrOpcode::AtomicCmpAndSwp:
+      return "ATOMIC_CMP_AND_SWP";
+    case WrOpcode::AtomicFetchAndAdd:
+      return "ATOMIC_FETCH_AND_ADD";
+    case WrOpcode::LocalInv:
+      return "LOCAL_INV";
+    case WrOpcode::SendWithInv:
+      return "SEND_WITH_INV";
+  }
+  return "?";
+}
+
+std::string_view to_string(WcStatus s) {
+  switch (s) {
+    case WcStatus::Success:
+      return "SUCCESS";
+    case WcStatus::LocLenErr:
+      return "LOC_LEN_ERR";
+    case WcStatus::LocQpOpErr:
+      return "LOC_QP_OP_ERR";
+    case WcStatus::LocProtErr:
+      return "LOC_PROT_ERR";
+    case WcStatus::WrFlushErr:
+      return "WR_FLUSH_ERR";
+    case WcStatus::BadRespErr:
+      return "BAD_RESP_ERR";
+    case WcStatus::LocAccessErr:
+      return "LOC_ACCESS_ERR";
+    case WcStatus::RemInvReqErr:
+      return "REM_INV_REQ_ERR";
+    case WcStatus::RemAccessErr:
+      return "REM_ACCESS_ERR";
+    case WcStatus::RemOpErr:
+      return "REM_OP_ERR";
+    case WcStatus::FatalErr:
+      return "FATAL_ERR";
+    case WcStatus::GeneralErr:
+      return "GENERAL_ERR";
+  }
+  return "?";
+}
+
+std::string_view to_string(WcOpcode op) {
+  switch (op) {
+    case WcOpcode::Send:
+      return "SEND";
+    case WcOpcode::RdmaWrite:
+      return "RDMA_WRITE";
+    case WcOpcode::RdmaRead:
+      return "RDMA_READ";
+    case WcOpcode::CompSwap:
+      return "COMP_SWAP";
+    case WcOpcode::FetchAdd:
+      return "FETCH_ADD";
+    case WcOpcode::LocalInv:
+      return "LOCAL_INV";
+    case WcOpcode::Recv:
+      return "RECV";
+    case WcOpcode::RecvRdmaWithImm:
+      return "RECV_RDMA_WITH_IMM";
+  }
+  return "?";
+}
+
+int SharedReceiveQueue::post_recv(const RecvWr& wr, std::string* why) {
+  std::lock_guard l(mu_);
+  if (wr.sg_list.size() > max_sge_) {
+    if (why) *why = fmt::format("{} SGEs, the SRQ allows {}", wr.sg_list.size(), max_sge_);
+    return EINVAL;
+  }
+  if (q_.size() >= max_wr_) {
+    if (why) *why = fmt::format("the SRQ is full ({} receive WRs)", max_wr_);
+    return ENOMEM;
+  }
+  q_.push_back(wr);
+  return 0;
+}
+
+std::optional<RecvWr> SharedReceiveQueue::take() {
+  std::lock_guard l(mu_);
+  if (q_.empty()) return std::nullopt;
+  RecvWr wr = std::move(q_.front());
+  q_.pop_front();
+  return wr;
+}
+
+std::size_t SharedReceiveQueue::size() const {
+  std::lock_guard l(mu_);
+  return q_.size();
+}
+
+QueuePair::QueuePair(Device& dev, const QpInit& init)
+    : dev_(dev), init_(init), qp_num_(dev.next_qp_num()) {
+  std::size_t n = 1;
+  while (n < init_.caps.max_send_wr) n <<= 1;
+  sq_.resize(n);
+}
+
+void QueuePair::set_state(QpState s) {
+  const QpState from = state_.load();
+  if (from == s) return;
+  if (!legal_transition(from, s))
+    logger().warn("QP {}: unexpected transition {} -> {}", qp_num_, to_string(from), to_string(s));
+  logger().debug("QP {}: {} -> {}", qp_num_, to_string(from), to_string(s));
+  state_ = s;
+}
+
+std::string QueuePair::error_reason() const {
+  std::lock_guard l(mu_);
+  return error_reason_;
+}
+
+std::optional<StreamSetup> QueuePair::setup() const {
+  std::lock_guard l(mu_);
+  return setup_;
+}
+
+QueuePair::Stats QueuePair::stats() const {
+  std::lock_guard l(mu_);
+  return stats_;
+}
+
+int QueuePair::post_send(const SendWr& in, std::string* why) {
+  auto refuse = [&](int err, std::string text) {
+    if (why) *why = std::move(text);
+    return err;
+  };
+  if (in.sg_list.size() > init_.caps.max_send_sge)
+    return refuse(EINVAL, fmt::format("{} SGEs, the QP allows {}", in.sg_list.size(),
+                                      init_.caps.max_send_sge));
+  std::uint64_t total = 0;
+  for (const auto& s : in.sg_list) total += s.length;
+  switch (in.opcode) {
+    case WrOpcode::RdmaRead:
+      // RFC 5040 §4.4: a Read Request names one Data Sink STag, so one sink SGE.
+      if (in.sg_list.size() > 1)
+        return refuse(EINVAL, "an RDMA Read has one sink SGE (RFC 5040 §4.4: one Data Sink STag)");
+      if (total > 0xFFFFFFFFu) return refuse(EINVAL, "RDMA Read larger than 4 GiB");
+      break;
+    case WrOpcode::AtomicCmpAndSwp:
+    case WrOpcode::AtomicFetchAndAdd:
+      if (in.sg_list.size() != 1 || in.sg_list[0].length != 8)
+        return refuse(EINVAL, "an atomic needs one 8-octet SGE for the original value");
+      if (in.remote_addr % 8 != 0)
+        return refuse(EINVAL, "an atomic's remote address must be 8-octet aligned (RFC 7306 §5)");
+      break;
+    case WrOpcode::SendWithImm:
+      if (total != 0)
+        return refuse(EINVAL,
+                      "RFC 7306 has no Send with Immediate Data: SEND_WITH_IMM carries no payload "
+                      "(use RDMA_WRITE_WITH_IMM to move data with an immediate)");
+      break;
+    default:
+      break;
+  }
+  SendWr wr = in;
+  if (wr.flags & kSendInline) {
+    if (total > init_.caps.max_inline_data)
+      return refuse(EINVAL, fmt::format("{} inline octets, the QP allows {}", total,
+                                        init_.caps.max_inline_data));
+    if (wr.opcode == WrOpcode::RdmaRead || wr.opcode == WrOpcode::AtomicCmpAndSwp ||
+        wr.opcode == WrOpcode::AtomicFetchAndAdd)
+      return refuse(EINVAL, "inline data is for Send and Write only");
+    wr.inline_data.clear();
+    for (const auto& s : wr.sg_list) {
+      auto* p = reinterpret_cast<const std::uint8_t*>(s.addr);
+      wr.inline_data.insert(wr.inline_data.end(), p, p + s.length);
+    }
+    wr.sg_list.clear();
+  }
+
+  const QpState st = state_.load();
+  if (st == QpState::Idle)
+    return refuse(EINVAL, "the QP is not connected yet (state IDLE): connect or accept first");
+  if (st == QpState::Error || st == QpState::Terminate || st == QpState::Closing) {
+    // As siw does: posting to a failed QP completes the WR at once as flushed.
+    Wc wc;
+    wc.wr_id = wr.wr_id;
+    wc.status = WcStatus::WrFlushErr;
+    wc.qp_num = qp_num_;
+    init_.send_cq->push(wc);
+    return 0;
+  }
+  {
+    std::lock_guard l(mu_);
+    if (sq_tail_ - sq_head_ >= init_.caps.max_send_wr)
+      return refuse(ENOMEM, fmt::format("the send queue is full ({} WRs outstanding)",
+                                        init_.caps.max_send_wr));
+    auto& e = sq_[sq_tail_ % sq_.size()];
+    e.wr = std::move(wr);
+    e.signaled = init_.sq_sig_all || (e.wr.flags & kSendSignaled);
+    e.done = false;
+    e.wc = Wc{};
+    ++sq_tail_;
+  }
+  ring_doorbell();
+  return 0;
+}
+
+int QueuePair::post_recv(const RecvWr& wr, std::string* why) {
+  if (init_.srq) {
+    if (why) *why = "the QP uses a shared receive queue: post to the SRQ";
+    return EINVAL;
+  }
+  if (wr.sg_list.size() > init_.caps.max_recv_sge) {
+    if (why)
+      *why = fmt::format("{} SGEs, the QP allows {}", wr.sg_list.size(), init_.caps.max_recv_sge);
+    return EINVAL;
+  }
+  if (state_.load() == QpState::Error) {
+    Wc wc;
+    wc.wr_id = wr.wr_id;
+    wc.status = WcStatus::WrFlushErr;
+    wc.opcode = WcOpcode::Recv;
+    wc.qp_num = qp_num_;
+    init_.recv_cq->push(wc);
+    return 0;
+  }
+  std::lock_guard l(mu_);
+  if (rq_.size() >= init_.caps.max_recv_wr) {
+    if (why) *why = fmt::format("the receive queue is full ({} WRs)", init_.caps.max_recv_wr);
+    return ENOMEM;
+  }
+  rq_.push_back(wr);
+  return 0;
+}
+
+void QueuePair::ring_doorbell() {
+  // Many posts before the engine runs are one doorbell and so one batch.
+  if (doorbell_pending_.exchange(true)) return;
+  boost::asio::post(dev_.io(), [self = shared_from_this()] {
+    self->doorbell_pending_ = false;
+    {
+      std::lock_guard l(self->mu_);
+      ++self->stats_.doorbells;
+    }
+    self->tx_kick();
+  });
+}
+
+void QueuePair::start(boost::asio::ip::tcp::socket sock, const StreamSetup& setup,
+                      Bytes rx_leftover, std::shared_ptr<WireTap> tap,
+                      std::function<void(const QpClosed&)> on_closed) {
+  self_ = shared_from_this();
+  sock_.emplace(std::move(sock));
+  tap_ = std::move(tap);
+  on_closed_ = std::move(on_closed);
+  {
+    std::lock_guard l(mu_);
+    setup_ = setup;
+  }
+  const auto& p = setup.params;
+  tx_framing_.emplace(setup.initiator ? p.framing_to_responder() : p.framing_to_initiator());
+  rx_reader_.emplace(setup.initiator ? p.framing_to_initiator() : p.framing_to_responder());
+  // RFC 5044 §7.1.2 / RFC 6581 §4: the responder sends no FPDU before the initiator's first
+  // (in peer-to-peer mode that is the RTR message).
+  tx_gated_ = !setup.initiator;
+  if (state_.load() == QpState::Idle) set_state(QpState::Rtr);
+  set_state(QpState::Rts);
+  logger().info("QP {}: RTS as {} ({}), MULPDU {}", qp_num_,
+                setup.initiator ? "initiator" : "responder", mpa::describe(p), mulpdu());
+  rx_start(std::move(rx_leftover));
+  tx_kick();
+}
+
+}  // namespace iwarp::rnic

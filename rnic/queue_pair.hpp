@@ -1,0 +1,283 @@
+// A reliable-connected queue pair (RFC 5040 §5): send and receive queues of work requests, the
+// outbound and inbound read queues (ORD/IRD, RFC 5040 §6.3, RFC 6581), the state machine, and
+// the transmit and receive engines that turn work requests into DDP segments on an MPA stream
+// and received segments into placement and completions. Transmit is in qp_tx.cpp, receive in
+// qp_rx.cpp, errors (Terminate and flush) in qp_error.cpp.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/wire_error.hpp"
+#include "ddp/rdmap_headers.hpp"
+#include "ddp/segment.hpp"
+#include "ddp/segmentation.hpp"
+#include "mpa/fpdu_reader.hpp"
+#include "mpa/negotiation.hpp"
+#include "rnic/completion_queue.hpp"
+#include "rnic/device.hpp"
+#include "rnic/work_request.hpp"
+
+namespace iwarp::rnic {
+
+// siw's QP states (RFC 5040 §5 leaves the names to the implementation).
+enum class QpState : std::uint8_t { Idle, Rtr, Rts, Closing, Terminate, Error };
+std::string_view to_string(QpState s);
+// The transitions the state machine allows (IDLE->RTR->RTS, RTS->CLOSING|TERMINATE|ERROR, ...).
+bool legal_transition(QpState from, QpState to);
+
+struct QpCaps {
+  std::uint32_t max_send_wr = 256;
+  std::uint32_t max_recv_wr = 256;
+  std::uint32_t max_send_sge = 6;
+  std::uint32_t max_recv_sge = 6;
+  std::uint32_t max_inline_data = 80;
+};
+
+class SharedReceiveQueue {
+ public:
+  SharedReceiveQueue(PdHandle pd, std::uint32_t max_wr, std::uint32_t max_sge)
+      : pd_(pd), max_wr_(max_wr), max_sge_(max_sge) {}
+  // 0, or an errno value with `why` filled in.
+  int post_recv(const RecvWr& wr, std::string* why);
+  std::optional<RecvWr> take();
+  std::size_t size() const;
+  PdHandle pd() const { return pd_; }
+
+ private:
+  mutable std::mutex mu_;
+  PdHandle pd_;
+  std::uint32_t max_wr_, max_sge_;
+  std::deque<RecvWr> q_;
+};
+
+// Sees every octet a connection sends and receives (for pcap recording). Called on the engine
+// thread.
+class WireTap {
+ public:
+  virtual ~WireTap() = default;
+  virtual void on_data(bool outbound, ByteSpan data) = 0;
+  virtual void on_close(bool outbound) = 0;
+};
+
+struct QpInit {
+  PdHandle pd = 0;
+  CompletionQueue* send_cq = nullptr;
+  CompletionQueue* recv_cq = nullptr;
+  std::shared_ptr<SharedReceiveQueue> srq;
+  QpCaps caps;
+  bool sq_sig_all = false;
+};
+
+// What the connection manager hands a QP when the MPA exchange is done.
+struct StreamSetup {
+  mpa::ConnectionParams params;
+  bool initiator = true;
+  std::size_t emss = 1448;  // effective MSS of the socket; sets MULPDU (RFC 5044 §4.1)
+  // Testing aid: send more RDMA Reads than the negotiated ORD allows, so a peer's IRD
+  // enforcement can be exercised. Never set in normal use.
+  bool ignore_ord = false;
+};
+
+// Why a connection ended, reported once to the connection manager.
+struct QpClosed {
+  enum class Cause : std::uint8_t {
+    LocalDisconnect,
+    PeerClosed,
+    TerminateSent,
+    TerminateReceived,
+    LocalError
+  };
+  Cause cause;
+  std::string detail;
+};
+
+class QueuePair : public std::enable_shared_from_this<QueuePair> {
+ public:
+  QueuePair(Device& dev, const QpInit& init);
+  ~QueuePair();
+
+  // Verbs side, any thread. Return 0 or an errno value, with `why` saying what was wrong.
+  int post_send(const SendWr& wr, std::string* why = nullptr);
+  int post_recv(const RecvWr& wr, std::string* why = nullptr);
+
+  std::uint32_t qp_num() const { return qp_num_; }
+  QpState state() const { return state_.load(); }
+  PdHandle pd() const { return init_.pd; }
+  const QpCaps& caps() const { return init_.caps; }
+  // The last error that took the QP out of RTS, in words (empty while none).
+  std::string error_reason() const;
+  // The negotiated IRD/ORD and framing, once connected.
+  std::optional<StreamSetup> setup() const;
+
+  // Connection manager side (engine thread). Enters RTS on `sock`; `rx_leftover` holds octets
+  // read past the MPA frame. The QP keeps a reference to itself while connected.
+  void start(boost::asio::ip::tcp::socket sock, const StreamSetup& setup, Bytes rx_leftover,
+             std::shared_ptr<WireTap> tap, std::function<void(const QpClosed&)> on_closed);
+  // The responder in peer-to-peer mode expects the initiator's RTR first (RFC 6581 §4); the
+  // initiator sends it. Called by the CM with the negotiated RTR type.
+  void send_rtr(mpa::RtrType type);
+  // rdma_disconnect: CLOSING, then the socket is shut down once queued data has gone.
+  void disconnect();
+  // ibv_modify_qp(ERR): flush everything and close.
+  void modify_to_error();
+
+  struct Stats {
+    std::uint64_t fpdus_sent = 0, fpdus_received = 0, bytes_sent = 0, bytes_received = 0;
+    std::uint64_t doorbells = 0, tx_batches = 0, direct_reads = 0;
+  };
+  Stats stats() const;
+
+ private:
+  class RxSink;
+  friend class RxSink;
+
+  // --- send queue ---
+  struct SqEntry {
+    SendWr wr;
+    bool signaled = false;
+    bool done = false;
+    Wc wc;
+  };
+  enum class TxKind : std::uint8_t { Sq, ReadResponse, AtomicResponse, Terminate, Rtr };
+  struct TxMsg {
+    TxKind kind = TxKind::Sq;
+    std::uint64_t sq_index = 0;  // TxKind::Sq
+    ddp::DdpHeader hdr;
+    Bytes body;                  // RDMAP body after the DDP header (Read Request, atomics ...)
+    std::vector<ByteSpan> data;  // payload pieces
+    std::size_t total = 0, off = 0;
+    bool started = false;
+    std::optional<ddp::DdpHeader> then_imm;  // Write with Immediate: the Immediate Data to follow
+    std::uint64_t imm = 0;
+  };
+  struct OrqEntry {
+    std::uint64_t sq_index;
+    bool atomic;
+    STag sink{0};
+    std::uint64_t sink_to = 0;
+    std::uint32_t size = 0, received = 0;
+    std::uint32_t request_id = 0;
+    std::uint8_t* result = nullptr;  // atomics: where the original value goes
+  };
+  struct IrqEntry {
+    bool atomic;
+    STag sink{0};
+    std::uint64_t sink_to = 0;
+    ByteSpan src;
+    rdmap::AtomicResponse atomic_resp;
+  };
+
+  // --- engine (engine thread) ---
+  void ring_doorbell();
+  void tx_kick();
+  bool next_message(TxMsg& m);  // false when nothing can go now
+  bool start_sq_wqe(std::uint64_t index, TxMsg& m);
+  void append_fpdu(TxMsg& m);
+  void complete_sq(std::uint64_t index, WcStatus status, std::uint32_t byte_len = 0,
+                   std::uint32_t vendor_err = 0);
+  void retire_sq();
+  std::size_t mulpdu() const;
+
+  void rx_start(Bytes leftover);
+  void rx_read();
+  void rx_data(ByteSpan data);
+  void on_rx_error(const boost::system::error_code& ec);
+
+  // Receive-side placement (qp_rx.cpp).
+  MutableByteSpan rx_head(const mpa::FpduHead& h);
+  void rx_end(const mpa::FpduTrailer& t);
+  void rx_framing_error(const WireError& e);
+  Result<MutableByteSpan> rx_untagged(const ddp::Segment& s, std::size_t payload_len,
+                                      ByteSpan head_payload);
+  Result<MutableByteSpan> rx_tagged(const ddp::Segment& s, std::size_t payload_len,
+                                    ByteSpan head_payload);
+  Result<void> rx_message_end();
+  void rx_terminate_received(const rdmap::Terminate& t);
+  bool take_rqe();
+
+  // Errors (qp_error.cpp): Terminate toward the peer, then ERROR with everything flushed.
+  void fatal(const WireError& e, ByteSpan ddp_hdr = {}, ByteSpan rdmap_hdr = {},
+             std::uint16_t segment_length = 0);
+  void local_fatal(std::uint64_t sq_index, WcStatus status, const std::string& why);
+  void enter_error(QpClosed closed);
+  void flush_all();
+  void close_socket();
+  void set_state(QpState s);
+
+  Device& dev_;
+  QpInit init_;
+  std::uint32_t qp_num_;
+  std::atomic<QpState> state_{QpState::Idle};
+
+  mutable std::mutex mu_;  // guards the rings, the error reason and setup_
+  std::vector<SqEntry> sq_;
+  std::uint64_t sq_head_ = 0, sq_next_ = 0, sq_tail_ = 0;  // free-running
+  std::deque<RecvWr> rq_;
+  std::string error_reason_;
+  std::optional<StreamSetup> setup_;
+  std::atomic<bool> doorbell_pending_{false};
+
+  // Engine-thread state.
+  std::shared_ptr<QueuePair> self_;  // alive while connected
+  std::optional<boost::asio::ip::tcp::socket> sock_;
+  std::shared_ptr<WireTap> tap_;
+  std::function<void(const QpClosed&)> on_closed_;
+  std::optional<mpa::FpduEncoder> tx_framing_;
+  std::optional<mpa::FpduReader> rx_reader_;
+  std::shared_ptr<RxSink> rx_sink_;
+  std::array<std::uint32_t, rdmap::kQueueCount> tx_msn_{};  // last MSN sent per queue
+  std::deque<OrqEntry> orq_;
+  std::deque<IrqEntry> irq_;
+  std::deque<TxMsg> tx_priority_;  // Terminate, RTR: before anything else
+  std::optional<TxMsg> tx_cur_;
+  bool tx_gated_ = false;  // MPA v1 responder: hold FPDUs until the initiator's first arrives
+  bool writing_ = false;
+  bool closing_after_tx_ = false;
+  QpClosed closed_reason_{QpClosed::Cause::LocalDisconnect, ""};
+  bool closed_ = false;
+  std::deque<Bytes> arena_;  // headers and trailers of the batch (stable addresses)
+  std::size_t arena_used_ = 0;
+  std::vector<boost::asio::const_buffer> iov_;
+  std::size_t batch_bytes_ = 0;
+  Bytes rx_buf_;
+
+  // Receive-side message state.
+  ddp::SegmentChecker rx_checker_;
+  struct RxFpdu {
+    ddp::Segment seg;
+    std::size_t payload_len = 0;
+    std::optional<WireError> error;
+    Bytes raw_ddp, raw_rdmap;  // the offending headers, for a Terminate
+    std::uint16_t ulpdu_length = 0;
+    // Untagged payload that spans several receive SGEs lands in a bounce buffer first.
+    Bytes bounce;
+    std::uint32_t bounce_mo = 0;
+  } rx_;
+  struct RxSend {
+    bool active = false;  // a receive WQE is consumed by the message in progress
+    RecvWr rqe;
+    std::vector<MutableByteSpan> sges;  // resolved receive buffers
+    std::uint64_t capacity = 0;
+    std::uint32_t placed = 0;
+    bool too_long = false;
+  } rx_send_;
+  bool rx_first_fpdu_seen_ = false;
+  std::uint32_t rx_last_write_len_ = 0;
+  std::uint32_t rx_cur_write_len_ = 0;
+  std::uint32_t atomic_request_id_ = 0;
+
+  Stats stats_;
+};
+
+}  // namespace iwarp::rnic

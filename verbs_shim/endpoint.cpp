@@ -1,0 +1,153 @@
+#include "verbs_shim/endpoint.hpp"
+
+#include <fmt/format.h>
+
+#include "common/log.hpp"
+
+namespace iwarp::verbs {
+
+Endpoint::Endpoint(EndpointOptions opts, ibv_context* shared_device) : opts_(std::move(opts)) {
+  own_ctx_ = shared_device == nullptr;
+  ctx_ = shared_device ? shared_device : ibv_open_device("rnic0");
+  pd_ = ibv_alloc_pd(ctx_);
+  // One channel per CQ, so waiting on one direction never eats the other's event.
+  sch_ = ibv_create_comp_channel(ctx_);
+  rch_ = ibv_create_comp_channel(ctx_);
+  scq_ = ibv_create_cq(ctx_, opts_.cq_depth, nullptr, sch_, 0);
+  rcq_ = ibv_create_cq(ctx_, opts_.cq_depth, nullptr, rch_, 0);
+  ech_ = rdma_create_event_channel(ctx_);
+}
+
+Endpoint::~Endpoint() {
+  if (conn_) {
+    if (conn_->qp) {
+      rdma_disconnect(conn_);
+      rdma_destroy_qp(conn_);
+    }
+    rdma_destroy_id(conn_);
+  }
+  if (listen_id_) rdma_destroy_id(listen_id_);
+  for (auto* mr : mrs_) ibv_dereg_mr(mr);
+  rdma_destroy_event_channel(ech_);
+  // The engine may still run handlers that touch the CQs: stop it first.
+  if (own_ctx_) {
+    ctx_->dev.reset();
+  }
+  ibv_destroy_cq(scq_);
+  ibv_destroy_cq(rcq_);
+  ibv_destroy_comp_channel(sch_);
+  ibv_destroy_comp_channel(rch_);
+  ibv_dealloc_pd(pd_);
+  if (own_ctx_) ibv_close_device(ctx_);
+}
+
+ibv_mr* Endpoint::reg(void* addr, std::size_t len, int access) {
+  auto* mr = ibv_reg_mr(pd_, addr, len, access);
+  if (mr) mrs_.push_back(mr);
+  return mr;
+}
+
+std::expected<void, std::string> Endpoint::make_qp(rdma_cm_id* id) {
+  ibv_qp_init_attr attr;
+  attr.send_cq = scq_;
+  attr.recv_cq = rcq_;
+  attr.cap = opts_.cap;
+  if (int e = rdma_create_qp(id, pd_, &attr); e)
+    return std::unexpected(fmt::format("cannot create the QP: {}", ibv_last_error()));
+  return {};
+}
+
+std::optional<rdma_cm_event> Endpoint::next_event(std::chrono::milliseconds t) {
+  rdma_cm_event* ev = nullptr;
+  if (rdma_get_cm_event(ech_, &ev, static_cast<int>(t.count())) != 0) return std::nullopt;
+  rdma_cm_event copy = *ev;
+  rdma_ack_cm_event(ev);
+  copy.param.conn.private_data =
+      copy.private_data_storage.empty() ? nullptr : copy.private_data_storage.data();
+  return copy;
+}
+
+std::expected<rdma_cm_event, std::string> Endpoint::wait_event(rdma_cm_event_type type) {
+  const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return std::unexpected(
+          fmt::format("no {} within {} ms", rdma_event_str(type), opts_.timeout.count()));
+    auto ev = next_event(left);
+    if (!ev) continue;
+    if (ev->event == type) return *ev;
+    if (ev->event == RDMA_CM_EVENT_REJECTED || ev->event == RDMA_CM_EVENT_UNREACHABLE ||
+        ev->event == RDMA_CM_EVENT_CONNECT_ERROR || ev->event == RDMA_CM_EVENT_DISCONNECTED)
+      return std::unexpected(fmt::format("{} while waiting for {}: {}", rdma_event_str(ev->event),
+                                         rdma_event_str(type), ev->detail));
+  }
+}
+
+std::expected<std::uint16_t, std::string> Endpoint::listen(const std::string& addr,
+                                                           std::uint16_t port) {
+  rdma_create_id(ech_, &listen_id_, nullptr);
+  rdma_set_mpa(listen_id_, opts_.cm);
+  rdma_bind_addr(listen_id_, addr, port);
+  if (rdma_listen(listen_id_, 16) != 0) return std::unexpected(ibv_last_error());
+  return rdma_get_src_port(listen_id_);
+}
+
+std::expected<void, std::string> Endpoint::accept_one() {
+  auto ev = wait_event(RDMA_CM_EVENT_CONNECT_REQUEST);
+  if (!ev) return std::unexpected(ev.error());
+  conn_ = ev->id;
+  peer_pd_ = ev->private_data_storage;
+  if (auto r = make_qp(conn_); !r) return r;
+  rdma_conn_param p;
+  p.private_data = opts_.private_data.data();
+  p.private_data_len = static_cast<std::uint8_t>(opts_.private_data.size());
+  p.responder_resources = opts_.ird;
+  p.initiator_depth = opts_.ord;
+  if (rdma_accept(conn_, &p) != 0) return std::unexpected("rdma_accept failed");
+  auto est = wait_event(RDMA_CM_EVENT_ESTABLISHED);
+  if (!est) return std::unexpected(est.error());
+  params_ = est->mpa;
+  return {};
+}
+
+std::expected<void, std::string> Endpoint::connect(const std::string& host, std::uint16_t port) {
+  rdma_create_id(ech_, &conn_, nullptr);
+  rdma_set_mpa(conn_, opts_.cm);
+  rdma_resolve_addr(conn_, host, port, 2000);
+  if (auto e = wait_event(RDMA_CM_EVENT_ADDR_RESOLVED); !e) return std::unexpected(e.error());
+  rdma_resolve_route(conn_, 2000);
+  if (auto e = wait_event(RDMA_CM_EVENT_ROUTE_RESOLVED); !e) return std::unexpected(e.error());
+  if (auto r = make_qp(conn_); !r) return r;
+  rdma_conn_param p;
+  p.private_data = opts_.private_data.data();
+  p.private_data_len = static_cast<std::uint8_t>(opts_.private_data.size());
+  p.responder_resources = opts_.ird;
+  p.initiator_depth = opts_.ord;
+  rdma_connect(conn_, &p);
+  auto est = wait_event(RDMA_CM_EVENT_ESTABLISHED);
+  if (!est) return std::unexpected(est.error());
+  params_ = est->mpa;
+  peer_pd_ = est->private_data_storage;
+  return {};
+}
+
+std::expected<ibv_wc, std::string> Endpoint::wait(ibv_cq* cq) {
+  // The canonical loop: poll, arm, poll again (closes the race), then sleep on the channel.
+  const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+  ibv_wc wc;
+  for (;;) {
+    if (ibv_poll_cq(cq, 1, &wc) == 1) return wc;
+    ibv_req_notify_cq(cq, 0);
+    if (ibv_poll_cq(cq, 1, &wc) == 1) return wc;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return std::unexpected(fmt::format("no completion within {} ms", opts_.timeout.count()));
+    auto* got = cq->channel->ch.wait(left);
+    if (got) ibv_ack_cq_events(static_cast<ibv_cq*>(got->context()), 1);
+  }
+}
+
+}  // namespace iwarp::verbs
