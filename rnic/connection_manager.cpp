@@ -293,7 +293,13 @@ void CmId::on_tcp_accepted(tcp::socket s) {
   });
 }
 
-void CmId::start_qp(const mpa::ConnectionParams& params, bool initiator) {
+void CmId::start_qp(const mpa::ConnectionParams& negotiated, bool initiator) {
+  mpa::ConnectionParams params = negotiated;
+  if (!params.enhanced) {
+    // MPA v1 (or v2 without RFC 6581 IRD/ORD) negotiates no IRD/ORD: each side keeps its own.
+    params.initiator_ird = params.responder_ird = ird_;
+    params.initiator_ord = params.responder_ord = ord_;
+  }
   StreamSetup st;
   st.params = params;
   st.initiator = initiator;
@@ -478,8 +484,8 @@ int CmId::accept(std::shared_ptr<QueuePair> qp, const ConnParam& param, std::str
     self->finished_ = true;
     self->timer_.cancel();
     mpa::Policy pol = self->opts_.policy;
-    pol.ird = param.responder_resources;
-    pol.ord = param.initiator_depth;
+    pol.ird = self->ird_ = param.responder_resources;
+    pol.ord = self->ord_ = param.initiator_depth;
     auto d = mpa::respond(pol, req, param.private_data);
     Bytes reply = d.reply.encode();
     if (d.outcome.kind != mpa::Outcome::Kind::Established) {

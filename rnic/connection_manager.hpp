@@ -134,7 +134,8 @@ class CmId : public std::enable_shared_from_this<CmId> {
   std::optional<mpa::MpaFrame> request_;
   Bytes frame_buf_;
   std::string peer_;
-  bool finished_ = false;  // the MPA exchange has an outcome
+  std::uint16_t ird_ = 16, ord_ = 16;  // from ConnParam
+  bool finished_ = false;              // the MPA exchange has an outcome
   bool disconnected_ = false;
 };
 

@@ -11,5 +11,8 @@ using Runner = std::function<int()>;
 
 Runner add_decode_command(CLI::App& app);
 Runner add_generate_command(CLI::App& app);
+Runner add_ping_command(CLI::App& app);
+Runner add_demo_command(CLI::App& app);
+Runner add_xfer_command(CLI::App& app);
 
 }  // namespace iwarp::tools

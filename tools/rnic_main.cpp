@@ -10,13 +10,16 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "rnic - a userspace software iWARP RNIC (MPA/DDP/RDMAP over TCP).\n"
-      "Decode iWARP captures, generate sample traces, and (soon) run two emulated RNICs."};
+      "Run two emulated RNICs (rnic ping, rnic demo, rnic xfer), decode iWARP captures and\n"
+      "generate sample traces."};
   app.require_subcommand(1);
+  app.fallthrough();  // --log-level also after the subcommand
   app.set_version_flag("--version", "rnic 0.1.0");
-  std::string log_level = "warn";
+  std::string log_level;  // empty: RNIC_LOG, else warn
   app.add_option("--log-level", log_level,
                  "Log level for every layer (trace, debug, info, warn, error, off), or per layer:\n"
-                 "  mpa=trace,ddp=debug,trace=info (layers: mpa, ddp, trace)")
+                 "  rnic=debug,cm=info (layers: mpa, ddp, rnic, cm, trace, tool); RNIC_LOG sets "
+                 "the default")
       ->check([](const std::string& s) { return iwarp::log::configure(s); });
 
   std::map<CLI::App*, iwarp::tools::Runner> runners;
@@ -26,13 +29,14 @@ int main(int argc, char** argv) {
   };
   add(iwarp::tools::add_decode_command);
   add(iwarp::tools::add_generate_command);
+  add(iwarp::tools::add_ping_command);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  iwarp::log::configure(log_level);
+  if (!log_level.empty()) iwarp::log::configure(log_level);
   for (auto* sub : app.get_subcommands())
     if (auto it = runners.find(sub); it != runners.end()) return it->second();
   return 2;

@@ -2,6 +2,8 @@
 // libpcap. Every field is written explicitly with the helpers of common/bytes.hpp.
 #include "trace/pcap_writer.hpp"
 
+#include <chrono>
+
 #include <pcap/pcap.h>
 
 #include <algorithm>
@@ -145,13 +147,19 @@ struct PcapWriter::Impl {
     const std::uint32_t pseudo_sum = fold(add_words(pseudo, 0));
     store_be16(&f[tcp_off + 16], internet_checksum(ByteSpan(f).subspan(tcp_off), pseudo_sum));
 
-    const std::uint64_t t = opts.start_time_us + std::uint64_t{opts.step_us} * frames;
+    const std::uint64_t t =
+        opts.wall_clock
+            ? static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count())
+            : opts.start_time_us + std::uint64_t{opts.step_us} * frames;
     pcap_pkthdr hdr{};
     hdr.ts.tv_sec = static_cast<decltype(hdr.ts.tv_sec)>(t / 1'000'000);
     hdr.ts.tv_usec = static_cast<decltype(hdr.ts.tv_usec)>(t % 1'000'000);
     hdr.caplen = static_cast<bpf_u_int32>(f.size());
     hdr.len = hdr.caplen;
     pcap_dump(reinterpret_cast<u_char*>(dumper), &hdr, f.data());
+    if (opts.wall_clock) pcap_dump_flush(dumper);
     ++frames;
   }
 };

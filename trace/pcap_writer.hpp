@@ -30,6 +30,9 @@ struct PcapWriterOptions {
   std::uint64_t start_time_us = 1'700'000'000'000'000ull;  // first frame's timestamp
   std::uint32_t step_us = 100;                             // time between consecutive frames
   bool handshake = true;                                   // write SYN, SYN-ACK, ACK first
+  // Live recording: stamp each frame with the time it is written, and flush it at once (a
+  // process that is killed still leaves a readable capture).
+  bool wall_clock = false;
 };
 
 class PcapWriter {

@@ -54,6 +54,7 @@ std::expected<void, std::string> Endpoint::make_qp(rdma_cm_id* id) {
   attr.cap = opts_.cap;
   if (int e = rdma_create_qp(id, pd_, &attr); e)
     return std::unexpected(fmt::format("cannot create the QP: {}", ibv_last_error()));
+  if (opts_.on_qp_created) opts_.on_qp_created(*this);
   return {};
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -20,6 +21,9 @@ struct EndpointOptions {
   std::uint8_t ird = 16, ord = 16;
   Bytes private_data;
   std::chrono::milliseconds timeout{10000};  // for each wait
+  // Runs once the QP exists and before the connection is accepted or requested: the place to
+  // post the first receives, so the peer's first Send finds one (as rping does).
+  std::function<void(class Endpoint&)> on_qp_created;
 };
 
 class Endpoint {

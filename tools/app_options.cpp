@@ -1,0 +1,82 @@
+#include "tools/app_options.hpp"
+
+#include <fmt/format.h>
+
+#include "tools/pcap_tap.hpp"
+
+namespace iwarp::tools {
+
+void add_app_options(CLI::App& app, AppOptions& o) {
+  app.add_option("--mpa-rev", o.mpa_rev,
+                 "Highest MPA revision to speak (1 or 2; 2 adds RFC 6581 IRD/ORD)")
+      ->check(CLI::Range(1, 2))
+      ->capture_default_str();
+  app.add_option(
+         "--crc", o.crc,
+         "CRC32c policy: required (ask for it), optional (follow the peer), off (refuse it)")
+      ->check(CLI::IsMember({"required", "optional", "off"}))
+      ->capture_default_str();
+  app.add_option("--markers", o.markers,
+                 "MPA markers policy: required, optional, off (siw does not do markers)")
+      ->check(CLI::IsMember({"required", "optional", "off"}))
+      ->capture_default_str();
+  app.add_flag("--p2p", o.p2p,
+               "RFC 6581 peer-to-peer mode: the initiator sends a zero-length RTR first (needs "
+               "--mpa-rev 2)");
+  app.add_option("--rtr", o.rtr, "RTR message offered in --p2p mode: write, read or send")
+      ->check(CLI::IsMember({"write", "read", "send"}))
+      ->capture_default_str();
+  app.add_option("--ird", o.ird, "Inbound RDMA Read queue depth (responder resources)")
+      ->check(CLI::Range(1, 128))
+      ->capture_default_str();
+  app.add_option("--ord", o.ord, "Outbound RDMA Reads outstanding (initiator depth)")
+      ->check(CLI::Range(1, 128))
+      ->capture_default_str();
+  app.add_option("--timeout", o.timeout_ms, "Milliseconds to wait for the peer at each step")
+      ->check(CLI::Range(100, 3600000))
+      ->capture_default_str();
+  app.add_option("--first-fpdu-delay", o.first_fpdu_delay_ms,
+                 "Milliseconds the initiator waits after the MPA Reply before its first FPDU\n"
+                 "(siw 6.1 can stall if it comes within ~2 ms)")
+      ->check(CLI::Range(0, 10000))
+      ->capture_default_str();
+  app.add_option("--mss", o.emss, "TCP segment size to frame FPDUs for (default: the socket's MSS)")
+      ->check(CLI::Range(64, 65495));
+  app.add_option("--pcap", o.pcap, "Record what this side sends and receives to a pcap file");
+}
+
+verbs::EndpointOptions endpoint_options(const AppOptions& o) {
+  verbs::EndpointOptions e;
+  auto& p = e.cm.policy;
+  p.revision = static_cast<std::uint8_t>(o.mpa_rev);
+  p.crc = o.crc == "required" ? mpa::CrcPolicy::Required
+          : o.crc == "off"    ? mpa::CrcPolicy::Off
+                              : mpa::CrcPolicy::Optional;
+  p.markers = o.markers == "required" ? mpa::MarkerPolicy::Required
+              : o.markers == "off"    ? mpa::MarkerPolicy::Off
+                                      : mpa::MarkerPolicy::Optional;
+  p.peer_to_peer = o.p2p;
+  if (o.p2p)
+    p.rtr = static_cast<mpa::RtrMask>(o.rtr == "write"  ? mpa::RtrType::Write
+                                      : o.rtr == "read" ? mpa::RtrType::Read
+                                                        : mpa::RtrType::Send);
+  e.ird = static_cast<std::uint8_t>(o.ird);
+  e.ord = static_cast<std::uint8_t>(o.ord);
+  e.timeout = std::chrono::milliseconds(o.timeout_ms);
+  e.cm.mpa_timeout = std::chrono::milliseconds(std::min(o.timeout_ms, 5000));
+  e.cm.first_fpdu_delay = std::chrono::milliseconds(o.first_fpdu_delay_ms);
+  e.cm.emss = o.emss;
+  if (!o.pcap.empty()) e.cm.tap = pcap_tap_factory(o.pcap);
+  return e;
+}
+
+std::string describe_params(const mpa::ConnectionParams& p) {
+  return fmt::format(
+      "MPA rev {}{}, CRC {}, markers {}/{}, IRD/ORD {}/{} (initiator) {}/{} (responder){}",
+      p.revision, p.enhanced ? " enhanced" : "", p.crc ? "on" : "off",
+      p.markers_to_responder ? "on" : "off", p.markers_to_initiator ? "on" : "off", p.initiator_ird,
+      p.initiator_ord, p.responder_ird, p.responder_ord,
+      p.peer_to_peer ? fmt::format(", peer-to-peer RTR {}", mpa::rtr_name(p.rtr)) : "");
+}
+
+}  // namespace iwarp::tools

@@ -1,0 +1,38 @@
+// Options every program that runs the emulated RNIC shares: MPA policy (revision, CRC,
+// markers, peer-to-peer RTR, IRD/ORD), timeouts, and --pcap recording of what it sends and
+// receives.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "rnic/connection_manager.hpp"
+#include "verbs_shim/endpoint.hpp"
+
+namespace iwarp::tools {
+
+struct AppOptions {
+  int mpa_rev = 2;
+  std::string crc = "optional";
+  std::string markers = "off";
+  bool p2p = false;
+  std::string rtr = "write";
+  int ird = 16, ord = 16;
+  int timeout_ms = 10000;
+  int first_fpdu_delay_ms = 0;
+  std::size_t emss = 0;
+  std::string pcap;
+};
+
+// Registers the shared options on a subcommand.
+void add_app_options(CLI::App& app, AppOptions& o);
+
+// Endpoint options from the command line; the pcap tap is set up when --pcap was given.
+verbs::EndpointOptions endpoint_options(const AppOptions& o);
+
+// A line saying what MPA negotiated, for programs to print.
+std::string describe_params(const mpa::ConnectionParams& p);
+
+}  // namespace iwarp::tools

@@ -1,0 +1,265 @@
+// rnic ping: the rping exchange of librdmacm's example, over the emulated RNIC. Per ping the
+// client fills a buffer and advertises it with a Send (address, STag, size, big-endian as in
+// rping's struct rping_rdma_info); the server RDMA Reads it and answers with a Send; the client
+// advertises a second, empty buffer; the server RDMA Writes the data back into it and answers;
+// the client checks the two buffers are equal. Speaks to real rping on siw (same messages).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "common/log.hpp"
+#include "tools/app_options.hpp"
+#include "tools/commands.hpp"
+
+namespace iwarp::tools {
+
+namespace {
+
+using namespace verbs;
+
+struct PingOptions {
+  bool server = false;
+  std::string client;
+  std::string bind = "0.0.0.0";
+  int port = 7174;
+  int count = 10;
+  std::size_t size = 64;
+  bool verbose = false;
+  bool quiet = false;
+  AppOptions app;
+};
+
+// rping's struct rping_rdma_info: buf (be64), rkey (be32), size (be32).
+struct Advert {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0, size = 0;
+};
+constexpr std::size_t kAdvertSize = 16;
+
+void encode(const Advert& a, std::uint8_t* p) {
+  store_be64(p, a.addr);
+  store_be32(p + 8, a.rkey);
+  store_be32(p + 12, a.size);
+}
+Advert decode(const std::uint8_t* p) {
+  return {load_be64(p), load_be32(p + 8), load_be32(p + 12)};
+}
+
+// Waits for one completion and checks it; on failure says what and where.
+std::expected<ibv_wc, std::string> expect_wc(Endpoint& ep, ibv_cq* cq, const char* what) {
+  auto wc = ep.wait(cq);
+  if (!wc) {
+    std::string why = wc.error();
+    if (ep.qp() && !ep.qp()->qp->error_reason().empty())
+      why += " (" + ep.qp()->qp->error_reason() + ")";
+    return std::unexpected(fmt::format("{}: {}", what, why));
+  }
+  if (wc->status != IBV_WC_SUCCESS) {
+    std::string why = ep.qp() ? ep.qp()->qp->error_reason() : std::string();
+    return std::unexpected(fmt::format("{}: completion {}{}{}", what, ibv_wc_status_str(wc->status),
+                                       why.empty() ? "" : " - ", why));
+  }
+  return wc;
+}
+
+int post1(Endpoint& ep, ibv_wr_opcode op, ibv_mr* mr, void* addr, std::uint32_t len,
+          std::uint64_t raddr = 0, std::uint32_t rkey = 0) {
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(addr), len, mr->lkey};
+  ibv_send_wr wr;
+  wr.wr_id = static_cast<std::uint64_t>(op);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = op;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = raddr;
+  wr.wr.rdma.rkey = rkey;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(ep.qp(), &wr, &bad);
+}
+
+int post_recv1(Endpoint& ep, ibv_mr* mr, void* addr, std::uint32_t len) {
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(addr), len, mr->lkey};
+  ibv_recv_wr wr;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(ep.qp(), &wr, &bad);
+}
+
+int fail_with(const std::string& side, const std::string& msg) {
+  std::cerr << "rnic ping " << side << ": " << msg << "\n";
+  return 1;
+}
+
+int run_server(const PingOptions& o) {
+  std::vector<std::uint8_t> recv_buf(kAdvertSize), send_buf(kAdvertSize), rdma_buf(o.size);
+  ibv_mr *recv_mr = nullptr, *send_mr = nullptr, *rdma_mr = nullptr;
+  auto eo = endpoint_options(o.app);
+  eo.on_qp_created = [&](Endpoint& ep) {
+    recv_mr = ep.reg(recv_buf.data(), recv_buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    send_mr = ep.reg(send_buf.data(), send_buf.size(), 0);
+    // iWARP: the sink of an RDMA Read needs REMOTE_WRITE.
+    rdma_mr =
+        ep.reg(rdma_buf.data(), rdma_buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    post_recv1(ep, recv_mr, recv_buf.data(), kAdvertSize);
+  };
+  Endpoint ep(eo);
+  auto port = ep.listen(o.bind, static_cast<std::uint16_t>(o.port));
+  if (!port) return fail_with("server", *&port.error());
+  if (!o.quiet) std::cout << fmt::format("server listening on {}:{}", o.bind, *port) << std::endl;
+  if (auto a = ep.accept_one(); !a) return fail_with("server", a.error());
+  if (!o.quiet)
+    std::cout << fmt::format("connection from {}: {}", ep.id()->cm->peer(),
+                             describe_params(*ep.params()))
+              << std::endl;
+  int pings = 0;
+  for (;;) {
+    auto wc = ep.wait(ep.recv_cq());
+    if (!wc || wc->status != IBV_WC_SUCCESS) break;  // the client is done (or gone)
+    Advert src = decode(recv_buf.data());
+    if (src.size > rdma_buf.size())
+      return fail_with("server", fmt::format("client advertised {} octets, our buffer has {} "
+                                             "(start the server with --size {})",
+                                             src.size, rdma_buf.size(), src.size));
+    post1(ep, IBV_WR_RDMA_READ, rdma_mr, rdma_buf.data(), src.size, src.addr, src.rkey);
+    if (auto r = expect_wc(ep, ep.send_cq(), "RDMA Read of the client's buffer"); !r)
+      return fail_with("server", r.error());
+    if (o.verbose)
+      std::cout << "server ping data: "
+                << std::string(reinterpret_cast<char*>(rdma_buf.data()),
+                               strnlen(reinterpret_cast<char*>(rdma_buf.data()), src.size))
+                << std::endl;
+    post_recv1(ep, recv_mr, recv_buf.data(), kAdvertSize);
+    encode({reinterpret_cast<std::uint64_t>(rdma_buf.data()), rdma_mr->rkey, src.size},
+           send_buf.data());
+    post1(ep, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
+    if (auto r = expect_wc(ep, ep.send_cq(), "go-ahead Send"); !r)
+      return fail_with("server", r.error());
+    if (auto r = expect_wc(ep, ep.recv_cq(), "the client's sink advertisement"); !r)
+      return fail_with("server", r.error());
+    Advert sink = decode(recv_buf.data());
+    post_recv1(ep, recv_mr, recv_buf.data(), kAdvertSize);
+    post1(ep, IBV_WR_RDMA_WRITE, rdma_mr, rdma_buf.data(), std::min(sink.size, src.size), sink.addr,
+          sink.rkey);
+    if (auto r = expect_wc(ep, ep.send_cq(), "RDMA Write into the client's sink"); !r)
+      return fail_with("server", r.error());
+    post1(ep, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
+    if (auto r = expect_wc(ep, ep.send_cq(), "go-ahead Send"); !r)
+      return fail_with("server", r.error());
+    ++pings;
+  }
+  if (!o.quiet) std::cout << fmt::format("server done: {} pings served", pings) << std::endl;
+  return pings > 0 ? 0 : 1;
+}
+
+int run_client(const PingOptions& o) {
+  std::vector<std::uint8_t> recv_buf(kAdvertSize), send_buf(kAdvertSize), start_buf(o.size),
+      rdma_buf(o.size);
+  ibv_mr *recv_mr = nullptr, *send_mr = nullptr, *start_mr = nullptr, *rdma_mr = nullptr;
+  auto eo = endpoint_options(o.app);
+  eo.on_qp_created = [&](Endpoint& ep) {
+    recv_mr = ep.reg(recv_buf.data(), recv_buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    send_mr = ep.reg(send_buf.data(), send_buf.size(), 0);
+    start_mr = ep.reg(start_buf.data(), start_buf.size(), IBV_ACCESS_REMOTE_READ);
+    rdma_mr =
+        ep.reg(rdma_buf.data(), rdma_buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  };
+  Endpoint ep(eo);
+  if (auto c = ep.connect(o.client, static_cast<std::uint16_t>(o.port)); !c)
+    return fail_with("client", fmt::format("connecting to {}:{}: {}", o.client, o.port, c.error()));
+  if (!o.quiet)
+    std::cout << fmt::format("connected to {}: {}", ep.id()->cm->peer(),
+                             describe_params(*ep.params()))
+              << std::endl;
+  double total_us = 0;
+  for (int i = 0; i < o.count; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    // rping's pattern: "rdma-ping-N: " then a rotating run of printable characters.
+    std::string head = fmt::format("rdma-ping-{}: ", i);
+    for (std::size_t k = 0; k < o.size; ++k)
+      start_buf[k] = k < head.size() ? static_cast<std::uint8_t>(head[k])
+                                     : static_cast<std::uint8_t>(65 + (k + i) % 57);
+    if (o.size > 0) start_buf[o.size - 1] = 0;
+    std::fill(rdma_buf.begin(), rdma_buf.end(), 0);
+    post_recv1(ep, recv_mr, recv_buf.data(), kAdvertSize);
+    encode({reinterpret_cast<std::uint64_t>(start_buf.data()), start_mr->rkey,
+            static_cast<std::uint32_t>(o.size)},
+           send_buf.data());
+    post1(ep, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
+    if (auto r = expect_wc(ep, ep.send_cq(), "Send of the source advertisement"); !r)
+      return fail_with("client", r.error());
+    if (auto r = expect_wc(ep, ep.recv_cq(), "the server's go-ahead after its Read"); !r)
+      return fail_with("client", r.error());
+    post_recv1(ep, recv_mr, recv_buf.data(), kAdvertSize);
+    encode({reinterpret_cast<std::uint64_t>(rdma_buf.data()), rdma_mr->rkey,
+            static_cast<std::uint32_t>(o.size)},
+           send_buf.data());
+    post1(ep, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
+    if (auto r = expect_wc(ep, ep.send_cq(), "Send of the sink advertisement"); !r)
+      return fail_with("client", r.error());
+    if (auto r = expect_wc(ep, ep.recv_cq(), "the server's go-ahead after its Write"); !r)
+      return fail_with("client", r.error());
+    if (start_buf != rdma_buf) {
+      std::size_t at = 0;
+      while (start_buf[at] == rdma_buf[at]) ++at;
+      return fail_with("client",
+                       fmt::format("ping {}: data differs at octet {} of {}", i, at, o.size));
+    }
+    total_us +=
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (o.verbose)
+      std::cout << "ping data: "
+                << std::string(reinterpret_cast<char*>(start_buf.data()),
+                               strnlen(reinterpret_cast<char*>(start_buf.data()), o.size))
+                << std::endl;
+  }
+  if (!o.quiet)
+    std::cout << fmt::format(
+                     "{} pings of {} octets verified, {:.1f} us average round trip "
+                     "(Send, Read, Send, Write, Send)",
+                     o.count, o.size, o.count ? total_us / o.count : 0.0)
+              << std::endl;
+  rdma_disconnect(ep.id());
+  ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_ping_command(CLI::App& app) {
+  auto o = std::make_shared<PingOptions>();
+  auto* sub = app.add_subcommand(
+      "ping",
+      "The rping exchange over the emulated RNIC: Send, RDMA Read, Send, RDMA Write, verify.\n"
+      "Run one side with --server and the other with --client ADDR. Interoperates with\n"
+      "librdmacm's rping (for example on Linux siw).");
+  auto* srv = sub->add_flag("--server,-s", o->server, "Listen for one client");
+  auto* cli = sub->add_option("--client,-c", o->client, "Connect to the server at ADDR");
+  srv->excludes(cli);
+  sub->add_option("--bind,-a", o->bind, "Address the server listens on")->capture_default_str();
+  sub->add_option("--port,-p", o->port, "TCP port")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  sub->add_option("--count,-C", o->count, "Pings to run")
+      ->check(CLI::Range(1, 100000000))
+      ->capture_default_str();
+  sub->add_option("--size,-S", o->size, "Octets per ping (the server needs at least the client's)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
+      ->capture_default_str();
+  sub->add_flag("--verbose,-v", o->verbose, "Print each ping's data");
+  sub->add_flag("--quiet,-q", o->quiet, "Print only errors");
+  add_app_options(*sub, o->app);
+  return [o, sub]() -> int {
+    if (!o->server && o->client.empty()) {
+      std::cerr << "rnic ping: give --server or --client ADDR (see rnic ping --help)\n";
+      return 2;
+    }
+    (void)sub;
+    return o->server ? run_server(*o) : run_client(*o);
+  };
+}
+
+}  // namespace iwarp::tools
