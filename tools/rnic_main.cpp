@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   add(iwarp::tools::add_decode_command);
   add(iwarp::tools::add_generate_command);
   add(iwarp::tools::add_ping_command);
+  add(iwarp::tools::add_xfer_command);
+  add(iwarp::tools::add_demo_command);
 
   try {
     app.parse(argc, argv);

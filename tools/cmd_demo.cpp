@@ -1,0 +1,398 @@
+// rnic demo: one command that starts two RNIC processes on this host (a server and a client,
+// talking over 127.0.0.1) and walks through Send, RDMA Write, RDMA Read, Send with Invalidate,
+// an atomic, and a deliberate protection error, each side printing what it did and what its
+// completions said. The parent prints both sides' lines as they come, labelled, and can leave
+// both sides' captures behind (--pcap-dir) for rnic decode or Wireshark.
+#include <fcntl.h>
+#include <fmt/color.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "tools/app_options.hpp"
+#include "tools/commands.hpp"
+
+extern char** environ;
+
+namespace iwarp::tools {
+
+namespace {
+
+using namespace verbs;
+
+struct DemoOptions {
+  std::string role;  // "", "server" or "client" (the children)
+  int port = 0;
+  std::string port_file;
+  std::string pcap_dir;
+  bool color = true;
+  AppOptions app;
+};
+
+// One line on stdout, flushed at once so the parent shows the two sides interleaved in time.
+void say(const std::string& s) {
+  std::cout << s << std::endl;
+}
+
+std::string show(const ibv_wc& wc) {
+  std::string s = fmt::format("{} {}", ibv_wc_opcode_str(wc.opcode), ibv_wc_status_str(wc.status));
+  if (wc.status == IBV_WC_SUCCESS) s += fmt::format(", {} octets", wc.byte_len);
+  if (wc.wc_flags & IBV_WC_WITH_INV)
+    s += fmt::format(", invalidated STag 0x{:08x}", wc.invalidated_rkey);
+  if (wc.wc_flags & IBV_WC_WITH_IMM) s += fmt::format(", immediate 0x{:08x}", wc.imm_data);
+  return s;
+}
+
+struct Side {
+  Endpoint& ep;
+  ibv_mr* mr(void* p, std::size_t n, int acc) { return ep.reg(p, n, acc); }
+  int send(ibv_wr_opcode op, void* p, std::uint32_t n, std::uint32_t lkey, std::uint64_t raddr = 0,
+           std::uint32_t rkey = 0, std::uint64_t add = 0) {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(p), n, lkey};
+    ibv_send_wr wr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+    wr.wr.atomic.remote_addr = raddr;
+    wr.wr.atomic.rkey = rkey;
+    wr.wr.atomic.compare_add = add;
+    wr.invalidate_rkey = rkey;
+    ibv_send_wr* bad;
+    return ibv_post_send(ep.qp(), &wr, &bad);
+  }
+  int recv(void* p, std::uint32_t n, std::uint32_t lkey) {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(p), n, lkey};
+    ibv_recv_wr wr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad;
+    return ibv_post_recv(ep.qp(), &wr, &bad);
+  }
+  std::optional<ibv_wc> wait(ibv_cq* cq) {
+    auto wc = ep.wait(cq);
+    if (!wc) {
+      say("  ! " + wc.error());
+      return std::nullopt;
+    }
+    return *wc;
+  }
+};
+
+// The server: exposes a buffer for Writes and Reads, a counter for atomics, and a buffer the
+// client may invalidate with Send with Invalidate.
+int run_server(const DemoOptions& o) {
+  std::vector<char> msg(256), buf(4096), inval(4096);
+  std::uint64_t counter = 41;
+  ibv_mr *msg_mr = nullptr, *buf_mr = nullptr, *inval_mr = nullptr, *ctr_mr = nullptr;
+  auto eo = endpoint_options(o.app);
+  eo.private_data = Bytes{'w', 'e', 'l', 'c', 'o', 'm', 'e'};
+  eo.on_qp_created = [&](Endpoint& ep) {
+    Side s{ep};
+    const int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    msg_mr = s.mr(msg.data(), msg.size(), IBV_ACCESS_LOCAL_WRITE);
+    buf_mr = s.mr(buf.data(), buf.size(), rw);
+    inval_mr = s.mr(inval.data(), inval.size(), rw);
+    ctr_mr = s.mr(&counter, 8, rw | IBV_ACCESS_REMOTE_ATOMIC);
+    s.recv(msg.data(), 256, msg_mr->lkey);
+  };
+  Endpoint ep(eo);
+  Side s{ep};
+  auto port = ep.listen("127.0.0.1", static_cast<std::uint16_t>(o.port));
+  if (!port) return say("cannot listen: " + port.error()), 1;
+  if (!o.port_file.empty()) {
+    std::ofstream(o.port_file + ".tmp") << *port << "\n";
+    std::filesystem::rename(o.port_file + ".tmp", o.port_file);
+  }
+  say(fmt::format("listening on 127.0.0.1:{}", *port));
+  if (auto a = ep.accept_one(); !a) return say(a.error()), 1;
+  say(fmt::format("connection accepted; the client's private data: \"{}\"",
+                  std::string(ep.peer_private_data().begin(), ep.peer_private_data().end())));
+  say("  " + describe_params(*ep.params()));
+
+  // 1. The client's first Send.
+  auto wc = s.wait(ep.recv_cq());
+  if (!wc) return 1;
+  say(fmt::format("1. receive completion: {}: \"{}\"", show(*wc),
+                  std::string(msg.data(), wc->byte_len)));
+  // 2. Tell the client where the regions are (one Send).
+  s.recv(msg.data(), 256, msg_mr->lkey);
+  std::string adv =
+      fmt::format("{} {} {} {} {} {}", reinterpret_cast<std::uint64_t>(buf.data()), buf_mr->rkey,
+                  reinterpret_cast<std::uint64_t>(inval.data()), inval_mr->rkey,
+                  reinterpret_cast<std::uint64_t>(&counter), ctr_mr->rkey);
+  std::vector<char> out(adv.begin(), adv.end());
+  auto* out_mr = ep.reg(out.data(), out.size(), 0);
+  std::strcpy(buf.data(), "data the server put in its buffer");
+  say(fmt::format(
+      "2. advertising buffer STag 0x{:08x}, invalidatable STag 0x{:08x}, counter STag 0x{:08x} "
+      "(counter = {})",
+      buf_mr->rkey, inval_mr->rkey, ctr_mr->rkey, counter));
+  s.send(IBV_WR_SEND, out.data(), static_cast<std::uint32_t>(out.size()), out_mr->lkey);
+  if (!s.wait(ep.send_cq())) return 1;
+  // 3.-5. Writes, Reads and atomics need nothing from the server's CPU: wait for the next Send.
+  wc = s.wait(ep.recv_cq());
+  if (!wc) return 1;
+  say(fmt::format("5. receive completion: {}: \"{}\"", show(*wc),
+                  std::string(msg.data(), wc->byte_len)));
+  say(fmt::format("   the buffer now reads \"{}\" and the counter is {} (no server CPU involved)",
+                  buf.data(), counter));
+  // 6. Send with Invalidate.
+  s.recv(msg.data(), 256, msg_mr->lkey);
+  wc = s.wait(ep.recv_cq());
+  if (!wc) return 1;
+  say(fmt::format("6. receive completion: {}: \"{}\"", show(*wc),
+                  std::string(msg.data(), wc->byte_len)));
+  // 7. The client now Writes to the invalidated STag: our RNIC must refuse and terminate.
+  auto ev = ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
+  say(fmt::format("7. connection ended: {}", ev ? ev->detail : ev.error()));
+  say(fmt::format(
+      "   the invalidated buffer is untouched: {}",
+      std::all_of(inval.begin(), inval.end(), [](char c) { return c == 0; }) ? "yes" : "NO"));
+  ibv_wc f;
+  while (ibv_poll_cq(ep.recv_cq(), 1, &f) == 1) say("   receive WR flushed: " + show(f));
+  return 0;
+}
+
+int run_client(const DemoOptions& o) {
+  std::vector<char> msg(256), mine(4096), readbuf(4096);
+  std::uint64_t atomic_result = 0;
+  ibv_mr *msg_mr = nullptr, *mine_mr = nullptr, *read_mr = nullptr, *res_mr = nullptr;
+  auto eo = endpoint_options(o.app);
+  eo.private_data = Bytes{'h', 'e', 'l', 'l', 'o'};
+  eo.on_qp_created = [&](Endpoint& ep) {
+    Side s{ep};
+    msg_mr = s.mr(msg.data(), msg.size(), IBV_ACCESS_LOCAL_WRITE);
+    mine_mr = s.mr(mine.data(), mine.size(), 0);
+    // iWARP: the sink of an RDMA Read needs REMOTE_WRITE.
+    read_mr =
+        s.mr(readbuf.data(), readbuf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    res_mr = s.mr(&atomic_result, 8, IBV_ACCESS_LOCAL_WRITE);
+  };
+  Endpoint ep(eo);
+  Side s{ep};
+  if (auto c = ep.connect("127.0.0.1", static_cast<std::uint16_t>(o.port)); !c)
+    return say(c.error()), 1;
+  say(fmt::format("connected; the server's private data: \"{}\"",
+                  std::string(ep.peer_private_data().begin(), ep.peer_private_data().end())));
+  say("  " + describe_params(*ep.params()));
+  // 1. Send (the initiator speaks first, RFC 5044 §7.1).
+  s.recv(msg.data(), 256, msg_mr->lkey);
+  std::strcpy(mine.data(), "hello over iWARP");
+  s.send(IBV_WR_SEND, mine.data(), 16, mine_mr->lkey);
+  auto wc = s.wait(ep.send_cq());
+  if (!wc) return 1;
+  say("1. Send \"hello over iWARP\": " + show(*wc));
+  // 2. The advertisement.
+  wc = s.wait(ep.recv_cq());
+  if (!wc) return 1;
+  std::uint64_t buf = 0, inval = 0, ctr = 0;
+  std::uint32_t buf_key = 0, inval_key = 0, ctr_key = 0;
+  std::sscanf(std::string(msg.data(), wc->byte_len).c_str(), "%lu %u %lu %u %lu %u", &buf, &buf_key,
+              &inval, &inval_key, &ctr, &ctr_key);
+  say(fmt::format("2. received the server's regions: buffer STag 0x{:08x}, counter STag 0x{:08x}",
+                  buf_key, ctr_key));
+  // 3. RDMA Read of the server's buffer.
+  s.send(IBV_WR_RDMA_READ, readbuf.data(), 64, read_mr->lkey, buf, buf_key);
+  wc = s.wait(ep.send_cq());
+  if (!wc) return 1;
+  say(fmt::format("3. RDMA Read of 64 octets: {}: \"{}\"", show(*wc), readbuf.data()));
+  // 4. RDMA Write into it, and a fetch-and-add on the counter.
+  std::strcpy(mine.data(), "written by the client with RDMA Write");
+  s.send(IBV_WR_RDMA_WRITE, mine.data(), 38, mine_mr->lkey, buf, buf_key);
+  wc = s.wait(ep.send_cq());
+  if (!wc) return 1;
+  say("4. RDMA Write of 38 octets: " + show(*wc));
+  s.send(IBV_WR_ATOMIC_FETCH_AND_ADD, &atomic_result, 8, res_mr->lkey, ctr, ctr_key, 1);
+  wc = s.wait(ep.send_cq());
+  if (!wc) return 1;
+  say(fmt::format("   atomic fetch-and-add 1: {}: the counter was {}", show(*wc), atomic_result));
+  // 5. A Send: delivered only after the Write is placed (RFC 5040 §5.5 ordering).
+  std::strcpy(mine.data(), "look at your buffer");
+  s.send(IBV_WR_SEND, mine.data(), 19, mine_mr->lkey);
+  if (!(wc = s.wait(ep.send_cq()))) return 1;
+  say("5. Send \"look at your buffer\": " + show(*wc));
+  // 6. Send with Invalidate: the server's RNIC invalidates that STag on receipt.
+  std::strcpy(mine.data(), "invalidate it");
+  s.send(IBV_WR_SEND_WITH_INV, mine.data(), 13, mine_mr->lkey, 0, inval_key);
+  if (!(wc = s.wait(ep.send_cq()))) return 1;
+  say(fmt::format("6. Send with Invalidate of STag 0x{:08x}: {}", inval_key, show(*wc)));
+  // 7. The deliberate protection error: a Write to the STag just invalidated.
+  say(fmt::format("7. RDMA Write to the invalidated STag 0x{:08x} (a protection error, on purpose)",
+                  inval_key));
+  s.send(IBV_WR_RDMA_WRITE, mine.data(), 13, mine_mr->lkey, inval, inval_key);
+  s.send(IBV_WR_SEND, mine.data(), 13, mine_mr->lkey);  // posted behind it: must be flushed
+  auto ev = ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
+  say(fmt::format("   connection ended: {}", ev ? ev->detail : ev.error()));
+  ibv_wc f;
+  while (ibv_poll_cq(ep.send_cq(), 1, &f) == 1) say("   send WR completion: " + show(f));
+  say("   (an iWARP Send or Write completes once TCP has taken it, as with siw: the peer's "
+      "Terminate");
+  say("    is how the failed Write is reported, and it ends the connection)");
+  say(fmt::format("   QP state: {}", ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? "ERROR" : "?"));
+  return 0;
+}
+
+// The parent: two children, their lines labelled and coloured as they arrive.
+int run_parent(const DemoOptions& o, const std::string& self) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("rnic-demo-{}", getpid());
+  std::filesystem::create_directories(dir);
+  const std::string port_file = (dir / "port").string();
+  auto spawn = [&](std::vector<std::string> args, int& out_fd) -> pid_t {
+    int p[2];
+    if (pipe(p) != 0) return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 2);
+    posix_spawn_file_actions_addclose(&fa, p[0]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    if (posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), environ) != 0) pid = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    close(p[1]);
+    out_fd = p[0];
+    return pid;
+  };
+  auto common = [&](const char* role) {
+    std::vector<std::string> a{
+        self,    "demo",    "--role",    role,         "--mpa-rev", std::to_string(o.app.mpa_rev),
+        "--crc", o.app.crc, "--markers", o.app.markers};
+    if (!o.pcap_dir.empty()) {
+      a.push_back("--pcap");
+      a.push_back((std::filesystem::path(o.pcap_dir) / fmt::format("demo-{}.pcap", role)).string());
+    }
+    return a;
+  };
+  if (!o.pcap_dir.empty()) std::filesystem::create_directories(o.pcap_dir);
+  std::cout
+      << "rnic demo: starting two emulated RNIC processes on this host (server and client, over "
+         "127.0.0.1)\n"
+      << std::endl;
+  int sfd = -1, cfd = -1;
+  auto sargs = common("server");
+  sargs.push_back("--port-file");
+  sargs.push_back(port_file);
+  pid_t spid = spawn(sargs, sfd);
+  if (spid < 0) return std::cerr << "rnic demo: cannot start the server process\n", 1;
+  for (int i = 0; i < 200 && !std::filesystem::exists(port_file); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!std::filesystem::exists(port_file)) {
+    kill(spid, SIGKILL);
+    return std::cerr << "rnic demo: the server process did not start listening\n", 1;
+  }
+  std::string port;
+  std::ifstream(port_file) >> port;
+  auto cargs = common("client");
+  cargs.push_back("--port");
+  cargs.push_back(port);
+  pid_t cpid = spawn(cargs, cfd);
+  struct Stream {
+    int fd;
+    std::string label;
+    fmt::color color;
+    std::string buf;
+  };
+  std::vector<Stream> streams{
+      {sfd, fmt::format("server pid {:<6}", spid), fmt::color::steel_blue, {}},
+      {cfd, fmt::format("client pid {:<6}", cpid), fmt::color::dark_orange, {}}};
+  const bool color = o.color && isatty(1);
+  auto emit = [&](Stream& s, const std::string& line) {
+    if (color)
+      std::cout << fmt::format(fg(s.color), "[{}]", s.label) << " " << line << "\n";
+    else
+      std::cout << "[" << s.label << "] " << line << "\n";
+    std::cout.flush();
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::any_of(streams.begin(), streams.end(), [](auto& s) { return s.fd >= 0; })) {
+    std::vector<pollfd> pf;
+    for (auto& s : streams)
+      if (s.fd >= 0) pf.push_back({s.fd, POLLIN, 0});
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::cerr << "rnic demo: the demo did not finish within 30 s; stopping it\n";
+      kill(spid, SIGKILL);
+      kill(cpid, SIGKILL);
+      break;
+    }
+    if (poll(pf.data(), pf.size(), 200) <= 0) continue;
+    for (auto& p : pf) {
+      if (!(p.revents & (POLLIN | POLLHUP))) continue;
+      auto& s =
+          *std::find_if(streams.begin(), streams.end(), [&](auto& x) { return x.fd == p.fd; });
+      char b[4096];
+      ssize_t n = read(s.fd, b, sizeof b);
+      if (n <= 0) {
+        if (!s.buf.empty()) emit(s, s.buf);
+        close(s.fd);
+        s.fd = -1;
+        continue;
+      }
+      s.buf.append(b, static_cast<std::size_t>(n));
+      for (std::size_t nl; (nl = s.buf.find('\n')) != std::string::npos;) {
+        emit(s, s.buf.substr(0, nl));
+        s.buf.erase(0, nl + 1);
+      }
+    }
+  }
+  int sst = 0, cst = 0;
+  waitpid(spid, &sst, 0);
+  waitpid(cpid, &cst, 0);
+  std::filesystem::remove_all(dir);
+  const bool ok =
+      WIFEXITED(sst) && WEXITSTATUS(sst) == 0 && WIFEXITED(cst) && WEXITSTATUS(cst) == 0;
+  std::cout << "\n"
+            << (ok ? "rnic demo: both sides finished as expected" : "rnic demo: a side FAILED")
+            << "\n";
+  if (!o.pcap_dir.empty())
+    std::cout << fmt::format(
+        "captures: {0}/demo-client.pcap and {0}/demo-server.pcap "
+        "(try: rnic decode {0}/demo-client.pcap)\n",
+        o.pcap_dir);
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+Runner add_demo_command(CLI::App& app) {
+  auto o = std::make_shared<DemoOptions>();
+  auto* sub = app.add_subcommand(
+      "demo",
+      "Start two emulated RNIC processes on this host and walk through Send, RDMA Write, RDMA\n"
+      "Read, an atomic, Send with Invalidate and a deliberate protection error (which ends in a\n"
+      "Terminate), printing what happens on each side.");
+  sub->add_option("--role", o->role, "Internal: run one side (server or client)")
+      ->check(CLI::IsMember({"server", "client"}))
+      ->group("");
+  sub->add_option("--port", o->port, "Internal: the server's port")->group("");
+  sub->add_option("--port-file", o->port_file, "Internal: where the server writes its port")
+      ->group("");
+  sub->add_option("--pcap-dir", o->pcap_dir, "Write each side's capture into this directory");
+  sub->add_flag("!--no-color", o->color, "Plain labels, no colours");
+  add_app_options(*sub, o->app);
+  return [o]() -> int {
+    if (o->role == "server") return run_server(*o);
+    if (o->role == "client") return run_client(*o);
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return std::cerr << "rnic demo: cannot find its own executable\n", 2;
+    self[n] = 0;
+    return run_parent(*o, self);
+  };
+}
+
+}  // namespace iwarp::tools

@@ -1,0 +1,729 @@
+// rnic xfer: every RDMA operation between two processes, each checked byte for byte, or one
+// deliberate protection error to watch the Terminate it causes. The client drives; the server
+// answers small control messages and checks what landed in its memory. Both sides print what
+// happened, and exit 0 only when everything they saw is what the RFCs require.
+//
+// Control messages are Sends of a 32-octet header (big-endian): command, size, seed, offset,
+// result, then free text. Every buffer the server exposes is surrounded by guard pages filled
+// with a pattern that is checked at the end: no octet outside a registered region may change.
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "common/log.hpp"
+#include "tools/app_options.hpp"
+#include "tools/commands.hpp"
+
+namespace iwarp::tools {
+
+namespace {
+
+using namespace verbs;
+
+constexpr std::size_t kCtl = 256;  // control message buffer
+constexpr std::uint8_t kGuard = 0xA5;
+
+enum Cmd : std::uint32_t {
+  kHello = 1,
+  kAdvert,       // server -> client: the regions it exposes
+  kExpectSend,   // the next message is data: size, seed
+  kCheckWrite,   // verify the good region: size, seed, offset
+  kPrepRead,     // fill the good region with size octets of seed
+  kExpectImm,    // the next message is Immediate Data after a Write: size, seed (imm)
+  kCheckAtomic,  // report the counter
+  kFault,        // the client is about to commit fault `size`; arm for it
+  kBye,
+  kResult,  // server -> client: result 0 ok, else text
+};
+
+struct Ctl {
+  std::uint32_t cmd = 0;
+  std::uint64_t size = 0, seed = 0, offset = 0;
+  std::uint32_t result = 0;
+  std::string text;
+};
+
+void put(const Ctl& c, std::uint8_t* p) {
+  std::memset(p, 0, kCtl);
+  store_be32(p, c.cmd);
+  store_be64(p + 4, c.size);
+  store_be64(p + 12, c.seed);
+  store_be64(p + 20, c.offset);
+  store_be32(p + 28, c.result);
+  std::memcpy(p + 32, c.text.data(), std::min(c.text.size(), kCtl - 33));
+}
+
+Ctl get(const std::uint8_t* p) {
+  Ctl c{load_be32(p),      load_be64(p + 4),  load_be64(p + 12),
+        load_be64(p + 20), load_be32(p + 28), {}};
+  c.text.assign(reinterpret_cast<const char*>(p + 32),
+                strnlen(reinterpret_cast<const char*>(p + 32), kCtl - 33));
+  return c;
+}
+
+std::uint8_t pattern_byte(std::uint64_t seed, std::uint64_t i) {
+  return static_cast<std::uint8_t>(seed * 131 + i * 7 + (i >> 8) * 13 + (i >> 16));
+}
+void fill(std::uint8_t* p, std::size_t n, std::uint64_t seed) {
+  for (std::size_t i = 0; i < n; ++i) p[i] = pattern_byte(seed, i);
+}
+// The offset of the first wrong octet, or -1.
+long long check(const std::uint8_t* p, std::size_t n, std::uint64_t seed) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (p[i] != pattern_byte(seed, i)) return static_cast<long long>(i);
+  return -1;
+}
+
+// A buffer with a guard page on each side (filled with kGuard, checked later).
+class Guarded {
+ public:
+  explicit Guarded(std::size_t size) : size_(size) {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    guard_ = page;
+    total_ = guard_ * 2 + ((size + page - 1) / page) * page;
+    base_ = static_cast<std::uint8_t*>(
+        mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (base_ == MAP_FAILED) throw std::runtime_error("mmap failed");
+    std::memset(base_, kGuard, total_);
+  }
+  ~Guarded() { munmap(base_, total_); }
+  std::uint8_t* data() const { return base_ + guard_; }
+  std::size_t size() const { return size_; }
+  // True when every octet outside [data, data + size) still holds the guard pattern.
+  bool guards_intact() const {
+    for (std::size_t i = 0; i < total_; ++i) {
+      if (i >= guard_ && i < guard_ + size_) continue;
+      if (base_[i] != kGuard) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::uint8_t* base_ = nullptr;
+  std::size_t size_, guard_ = 0, total_ = 0;
+};
+
+struct Region {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t len = 0;
+};
+
+// The faults a client can commit on purpose.
+const std::map<std::string, std::string> kFaults = {
+    {"write-no-remote-write", "RDMA Write to a region registered without REMOTE_WRITE"},
+    {"write-out-of-bounds", "RDMA Write running past the end of a region"},
+    {"unknown-stag", "RDMA Write to an STag that was never registered"},
+    {"stale-key", "RDMA Write with a valid STag index but an old key"},
+    {"read-beyond-ird", "more RDMA Reads outstanding than the responder's IRD"},
+    {"send-no-recv", "a Send when the peer has no receive posted"},
+    {"send-too-long", "a Send larger than the posted receive buffer"},
+    {"invalidated-stag", "Send with Invalidate, then an RDMA Write to the invalidated STag"},
+    {"pd-mismatch", "RDMA Write to a region of another protection domain"},
+};
+
+struct XferOptions {
+  bool server = false;
+  std::string client;
+  std::string bind = "127.0.0.1";
+  int port = 7175;
+  std::string port_file;
+  std::vector<std::size_t> sizes{0, 1, 4095, 4096, 65537, 1u << 20, 16u << 20};
+  std::vector<std::string> ops{"send", "write", "read", "write-imm", "atomic"};
+  std::string fault;
+  bool unsafe_ignore_ord = false;
+  int loop = 0;  // client: then keep Writing this many MiB (for kill tests)
+  bool verbose = false;
+  AppOptions app;
+};
+
+int say_fail(const char* side, const std::string& s) {
+  std::cout << side << ": FAIL " << s << std::endl;
+  return 1;
+}
+
+// ---------------------------------------------------------------- server
+
+int run_server(const XferOptions& o) {
+  std::size_t max = 4096;
+  for (auto s : o.sizes) max = std::max(max, s);
+  Guarded good(max), noremote(4096), otherpd(4096), inval(4096), slot(max + kCtl), counter(8);
+  std::vector<std::uint8_t> ctl_out(kCtl);
+  ibv_mr *good_mr = nullptr, *noremote_mr = nullptr, *otherpd_mr = nullptr, *inval_mr = nullptr,
+         *slot_mr = nullptr, *ctl_mr = nullptr, *counter_mr = nullptr;
+  ibv_pd* pd2 = nullptr;
+  auto post_slot = [&](Endpoint& ep, std::uint32_t len) {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(slot.data()), len, slot_mr->lkey};
+    ibv_recv_wr wr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad;
+    return ibv_post_recv(ep.qp(), &wr, &bad);
+  };
+  auto eo = endpoint_options(o.app);
+  eo.on_qp_created = [&](Endpoint& ep) {
+    const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    good_mr = ep.reg(good.data(), good.size(), all);
+    noremote_mr =
+        ep.reg(noremote.data(), noremote.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    inval_mr = ep.reg(inval.data(), inval.size(), all);
+    slot_mr = ep.reg(slot.data(), slot.size(), IBV_ACCESS_LOCAL_WRITE);
+    ctl_mr = ep.reg(ctl_out.data(), ctl_out.size(), 0);
+    counter_mr = ep.reg(counter.data(), 8, all | IBV_ACCESS_REMOTE_ATOMIC);
+    pd2 = ibv_alloc_pd(ep.ctx());
+    otherpd_mr = ibv_reg_mr(pd2, otherpd.data(), otherpd.size(), all);
+    std::memset(counter.data(), 0, 8);
+    post_slot(ep, static_cast<std::uint32_t>(slot.size()));
+  };
+  Endpoint ep(eo);
+  auto port = ep.listen(o.bind, static_cast<std::uint16_t>(o.port));
+  if (!port) return say_fail("server", port.error());
+  std::cout << fmt::format("server: listening on {}:{}", o.bind, *port) << std::endl;
+  if (!o.port_file.empty()) {
+    std::ofstream(o.port_file + ".tmp") << *port << "\n";
+    std::rename((o.port_file + ".tmp").c_str(), o.port_file.c_str());
+  }
+  if (auto a = ep.accept_one(); !a) return say_fail("server", a.error());
+  std::cout << "server: connected, " << describe_params(*ep.params()) << std::endl;
+
+  auto reply = [&](std::uint32_t result, std::string text) -> bool {
+    put(Ctl{kResult, 0, 0, 0, result, std::move(text)}, ctl_out.data());
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(ctl_out.data()), kCtl, ctl_mr->lkey};
+    ibv_send_wr wr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad;
+    if (ibv_post_send(ep.qp(), &wr, &bad) != 0) return false;
+    auto wc = ep.wait(ep.send_cq());
+    return wc && wc->status == IBV_WC_SUCCESS;
+  };
+  auto next = [&]() -> std::expected<ibv_wc, std::string> {
+    auto wc = ep.wait(ep.recv_cq());
+    if (!wc) return std::unexpected(wc.error());
+    if (wc->status != IBV_WC_SUCCESS)
+      return std::unexpected(
+          fmt::format("receive completed with {}", ibv_wc_status_str(wc->status)));
+    return wc;
+  };
+
+  std::string fault;
+  int failures = 0;
+  for (;;) {
+    auto wc = next();
+    if (!wc) return say_fail("server", wc.error() + " (" + ep.qp()->qp->error_reason() + ")");
+    Ctl c = get(slot.data());
+    if (c.cmd == kBye) {
+      post_slot(ep, static_cast<std::uint32_t>(slot.size()));
+      reply(0, "bye");
+      break;
+    }
+    if (c.cmd == kHello) {
+      // The advertisement: every region, as text "name addr rkey len" per line.
+      std::string adv;
+      auto add = [&](const char* n, ibv_mr* mr, std::size_t len) {
+        adv += fmt::format("{} {} {} {}\n", n, reinterpret_cast<std::uint64_t>(mr->addr), mr->rkey,
+                           len);
+      };
+      add("good", good_mr, good.size());
+      add("noremote", noremote_mr, noremote.size());
+      add("otherpd", otherpd_mr, otherpd.size());
+      add("inval", inval_mr, inval.size());
+      add("counter", counter_mr, 8);
+      post_slot(ep, static_cast<std::uint32_t>(slot.size()));
+      put(Ctl{kAdvert, 0, 0, 0, 0, {}}, ctl_out.data());
+      std::memcpy(ctl_out.data() + 32, adv.data(), std::min(adv.size(), kCtl - 33));
+      ibv_sge sge{reinterpret_cast<std::uint64_t>(ctl_out.data()), kCtl, ctl_mr->lkey};
+      ibv_send_wr swr;
+      swr.sg_list = &sge;
+      swr.num_sge = 1;
+      swr.opcode = IBV_WR_SEND;
+      ibv_send_wr* bad;
+      ibv_post_send(ep.qp(), &swr, &bad);
+      continue;
+    }
+    std::uint32_t result = 0;
+    std::string text = "ok";
+    switch (c.cmd) {
+      case kExpectSend: {
+        post_slot(ep, static_cast<std::uint32_t>(slot.size()));
+        reply(0, "ready");
+        auto d = next();
+        if (!d) return say_fail("server", d.error());
+        long long bad = d->byte_len != c.size ? 0 : check(slot.data(), c.size, c.seed);
+        if (d->byte_len != c.size || bad >= 0) {
+          result = 1;
+          text = fmt::format("Send of {}: byte_len {}, first wrong octet {}", c.size, d->byte_len,
+                             bad);
+        }
+        break;
+      }
+      case kCheckWrite: {
+        long long bad = check(good.data() + c.offset, c.size, c.seed);
+        if (bad >= 0) {
+          result = 1;
+          text = fmt::format("Write of {}: first wrong octet {}", c.size, bad);
+        }
+        break;
+      }
+      case kPrepRead:
+        fill(good.data(), c.size, c.seed);
+        break;
+      case kExpectImm: {
+        post_slot(ep, static_cast<std::uint32_t>(slot.size()));
+        reply(0, "ready");
+        auto d = next();
+        if (!d) return say_fail("server", d.error());
+        long long bad = check(good.data(), c.size, c.seed);
+        if (d->opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(d->wc_flags & IBV_WC_WITH_IMM) ||
+            d->imm_data != static_cast<std::uint32_t>(c.seed) || d->byte_len != c.size ||
+            bad >= 0) {
+          result = 1;
+          text =
+              fmt::format("Write with Immediate of {}: opcode {} imm {} byte_len {} wrong octet {}",
+                          c.size, ibv_wc_opcode_str(d->opcode), d->imm_data, d->byte_len, bad);
+        }
+        break;
+      }
+      case kCheckAtomic: {
+        std::uint64_t v;
+        std::memcpy(&v, counter.data(), 8);
+        if (v != c.seed) {
+          result = 1;
+          text = fmt::format("counter is {}, expected {}", v, c.seed);
+        }
+        break;
+      }
+      case kFault: {
+        fault = c.text;
+        if (fault == "send-too-long") {
+          // A small receive, and the client's Send will not fit.
+          ibv_sge sge{reinterpret_cast<std::uint64_t>(slot.data()), 16, slot_mr->lkey};
+          ibv_recv_wr rwr;
+          rwr.sg_list = &sge;
+          rwr.num_sge = 1;
+          ibv_recv_wr* bad;
+          ibv_post_recv(ep.qp(), &rwr, &bad);
+        } else if (fault == "invalidated-stag") {
+          post_slot(ep, static_cast<std::uint32_t>(slot.size()));
+          post_slot(ep, static_cast<std::uint32_t>(slot.size()));
+        } else if (fault != "send-no-recv") {
+          post_slot(ep, static_cast<std::uint32_t>(slot.size()));
+        }
+        reply(0, "armed");
+        // The connection must now end: wait for that, not for a command.
+        auto ev = ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
+        std::cout << "server: "
+                  << (ev ? "DISCONNECTED: " + ev->detail
+                         : "the connection did not end: " + ev.error())
+                  << std::endl;
+        break;
+      }
+      default:
+        result = 1;
+        text = fmt::format("unknown command {}", c.cmd);
+    }
+    if (c.cmd == kFault) break;
+    post_slot(ep, static_cast<std::uint32_t>(slot.size()));
+    if (result) ++failures;
+    if (o.verbose || result) std::cout << "server: " << text << std::endl;
+    if (!reply(result, text))
+      return say_fail("server", "reply failed: " + ep.qp()->qp->error_reason());
+  }
+
+  // Drain: for a fault, report the receive completions the connection's end produced.
+  if (!fault.empty()) {
+    for (;;) {
+      ibv_wc wc;
+      if (ibv_poll_cq(ep.recv_cq(), 1, &wc) != 1) break;
+      std::cout << fmt::format(
+                       "server: receive WR completion {}, {} octets{}",
+                       ibv_wc_status_str(wc.status), wc.byte_len,
+                       wc.wc_flags & IBV_WC_WITH_INV
+                           ? fmt::format(" (Send with Invalidate: STag 0x{:08x} invalidated)",
+                                         wc.invalidated_rkey)
+                           : "")
+                << std::endl;
+    }
+    std::cout << "server: QP "
+              << (ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? "ERROR" : "not in ERROR") << ": "
+              << ep.qp()->qp->error_reason() << std::endl;
+  } else {
+    ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
+  }
+  const bool guards = good.guards_intact() && noremote.guards_intact() && otherpd.guards_intact() &&
+                      inval.guards_intact() && slot.guards_intact() && counter.guards_intact();
+  std::cout << "server: guard pages " << (guards ? "intact" : "CHANGED") << std::endl;
+  if (fault == "write-no-remote-write" || fault == "pd-mismatch")
+    std::cout << "server: target region "
+              << (check(fault == "pd-mismatch" ? otherpd.data() : noremote.data(), 0, 0) < 0 &&
+                          std::all_of(
+                              fault == "pd-mismatch" ? otherpd.data() : noremote.data(),
+                              (fault == "pd-mismatch" ? otherpd.data() : noremote.data()) + 4096,
+                              [](std::uint8_t b) { return b == kGuard; })
+                      ? "untouched"
+                      : "CHANGED")
+              << std::endl;
+  ibv_dereg_mr(otherpd_mr);
+  ibv_dealloc_pd(pd2);
+  if (!guards) return 1;
+  if (!fault.empty()) return ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? 0 : 1;
+  std::cout << (failures ? "server: FAIL" : "server: all checks passed") << std::endl;
+  return failures ? 1 : 0;
+}
+
+// ---------------------------------------------------------------- client
+
+struct Client {
+  Client(const XferOptions& opts, Endpoint& endpoint) : o(opts), ep(endpoint) {}
+  const XferOptions& o;
+  Endpoint& ep;
+  std::vector<std::uint8_t> ctl_in = std::vector<std::uint8_t>(kCtl),
+                            ctl_out = std::vector<std::uint8_t>(kCtl);
+  std::vector<std::uint8_t> data;
+  ibv_mr *in_mr = nullptr, *out_mr = nullptr, *data_mr = nullptr;
+  std::map<std::string, Region> regions;
+
+  void post_ctl_recv() {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(ctl_in.data()), kCtl, in_mr->lkey};
+    ibv_recv_wr wr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad;
+    ibv_post_recv(ep.qp(), &wr, &bad);
+  }
+  int post(ibv_wr_opcode op, void* addr, std::uint32_t len, std::uint32_t lkey,
+           std::uint64_t raddr = 0, std::uint32_t rkey = 0, std::uint32_t imm = 0,
+           unsigned flags = IBV_SEND_SIGNALED) {
+    ibv_sge sge{reinterpret_cast<std::uint64_t>(addr), len, lkey};
+    ibv_send_wr wr;
+    wr.wr_id = static_cast<std::uint64_t>(op);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    wr.send_flags = flags;
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+    wr.imm_data = imm;
+    wr.invalidate_rkey = rkey;
+    ibv_send_wr* bad;
+    int r = ibv_post_send(ep.qp(), &wr, &bad);
+    if (r) std::cout << "client: " << ibv_last_error() << std::endl;
+    return r;
+  }
+  std::expected<ibv_wc, std::string> done(ibv_cq* cq, const char* what) {
+    auto wc = ep.wait(cq);
+    if (!wc)
+      return std::unexpected(
+          fmt::format("{}: {} ({})", what, wc.error(), ep.qp()->qp->error_reason()));
+    if (wc->status != IBV_WC_SUCCESS)
+      return std::unexpected(fmt::format("{}: {} ({})", what, ibv_wc_status_str(wc->status),
+                                         ep.qp()->qp->error_reason()));
+    return wc;
+  }
+  // Sends a command and waits for the server's result.
+  std::expected<Ctl, std::string> command(const Ctl& c) {
+    post_ctl_recv();
+    put(c, ctl_out.data());
+    post(IBV_WR_SEND, ctl_out.data(), kCtl, out_mr->lkey);
+    if (auto w = done(ep.send_cq(), "command Send"); !w) return std::unexpected(w.error());
+    if (auto w = done(ep.recv_cq(), "server reply"); !w) return std::unexpected(w.error());
+    return get(ctl_in.data());
+  }
+
+  std::expected<std::string, std::string> op(const std::string& name, std::size_t n,
+                                             std::uint64_t seed) {
+    const auto& good = regions["good"];
+    auto u32 = static_cast<std::uint32_t>(n);
+    if (name == "send") {
+      auto r = command({kExpectSend, n, seed, 0, 0, {}});
+      if (!r) return std::unexpected(r.error());
+      post_ctl_recv();
+      fill(data.data(), n, seed);
+      post(IBV_WR_SEND, data.data(), u32, data_mr->lkey);
+      if (auto w = done(ep.send_cq(), "Send"); !w) return std::unexpected(w.error());
+      if (auto w = done(ep.recv_cq(), "server reply"); !w) return std::unexpected(w.error());
+      auto c = get(ctl_in.data());
+      if (c.result) return std::unexpected(c.text);
+      return "ok";
+    }
+    if (name == "write") {
+      fill(data.data(), n, seed);
+      post(IBV_WR_RDMA_WRITE, data.data(), u32, data_mr->lkey, good.addr, good.rkey);
+      if (auto w = done(ep.send_cq(), "RDMA Write"); !w) return std::unexpected(w.error());
+      // RFC 5040 §5.5: the Send that follows is delivered after the Write is placed.
+      auto r = command({kCheckWrite, n, seed, 0, 0, {}});
+      if (!r) return std::unexpected(r.error());
+      if (r->result) return std::unexpected(r->text);
+      return "ok";
+    }
+    if (name == "read") {
+      auto r = command({kPrepRead, n, seed, 0, 0, {}});
+      if (!r) return std::unexpected(r.error());
+      std::memset(data.data(), 0, n);
+      post(IBV_WR_RDMA_READ, data.data(), u32, data_mr->lkey, good.addr, good.rkey);
+      auto w = done(ep.send_cq(), "RDMA Read");
+      if (!w) return std::unexpected(w.error());
+      if (w->byte_len != n) return std::unexpected(fmt::format("Read byte_len {}", w->byte_len));
+      if (auto bad = check(data.data(), n, seed); bad >= 0)
+        return std::unexpected(fmt::format("Read data wrong at octet {}", bad));
+      return "ok";
+    }
+    if (name == "write-imm") {
+      auto r = command({kExpectImm, n, seed & 0xFFFFFFFF, 0, 0, {}});
+      if (!r) return std::unexpected(r.error());
+      post_ctl_recv();
+      fill(data.data(), n, seed & 0xFFFFFFFF);
+      post(IBV_WR_RDMA_WRITE_WITH_IMM, data.data(), u32, data_mr->lkey, good.addr, good.rkey,
+           static_cast<std::uint32_t>(seed));
+      if (auto w = done(ep.send_cq(), "RDMA Write with Immediate"); !w)
+        return std::unexpected(w.error());
+      if (auto w = done(ep.recv_cq(), "server reply"); !w) return std::unexpected(w.error());
+      auto c = get(ctl_in.data());
+      if (c.result) return std::unexpected(c.text);
+      return "ok";
+    }
+    if (name == "atomic") {
+      // Fetch-add n + 1, then compare-and-swap it to seed; the originals must chain.
+      const auto& ctr = regions["counter"];
+      auto* res = data.data();
+      std::uint64_t before = 0;
+      ibv_sge sge{reinterpret_cast<std::uint64_t>(res), 8, data_mr->lkey};
+      ibv_send_wr wr;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.wr.atomic.remote_addr = ctr.addr;
+      wr.wr.atomic.rkey = ctr.rkey;
+      wr.wr.atomic.compare_add = n + 1;
+      ibv_send_wr* bad;
+      ibv_post_send(ep.qp(), &wr, &bad);
+      auto w = done(ep.send_cq(), "atomic fetch-add");
+      if (!w) return std::unexpected(w.error());
+      std::memcpy(&before, res, 8);
+      wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+      wr.wr.atomic.compare_add = before + n + 1;
+      wr.wr.atomic.swap = seed;
+      ibv_post_send(ep.qp(), &wr, &bad);
+      w = done(ep.send_cq(), "atomic compare-and-swap");
+      if (!w) return std::unexpected(w.error());
+      std::uint64_t seen;
+      std::memcpy(&seen, res, 8);
+      if (seen != before + n + 1)
+        return std::unexpected(
+            fmt::format("compare-and-swap saw {}, expected {}", seen, before + n + 1));
+      auto r = command({kCheckAtomic, 0, seed, 0, 0, {}});
+      if (!r) return std::unexpected(r.error());
+      if (r->result) return std::unexpected(r->text);
+      return "ok";
+    }
+    return std::unexpected("unknown operation " + name);
+  }
+};
+
+int run_fault(Client& c, const std::string& fault) {
+  auto armed = c.command({kFault, 0, 0, 0, 0, fault});
+  if (!armed) return say_fail("client", armed.error());
+  const auto& good = c.regions["good"];
+  const auto& data = c.data;
+  (void)data;
+  std::cout << "client: committing fault '" << fault << "': " << kFaults.at(fault) << std::endl;
+  auto* buf = c.data.data();
+  const auto lkey = c.data_mr->lkey;
+  if (fault == "write-no-remote-write")
+    c.post(IBV_WR_RDMA_WRITE, buf, 64, lkey, c.regions["noremote"].addr,
+           c.regions["noremote"].rkey);
+  else if (fault == "write-out-of-bounds")
+    c.post(IBV_WR_RDMA_WRITE, buf, 64, lkey, good.addr + good.len - 10, good.rkey);
+  else if (fault == "unknown-stag")
+    c.post(IBV_WR_RDMA_WRITE, buf, 64, lkey, good.addr, good.rkey ^ 0x00FFFF00u);
+  else if (fault == "stale-key")
+    c.post(IBV_WR_RDMA_WRITE, buf, 64, lkey, good.addr, good.rkey ^ 0x01u);
+  else if (fault == "pd-mismatch")
+    c.post(IBV_WR_RDMA_WRITE, buf, 64, lkey, c.regions["otherpd"].addr, c.regions["otherpd"].rkey);
+  else if (fault == "send-no-recv" || fault == "send-too-long")
+    c.post(IBV_WR_SEND, buf, 1000, lkey);
+  else if (fault == "read-beyond-ird")
+    for (int i = 0; i < 8; ++i) c.post(IBV_WR_RDMA_READ, buf, 65536, lkey, good.addr, good.rkey);
+  else if (fault == "invalidated-stag") {
+    c.post(IBV_WR_SEND_WITH_INV, buf, 8, lkey, 0, c.regions["inval"].rkey);
+    c.post(IBV_WR_RDMA_WRITE, buf, 64, lkey, c.regions["inval"].addr, c.regions["inval"].rkey);
+  }
+  // A Send after the fault: it must complete flushed (or fail), never succeed at the peer.
+  c.post(IBV_WR_SEND, c.ctl_out.data(), 16, c.out_mr->lkey);
+  auto ev = c.ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
+  if (!ev) return say_fail("client", "expected the connection to end: " + ev.error());
+  std::cout << "client: DISCONNECTED: " << ev->detail << std::endl;
+  int n = 0, flushed = 0, ok = 0;
+  for (;;) {
+    ibv_wc wc;
+    if (ibv_poll_cq(c.ep.send_cq(), 1, &wc) != 1) break;
+    ++n;
+    if (wc.status == IBV_WC_WR_FLUSH_ERR) ++flushed;
+    if (wc.status == IBV_WC_SUCCESS) ++ok;
+    std::cout << fmt::format("client: send WR completion {} ({}){}", ibv_wc_status_str(wc.status),
+                             ibv_wc_opcode_str(wc.opcode),
+                             wc.vendor_err
+                                 ? fmt::format(" Terminate {}/{}/0x{:02x}", wc.vendor_err >> 16,
+                                               (wc.vendor_err >> 8) & 0xff, wc.vendor_err & 0xff)
+                                 : "")
+              << std::endl;
+  }
+  std::cout << "client: QP "
+            << (ibv_query_qp_state(c.ep.qp()) == IBV_QPS_ERR ? "ERROR" : "not in ERROR") << ": "
+            << c.ep.qp()->qp->error_reason() << std::endl;
+  return ibv_query_qp_state(c.ep.qp()) == IBV_QPS_ERR ? 0 : 1;
+}
+
+int run_client(const XferOptions& o) {
+  std::size_t max = 4096;
+  for (auto s : o.sizes) max = std::max(max, s);
+  auto eo = endpoint_options(o.app);
+  eo.cm.ignore_ord = o.unsafe_ignore_ord;
+  std::vector<std::uint8_t> data(max + 1000);
+  std::vector<std::uint8_t> ctl_in(kCtl), ctl_out(kCtl);
+  ibv_mr *in_mr = nullptr, *out_mr = nullptr, *data_mr = nullptr;
+  eo.on_qp_created = [&](Endpoint& ep) {
+    in_mr = ep.reg(ctl_in.data(), kCtl, IBV_ACCESS_LOCAL_WRITE);
+    out_mr = ep.reg(ctl_out.data(), kCtl, 0);
+    data_mr = ep.reg(data.data(), data.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  };
+  Endpoint ep(eo);
+  if (auto r = ep.connect(o.client, static_cast<std::uint16_t>(o.port)); !r)
+    return say_fail("client", fmt::format("connecting to {}:{}: {}", o.client, o.port, r.error()));
+  std::cout << "client: connected, " << describe_params(*ep.params()) << std::endl;
+  Client c(o, ep);
+  c.ctl_in.swap(ctl_in);
+  c.ctl_out.swap(ctl_out);
+  c.data.swap(data);
+  c.in_mr = in_mr;
+  c.out_mr = out_mr;
+  c.data_mr = data_mr;
+  // Hello, and the server's advertisement of its regions.
+  auto adv = c.command({kHello, 0, 0, 0, 0, {}});
+  if (!adv) return say_fail("client", adv.error());
+  std::istringstream in(std::string(reinterpret_cast<char*>(c.ctl_in.data() + 32)));
+  std::string name;
+  Region r;
+  while (in >> name >> r.addr >> r.rkey >> r.len) c.regions[name] = r;
+  if (!c.regions.count("good")) return say_fail("client", "no advertisement from the server");
+
+  if (!o.fault.empty()) return run_fault(c, o.fault);
+
+  int failures = 0, passed = 0;
+  std::uint64_t seed = 1;
+  for (const auto& opname : o.ops) {
+    for (auto n : o.sizes) {
+      if (opname == "atomic" && n > 1) continue;  // size does not matter: once is enough
+      const auto t0 = std::chrono::steady_clock::now();
+      auto res = c.op(opname, n, seed++);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (!res) {
+        ++failures;
+        std::cout << fmt::format("client: {:<10} {:>9} octets  FAIL {}", opname, n, res.error())
+                  << std::endl;
+        if (ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR) return 1;
+      } else {
+        ++passed;
+        if (o.verbose)
+          std::cout << fmt::format("client: {:<10} {:>9} octets  ok  {:.2f} ms", opname, n, ms)
+                    << std::endl;
+      }
+    }
+  }
+  for (int i = 0; i < o.loop; ++i) {
+    // Writes of 1 MiB, for tests that kill a process mid-transfer.
+    for (int k = 0; k < 16; ++k)
+      c.post(IBV_WR_RDMA_WRITE, c.data.data(),
+             static_cast<std::uint32_t>(std::min<std::size_t>(max, 1u << 20)), data_mr->lkey,
+             c.regions["good"].addr, c.regions["good"].rkey);
+    int flushed = 0;
+    for (int k = 0; k < 16; ++k) {
+      auto wc = ep.wait(ep.send_cq());
+      if (!wc) return say_fail("client", "write loop: " + wc.error());
+      if (wc->status == IBV_WC_WR_FLUSH_ERR)
+        ++flushed;
+      else if (wc->status != IBV_WC_SUCCESS)
+        return say_fail("client", ibv_wc_status_str(wc->status));
+    }
+    if (flushed) {
+      std::cout << fmt::format("client: connection lost ({}); {} outstanding WRs flushed",
+                               ep.qp()->qp->error_reason(), flushed)
+                << std::endl;
+      return 3;
+    }
+    if (i == 0) std::cout << "client: write loop running" << std::endl;
+  }
+  auto bye = c.command({kBye, 0, 0, 0, 0, {}});
+  rdma_disconnect(ep.id());
+  ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
+  std::cout << fmt::format("client: {} operations verified, {} failed", passed, failures)
+            << std::endl;
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+Runner add_xfer_command(CLI::App& app) {
+  auto o = std::make_shared<XferOptions>();
+  auto* sub = app.add_subcommand(
+      "xfer",
+      "Every RDMA operation (Send, Write, Read, Write with Immediate, atomics) between two\n"
+      "processes at several sizes, each verified byte for byte; or, with --fault, one\n"
+      "deliberate protection error and the Terminate it must cause. Run --server, then --client.");
+  auto* srv = sub->add_flag("--server,-s", o->server, "Serve one client");
+  auto* cli = sub->add_option("--client,-c", o->client, "Connect to the server at ADDR");
+  srv->excludes(cli);
+  sub->add_option("--bind,-a", o->bind, "Address the server listens on")->capture_default_str();
+  sub->add_option("--port,-p", o->port, "TCP port (0: any; see --port-file)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  sub->add_option("--port-file", o->port_file, "Server: write the port it listens on to this file");
+  sub->add_option("--sizes", o->sizes, "Message sizes in octets (both sides need the same largest)")
+      ->delimiter(',')
+      ->capture_default_str();
+  sub->add_option("--ops", o->ops, "Operations: send, write, read, write-imm, atomic")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"send", "write", "read", "write-imm", "atomic"}))
+      ->capture_default_str();
+  std::string faults;
+  for (const auto& [k, v] : kFaults) faults += "\n  " + k + ": " + v;
+  sub->add_option("--fault", o->fault, "Client: commit one protection error on purpose:" + faults)
+      ->check(CLI::IsMember([] {
+        std::vector<std::string> v;
+        for (const auto& [k, _] : kFaults) v.push_back(k);
+        return v;
+      }()));
+  sub->add_flag(
+      "--unsafe-ignore-ord", o->unsafe_ignore_ord,
+      "Client: send more RDMA Reads than the negotiated ORD (to test a peer's IRD check)");
+  sub->add_option("--loop", o->loop,
+                  "Client: afterwards Write 16 MiB this many times (for kill tests)");
+  sub->add_flag("--verbose,-v", o->verbose, "Print every operation");
+  add_app_options(*sub, o->app);
+  return [o]() -> int {
+    if (!o->server && o->client.empty()) {
+      std::cerr << "rnic xfer: give --server or --client ADDR (see rnic xfer --help)\n";
+      return 2;
+    }
+    try {
+      return o->server ? run_server(*o) : run_client(*o);
+    } catch (const std::exception& e) {
+      std::cerr << "rnic xfer: " << e.what() << "\n";
+      return 2;
+    }
+  };
+}
+
+}  // namespace iwarp::tools
