@@ -68,14 +68,20 @@ std::optional<rdma_cm_event> Endpoint::next_event(std::chrono::milliseconds t) {
   return copy;
 }
 
-std::expected<rdma_cm_event, std::string> Endpoint::wait_event(rdma_cm_event_type type) {
-  const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+std::expected<rdma_cm_event, std::string> Endpoint::wait_event_forever(rdma_cm_event_type type) {
+  return wait_event(type, std::chrono::hours(24 * 365));
+}
+
+std::expected<rdma_cm_event, std::string> Endpoint::wait_event(
+    rdma_cm_event_type type, std::optional<std::chrono::milliseconds> timeout) {
+  const auto limit = timeout.value_or(opts_.timeout);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)
       return std::unexpected(
-          fmt::format("no {} within {} ms", rdma_event_str(type), opts_.timeout.count()));
+          fmt::format("no {} within {} ms", rdma_event_str(type), limit.count()));
     auto ev = next_event(left);
     if (!ev) continue;
     if (ev->event == type) return *ev;
@@ -96,7 +102,9 @@ std::expected<std::uint16_t, std::string> Endpoint::listen(const std::string& ad
 }
 
 std::expected<void, std::string> Endpoint::accept_one() {
-  auto ev = wait_event(RDMA_CM_EVENT_CONNECT_REQUEST);
+  // A server waits for its client as long as it takes; a client that connects and then
+  // fails the MPA exchange ends the wait with the reason.
+  auto ev = wait_event_forever(RDMA_CM_EVENT_CONNECT_REQUEST);
   if (!ev) return std::unexpected(ev.error());
   conn_ = ev->id;
   peer_pd_ = ev->private_data_storage;
@@ -127,7 +135,9 @@ std::expected<void, std::string> Endpoint::connect(const std::string& host, std:
   p.responder_resources = opts_.ird;
   p.initiator_depth = opts_.ord;
   rdma_connect(conn_, &p);
-  auto est = wait_event(RDMA_CM_EVENT_ESTABLISHED);
+  // The connection manager times out the TCP connect and the MPA Reply itself.
+  auto est = wait_event(RDMA_CM_EVENT_ESTABLISHED,
+                        opts_.cm.connect_timeout + opts_.cm.mpa_timeout + std::chrono::seconds(2));
   if (!est) return std::unexpected(est.error());
   params_ = est->mpa;
   peer_pd_ = est->private_data_storage;

@@ -42,8 +42,11 @@ class Endpoint {
 
   // Waits for the next completion on `cq` (send or recv).
   std::expected<ibv_wc, std::string> wait(ibv_cq* cq);
-  // Waits for a CM event of the given type (others are logged and skipped).
-  std::expected<rdma_cm_event, std::string> wait_event(rdma_cm_event_type type);
+  // Waits for a CM event of `type` (others are skipped; errors end the wait) within `timeout`
+  // (default: options().timeout).
+  std::expected<rdma_cm_event, std::string> wait_event(
+      rdma_cm_event_type type, std::optional<std::chrono::milliseconds> timeout = {});
+  std::expected<rdma_cm_event, std::string> wait_event_forever(rdma_cm_event_type type);
   // The next CM event, if one arrives within `t`.
   std::optional<rdma_cm_event> next_event(std::chrono::milliseconds t);
 
