@@ -187,7 +187,7 @@ QueuePair::Stats QueuePair::stats() const {
   return stats_;
 }
 
-int QueuePair::post_send(const SendWr& in, std::string* why) {
+int QueuePair::post_send(const SendWr& in, std::string* why, bool ring) {
   auto refuse = [&](int err, std::string text) {
     if (why) *why = std::move(text);
     return err;
@@ -260,7 +260,7 @@ int QueuePair::post_send(const SendWr& in, std::string* why) {
     e.wc = Wc{};
     ++sq_tail_;
   }
-  ring_doorbell();
+  if (ring) ring_doorbell();
   return 0;
 }
 

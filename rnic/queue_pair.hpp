@@ -108,7 +108,10 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   ~QueuePair();
 
   // Verbs side, any thread. Return 0 or an errno value, with `why` saying what was wrong.
-  int post_send(const SendWr& wr, std::string* why = nullptr);
+  // With ring = false the WR waits in the ring for the next doorbell (ring_doorbell()), so a
+  // chain of WRs goes out as one batch.
+  int post_send(const SendWr& wr, std::string* why = nullptr, bool ring = true);
+  void ring_doorbell();
   int post_recv(const RecvWr& wr, std::string* why = nullptr);
 
   std::uint32_t qp_num() const { return qp_num_; }
@@ -179,7 +182,6 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   };
 
   // --- engine (engine thread) ---
-  void ring_doorbell();
   void tx_kick();
   bool next_message(TxMsg& m);  // false when nothing can go now
   bool start_sq_wqe(std::uint64_t index, TxMsg& m);

@@ -84,7 +84,7 @@ std::expected<rdma_cm_event, std::string> Endpoint::wait_event(
           fmt::format("no {} within {} ms", rdma_event_str(type), limit.count()));
     auto ev = next_event(left);
     if (!ev) continue;
-    if (ev->event == type) return *ev;
+    if (ev->event == type) return std::move(*ev);  // a move keeps private_data valid
     if (ev->event == RDMA_CM_EVENT_REJECTED || ev->event == RDMA_CM_EVENT_UNREACHABLE ||
         ev->event == RDMA_CM_EVENT_CONNECT_ERROR || ev->event == RDMA_CM_EVENT_DISCONNECTED)
       return std::unexpected(fmt::format("{} while waiting for {}: {}", rdma_event_str(ev->event),

@@ -292,18 +292,24 @@ rnic::RecvWr to_recv_wr(const ibv_recv_wr& w) {
 }
 
 int ibv_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  // The whole chain goes into the send queue first, then one doorbell: one batch on the wire.
+  int err = 0;
+  bool posted = false;
   for (; wr; wr = wr->next) {
-    if (wr->num_sge < 0) {
-      if (bad_wr) *bad_wr = wr;
-      return refuse(EINVAL, "num_sge is negative");
-    }
     std::string why;
-    if (int e = qp->qp->post_send(to_send_wr(*wr), &why); e) {
-      if (bad_wr) *bad_wr = wr;
-      return refuse(e, "ibv_post_send: " + why);
+    if (wr->num_sge < 0) {
+      err = refuse(EINVAL, "ibv_post_send: num_sge is negative");
+    } else if (int e = qp->qp->post_send(to_send_wr(*wr), &why, false); e) {
+      err = refuse(e, "ibv_post_send: " + why);
     }
+    if (err) {
+      if (bad_wr) *bad_wr = wr;
+      break;
+    }
+    posted = true;
   }
-  return 0;
+  if (posted) qp->qp->ring_doorbell();
+  return err;
 }
 
 int ibv_post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
