@@ -2,6 +2,7 @@
 // operation with its data checked, and the error paths with their Terminates and flushes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -86,7 +87,7 @@ TEST(RnicLoopback, SendWriteReadData) {
     ASSERT_TRUE(rwc) << rwc.error();
     EXPECT_EQ(rwc->status, IBV_WC_SUCCESS);
     EXPECT_EQ(rwc->byte_len, n);
-    EXPECT_EQ(0, std::memcmp(dst.data(), src.data(), n));
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin()));
     auto swc = c.wait(c.send_cq());
     ASSERT_TRUE(swc) << swc.error();
     EXPECT_EQ(swc->status, IBV_WC_SUCCESS);
@@ -106,7 +107,7 @@ TEST(RnicLoopback, SendWriteReadData) {
     ASSERT_TRUE(swc) << swc.error();
     EXPECT_EQ(swc->status, IBV_WC_SUCCESS) << ibv_wc_status_str(swc->status);
     EXPECT_EQ(swc->opcode, IBV_WC_RDMA_READ);
-    EXPECT_EQ(0, std::memcmp(rdst.data(), src.data(), n));
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), rdst.begin()));
     EXPECT_EQ(rdst[n], 0xCC);
     EXPECT_EQ(dst[n], 0xEE);
   }

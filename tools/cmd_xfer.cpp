@@ -184,6 +184,16 @@ int run_server(const XferOptions& o) {
     post_slot(ep, static_cast<std::uint32_t>(slot.size()));
   };
   Endpoint ep(eo);
+  // The second PD and its region are not the endpoint's: release them on every way out,
+  // before the endpoint's device goes.
+  struct Release {
+    ibv_mr*& mr;
+    ibv_pd*& pd;
+    ~Release() {
+      if (mr) ibv_dereg_mr(mr);
+      if (pd) ibv_dealloc_pd(pd);
+    }
+  } release{otherpd_mr, pd2};
   auto port = ep.listen(o.bind, static_cast<std::uint16_t>(o.port));
   if (!port) return say_fail("server", port.error());
   std::cout << fmt::format("server: listening on {}:{}", o.bind, *port) << std::endl;
@@ -373,8 +383,6 @@ int run_server(const XferOptions& o) {
                       ? "untouched"
                       : "CHANGED")
               << std::endl;
-  ibv_dereg_mr(otherpd_mr);
-  ibv_dealloc_pd(pd2);
   if (!guards) return 1;
   if (!fault.empty()) return ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? 0 : 1;
   std::cout << (failures ? "server: FAIL" : "server: all checks passed") << std::endl;

@@ -63,6 +63,13 @@ std::optional<rdma_cm_event> Endpoint::next_event(std::chrono::milliseconds t) {
   if (rdma_get_cm_event(ech_, &ev, static_cast<int>(t.count())) != 0) return std::nullopt;
   rdma_cm_event copy = *ev;
   rdma_ack_cm_event(ev);
+  // A connection that failed before CONNECT_REQUEST comes with an id made for it: not ours to
+  // keep.
+  if (copy.event == RDMA_CM_EVENT_CONNECT_ERROR && copy.id && copy.id != conn_ &&
+      copy.id != listen_id_) {
+    rdma_destroy_id(copy.id);
+    copy.id = nullptr;
+  }
   copy.param.conn.private_data =
       copy.private_data_storage.empty() ? nullptr : copy.private_data_storage.data();
   return copy;
