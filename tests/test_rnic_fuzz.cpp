@@ -1,0 +1,202 @@
+// A hostile peer: a raw TCP client completes the MPA exchange with an emulated RNIC and then
+// sends valid and mutated DDP segments (mutated before the CRC is computed, so the bad headers
+// reach DDP and RDMAP, and sometimes after, so the CRC catches them). Whatever arrives, the RNIC
+// must not crash or hang, must never write outside its registered memory, and must end the
+// connection with a well-formed Terminate when it finds a violation.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <random>
+
+#include "common/log.hpp"
+#include "ddp/segment.hpp"
+#include "mpa/fpdu.hpp"
+#include "mpa/negotiation.hpp"
+#include "mpa/stream_decoder.hpp"
+#include "verbs_shim/endpoint.hpp"
+
+using namespace iwarp;
+using namespace iwarp::verbs;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint8_t kCanary = 0x5C;
+
+bool write_all(int fd, ByteSpan b) {
+  while (!b.empty()) {
+    ssize_t n = ::send(fd, b.data(), b.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    b = b.subspan(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+bool read_n(int fd, std::uint8_t* p, std::size_t n) {
+  while (n) {
+    ssize_t r = ::recv(fd, p, n, 0);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+// Collects what the RNIC sends back, to check its Terminate is well formed.
+struct Replies : mpa::StreamVisitor {
+  int fpdus = 0, terminates = 0;
+  std::optional<WireError> error;
+  void on_mpa_frame(const mpa::MpaFrame&, std::uint64_t, std::size_t) override {}
+  void on_fpdu(const mpa::Fpdu& f) override {
+    ++fpdus;
+    auto s = ddp::parse_segment(f.ulpdu);
+    if (s && s->hdr.opcode == 7) ++terminates;
+    if (!s) error = s.error();
+  }
+  void on_error(const WireError& e) override { error = e; }
+};
+
+}  // namespace
+
+TEST(RnicFuzz, HostilePeerNeverCorruptsMemoryOrHangs) {
+  log::configure("rnic=error");  // a thousand Terminates are expected here
+  const int iterations =
+      std::getenv("RNIC_FUZZ_ITERATIONS") ? std::atoi(std::getenv("RNIC_FUZZ_ITERATIONS")) : 1000;
+  std::mt19937 rng(20261122);
+  int terminated = 0, clean = 0;
+  for (int it = 0; it < iterations; ++it) {
+    SCOPED_TRACE(it);
+    // The target: a region with canaries on both sides, and receive buffers.
+    std::vector<std::uint8_t> mem(3 * 4096, kCanary), rbuf(2 * 4096, kCanary);
+    ibv_mr *mr = nullptr, *rmr = nullptr;
+    EndpointOptions so;
+    so.cm.policy.crc = mpa::CrcPolicy::Required;
+    so.timeout = 5s;
+    so.on_qp_created = [&](Endpoint& ep) {
+      mr = ep.reg(&mem[4096], 4096,
+                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                      IBV_ACCESS_REMOTE_ATOMIC);
+      rmr = ep.reg(&rbuf[2048], 2048, IBV_ACCESS_LOCAL_WRITE);
+      for (int k = 0; k < 2; ++k) {
+        ibv_sge sge{reinterpret_cast<std::uint64_t>(&rbuf[2048 + k * 1024]), 1024, rmr->lkey};
+        ibv_recv_wr wr;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        ibv_recv_wr* bad;
+        ibv_post_recv(ep.qp(), &wr, &bad);
+      }
+    };
+    Endpoint server(so);
+    auto port = server.listen("127.0.0.1", 0);
+    ASSERT_TRUE(port);
+    std::expected<void, std::string> accepted;
+    std::thread acc([&] { accepted = server.accept_one(); });
+
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(*port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    mpa::Policy pol;
+    pol.crc = mpa::CrcPolicy::Required;
+    ASSERT_TRUE(write_all(fd, mpa::make_request(pol).encode()));
+    std::uint8_t hdr[mpa::kFrameHeaderSize];
+    ASSERT_TRUE(read_n(fd, hdr, sizeof hdr));
+    std::vector<std::uint8_t> pd(load_be16(hdr + 18));
+    ASSERT_TRUE(read_n(fd, pd.data(), pd.size()));
+    acc.join();
+    ASSERT_TRUE(accepted) << accepted.error();
+    const STag stag{mr->rkey};
+    const std::uint64_t base = reinterpret_cast<std::uint64_t>(mr->addr);
+
+    // A few segments: Writes inside the region, Sends, a Read Request, an atomic.
+    mpa::FpduEncoder enc({true, false});
+    Bytes wire;
+    std::uint32_t send_msn = 0, read_msn = 0;
+    const int segments = 1 + static_cast<int>(rng() % 6);
+    for (int k = 0; k < segments; ++k) {
+      ddp::Segment s;
+      Bytes payload(rng() % 600);
+      for (auto& b : payload) b = static_cast<std::uint8_t>(rng());
+      switch (rng() % 4) {
+        case 0:
+          s.hdr = ddp::tagged_header(rdmap::Opcode::Write, stag, TaggedOffset{base + rng() % 3000});
+          s.payload = payload;
+          break;
+        case 1:
+          s.hdr = ddp::untagged_header(rdmap::Opcode::Send, QueueNumber{0}, Msn{++send_msn},
+                                       MessageOffset{0});
+          s.payload = payload;
+          break;
+        case 2:
+          s.hdr = ddp::untagged_header(rdmap::Opcode::ReadRequest, QueueNumber{1}, Msn{++read_msn},
+                                       MessageOffset{0});
+          s.body =
+              rdmap::ReadRequest{STag{1}, TaggedOffset{0}, static_cast<std::uint32_t>(rng() % 512),
+                                 stag, TaggedOffset{base + rng() % 3000}};
+          break;
+        default: {
+          s.hdr = ddp::untagged_header(rdmap::Opcode::AtomicRequest, QueueNumber{1},
+                                       Msn{++read_msn}, MessageOffset{0});
+          rdmap::AtomicRequest ar;
+          ar.stag = stag;
+          ar.to = TaggedOffset{base + 8 * (rng() % 512)};
+          ar.add_swap_data = 1;
+          s.body = ar;
+        }
+      }
+      Bytes ulpdu;
+      ddp::encode_segment(s, ulpdu);
+      // Mutate the ULPDU itself (the CRC then covers the bad bytes) in most iterations.
+      if (rng() % 4 != 0) {
+        const int flips = 1 + static_cast<int>(rng() % 4);
+        for (int f = 0; f < flips; ++f)
+          ulpdu[rng() % ulpdu.size()] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+      }
+      const std::size_t before = wire.size();
+      ASSERT_TRUE(enc.encode(ulpdu, wire));
+      if (rng() % 10 == 0) wire[before + rng() % (wire.size() - before)] ^= 0x10;  // CRC error
+    }
+    write_all(fd, wire);
+    ::shutdown(fd, SHUT_WR);
+
+    // The RNIC's answer: at most a Terminate, well formed, then the end of the stream.
+    mpa::StreamDecoder dec(mpa::FramingConfig{true, false});
+    Replies replies;
+    std::uint8_t buf[4096];
+    for (;;) {
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      dec.feed(ByteSpan(buf, static_cast<std::size_t>(n)), replies);
+    }
+    ::close(fd);
+    EXPECT_FALSE(replies.error) << replies.error->to_string();
+    EXPECT_LE(replies.terminates, 1);
+    auto ev = server.wait_event(RDMA_CM_EVENT_DISCONNECTED, 5s);
+    EXPECT_TRUE(ev) << "the RNIC did not end the connection";
+    EXPECT_EQ(ibv_query_qp_state(server.qp()), IBV_QPS_ERR);
+    if (replies.terminates) {
+      ++terminated;
+      EXPECT_NE(server.qp()->qp->error_reason().find("sent Terminate"), std::string::npos);
+    } else {
+      ++clean;
+    }
+    // No octet outside the registered ranges changed.
+    for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(mem[i], kCanary) << "below the region";
+    for (std::size_t i = 8192; i < mem.size(); ++i)
+      ASSERT_EQ(mem[i], kCanary) << "above the region";
+    for (std::size_t i = 0; i < 2048; ++i)
+      ASSERT_EQ(rbuf[i], kCanary) << "below the receive buffers";
+    for (std::size_t i = 4096; i < rbuf.size(); ++i) ASSERT_EQ(rbuf[i], kCanary);
+  }
+  // The mutations must really have exercised the error paths, and the clean ones the others.
+  EXPECT_GT(terminated, iterations / 3);
+  EXPECT_GT(clean, 0);
+}
