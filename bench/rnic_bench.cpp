@@ -131,23 +131,19 @@ double rnic_write(RnicPair& p, std::size_t total, std::size_t chunk) {
   auto* smr = p.client->reg(src.data(), src.size(), 0);
   auto* dmr =
       p.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  ibv_sge sge{reinterpret_cast<std::uint64_t>(src.data()), static_cast<std::uint32_t>(chunk),
-              smr->lkey};
-  ibv_send_wr wr;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = reinterpret_cast<std::uint64_t>(dst.data());
-  wr.wr.rdma.rkey = dmr->rkey;
+  const OneWr wr{.op = IBV_WR_RDMA_WRITE,
+                 .addr = src.data(),
+                 .len = static_cast<std::uint32_t>(chunk),
+                 .lkey = smr->lkey,
+                 .remote_addr = reinterpret_cast<std::uint64_t>(dst.data()),
+                 .rkey = dmr->rkey};
   const std::size_t n = total / chunk;
   std::size_t posted = 0, done = 0;
   auto t0 = Clock::now();
   ibv_wc wc[16];
   while (done < n) {
     while (posted < n && posted - done < 16) {
-      ibv_send_wr* bad;
-      ibv_post_send(p.client->qp(), &wr, &bad);
+      post_one(p.client->qp(), wr);
       ++posted;
     }
     int k = ibv_poll_cq(p.client->send_cq(), 16, wc);
@@ -247,22 +243,12 @@ double rnic_pingpong(RnicPair& p, std::size_t size, int n) {
   auto* amr = p.client->reg(a.data(), size, 0);
   auto* bmr = p.client->reg(b.data(), size, IBV_ACCESS_LOCAL_WRITE);
   auto* cmr = p.server->reg(c.data(), size, IBV_ACCESS_LOCAL_WRITE);
+  const auto len = static_cast<std::uint32_t>(size);
   auto post_recv = [&](Endpoint& e, char* buf, ibv_mr* mr) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(size), mr->lkey};
-    ibv_recv_wr wr;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad;
-    ibv_post_recv(e.qp(), &wr, &bad);
+    post_one_recv(e.qp(), buf, len, mr->lkey);
   };
   auto send = [&](Endpoint& e, char* buf, ibv_mr* mr) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(buf), static_cast<std::uint32_t>(size), mr->lkey};
-    ibv_send_wr wr;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    ibv_send_wr* bad;
-    ibv_post_send(e.qp(), &wr, &bad);
+    post_one(e.qp(), {.addr = buf, .len = len, .lkey = mr->lkey, .flags = 0});
   };
   // Block on the completion channel (as the TCP side blocks in read).
   auto spin = [&](ibv_cq* cq) {

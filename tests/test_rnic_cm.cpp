@@ -183,12 +183,7 @@ TEST_P(PeerToPeer, ResponderMaySendFirstAfterTheRtr) {
   ibv_mr* rmr = nullptr;
   co.on_qp_created = [&](Endpoint& ep) {
     rmr = ep.reg(rbuf, sizeof rbuf, IBV_ACCESS_LOCAL_WRITE);
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(rbuf), sizeof rbuf, rmr->lkey};
-    ibv_recv_wr wr;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad;
-    ibv_post_recv(ep.qp(), &wr, &bad);
+    post_one_recv(ep.qp(), rbuf, sizeof rbuf, rmr->lkey);
   };
   auto c = connect(so, co);
   ASSERT_TRUE(c.connected) << c.connected.error();
@@ -197,13 +192,7 @@ TEST_P(PeerToPeer, ResponderMaySendFirstAfterTheRtr) {
   EXPECT_EQ(c.server->params()->rtr, GetParam());
   char msg[] = "responder first";
   auto* smr = c.server->reg(msg, sizeof msg, 0);
-  ibv_sge sge{reinterpret_cast<std::uint64_t>(msg), sizeof msg, smr->lkey};
-  ibv_send_wr wr;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  ibv_send_wr* bad;
-  ASSERT_EQ(ibv_post_send(c.server->qp(), &wr, &bad), 0);
+  ASSERT_EQ(post_one(c.server->qp(), {.addr = msg, .len = sizeof msg, .lkey = smr->lkey}), 0);
   auto wc = c.client->wait(c.client->recv_cq());
   ASSERT_TRUE(wc) << wc.error();
   EXPECT_EQ(wc->status, IBV_WC_SUCCESS);

@@ -40,29 +40,20 @@ std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
 }
 
 int post_recv(Endpoint& e, ibv_mr* mr, void* addr, std::uint32_t len, std::uint64_t id) {
-  ibv_sge sge{reinterpret_cast<std::uint64_t>(addr), len, mr->lkey};
-  ibv_recv_wr wr;
-  wr.wr_id = id;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  ibv_recv_wr* bad;
-  return ibv_post_recv(e.qp(), &wr, &bad);
+  return post_one_recv(e.qp(), addr, len, mr->lkey, id);
 }
 
 int post_send(Endpoint& e, ibv_wr_opcode op, ibv_mr* mr, void* addr, std::uint32_t len,
               std::uint64_t id, std::uint64_t raddr = 0, std::uint32_t rkey = 0,
               unsigned flags = IBV_SEND_SIGNALED) {
-  ibv_sge sge{reinterpret_cast<std::uint64_t>(addr), len, mr ? mr->lkey : 0};
-  ibv_send_wr wr;
-  wr.wr_id = id;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = op;
-  wr.send_flags = flags;
-  wr.wr.rdma.remote_addr = raddr;
-  wr.wr.rdma.rkey = rkey;
-  ibv_send_wr* bad;
-  return ibv_post_send(e.qp(), &wr, &bad);
+  return post_one(e.qp(), {.op = op,
+                           .addr = addr,
+                           .len = len,
+                           .lkey = mr ? mr->lkey : 0,
+                           .remote_addr = raddr,
+                           .rkey = rkey,
+                           .flags = flags,
+                           .wr_id = id});
 }
 
 }  // namespace

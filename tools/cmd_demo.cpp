@@ -58,28 +58,16 @@ struct Side {
   ibv_mr* mr(void* p, std::size_t n, int acc) { return ep.reg(p, n, acc); }
   int send(ibv_wr_opcode op, void* p, std::uint32_t n, std::uint32_t lkey, std::uint64_t raddr = 0,
            std::uint32_t rkey = 0, std::uint64_t add = 0) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(p), n, lkey};
-    ibv_send_wr wr;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = op;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    wr.wr.atomic.remote_addr = raddr;
-    wr.wr.atomic.rkey = rkey;
-    wr.wr.atomic.compare_add = add;
-    wr.invalidate_rkey = rkey;
-    ibv_send_wr* bad;
-    return ibv_post_send(ep.qp(), &wr, &bad);
+    return post_one(ep.qp(), {.op = op,
+                              .addr = p,
+                              .len = n,
+                              .lkey = lkey,
+                              .remote_addr = raddr,
+                              .rkey = rkey,
+                              .compare_add = add});
   }
   int recv(void* p, std::uint32_t n, std::uint32_t lkey) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(p), n, lkey};
-    ibv_recv_wr wr;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad;
-    return ibv_post_recv(ep.qp(), &wr, &bad);
+    return post_one_recv(ep.qp(), p, n, lkey);
   }
   std::optional<ibv_wc> wait(ibv_cq* cq) {
     auto wc = ep.wait(cq);

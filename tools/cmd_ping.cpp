@@ -67,26 +67,13 @@ std::expected<ibv_wc, std::string> expect_wc(Endpoint& ep, ibv_cq* cq, const cha
 
 int post1(Endpoint& ep, ibv_wr_opcode op, ibv_mr* mr, void* addr, std::uint32_t len,
           std::uint64_t raddr = 0, std::uint32_t rkey = 0) {
-  ibv_sge sge{reinterpret_cast<std::uint64_t>(addr), len, mr->lkey};
-  ibv_send_wr wr;
-  wr.wr_id = static_cast<std::uint64_t>(op);
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = op;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = raddr;
-  wr.wr.rdma.rkey = rkey;
-  ibv_send_wr* bad = nullptr;
-  return ibv_post_send(ep.qp(), &wr, &bad);
+  return post_one(
+      ep.qp(),
+      {.op = op, .addr = addr, .len = len, .lkey = mr->lkey, .remote_addr = raddr, .rkey = rkey});
 }
 
 int post_recv1(Endpoint& ep, ibv_mr* mr, void* addr, std::uint32_t len) {
-  ibv_sge sge{reinterpret_cast<std::uint64_t>(addr), len, mr->lkey};
-  ibv_recv_wr wr;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  ibv_recv_wr* bad = nullptr;
-  return ibv_post_recv(ep.qp(), &wr, &bad);
+  return post_one_recv(ep.qp(), addr, len, mr->lkey);
 }
 
 int fail_with(const std::string& side, const std::string& msg) {

@@ -161,12 +161,7 @@ int run_server(const XferOptions& o) {
          *slot_mr = nullptr, *ctl_mr = nullptr, *counter_mr = nullptr;
   ibv_pd* pd2 = nullptr;
   auto post_slot = [&](Endpoint& ep, std::uint32_t len) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(slot.data()), len, slot_mr->lkey};
-    ibv_recv_wr wr;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad;
-    return ibv_post_recv(ep.qp(), &wr, &bad);
+    return post_one_recv(ep.qp(), slot.data(), len, slot_mr->lkey);
   };
   auto eo = endpoint_options(o.app);
   eo.on_qp_created = [&](Endpoint& ep) {
@@ -206,14 +201,8 @@ int run_server(const XferOptions& o) {
 
   auto reply = [&](std::uint32_t result, std::string text) -> bool {
     put(Ctl{kResult, 0, 0, 0, result, std::move(text)}, ctl_out.data());
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(ctl_out.data()), kCtl, ctl_mr->lkey};
-    ibv_send_wr wr;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad;
-    if (ibv_post_send(ep.qp(), &wr, &bad) != 0) return false;
+    if (post_one(ep.qp(), {.addr = ctl_out.data(), .len = kCtl, .lkey = ctl_mr->lkey}) != 0)
+      return false;
     auto wc = ep.wait(ep.send_cq());
     return wc && wc->status == IBV_WC_SUCCESS;
   };
@@ -252,13 +241,7 @@ int run_server(const XferOptions& o) {
       post_slot(ep, static_cast<std::uint32_t>(slot.size()));
       put(Ctl{kAdvert, 0, 0, 0, 0, {}}, ctl_out.data());
       std::memcpy(ctl_out.data() + 32, adv.data(), std::min(adv.size(), kCtl - 33));
-      ibv_sge sge{reinterpret_cast<std::uint64_t>(ctl_out.data()), kCtl, ctl_mr->lkey};
-      ibv_send_wr swr;
-      swr.sg_list = &sge;
-      swr.num_sge = 1;
-      swr.opcode = IBV_WR_SEND;
-      ibv_send_wr* bad;
-      ibv_post_send(ep.qp(), &swr, &bad);
+      post_one(ep.qp(), {.addr = ctl_out.data(), .len = kCtl, .lkey = ctl_mr->lkey, .flags = 0});
       continue;
     }
     std::uint32_t result = 0;
@@ -317,12 +300,7 @@ int run_server(const XferOptions& o) {
         fault = c.text;
         if (fault == "send-too-long") {
           // A small receive, and the client's Send will not fit.
-          ibv_sge sge{reinterpret_cast<std::uint64_t>(slot.data()), 16, slot_mr->lkey};
-          ibv_recv_wr rwr;
-          rwr.sg_list = &sge;
-          rwr.num_sge = 1;
-          ibv_recv_wr* bad;
-          ibv_post_recv(ep.qp(), &rwr, &bad);
+          post_slot(ep, 16);
         } else if (fault == "invalidated-stag") {
           post_slot(ep, static_cast<std::uint32_t>(slot.size()));
           post_slot(ep, static_cast<std::uint32_t>(slot.size()));
@@ -401,30 +379,19 @@ struct Client {
   ibv_mr *in_mr = nullptr, *out_mr = nullptr, *data_mr = nullptr;
   std::map<std::string, Region> regions;
 
-  void post_ctl_recv() {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(ctl_in.data()), kCtl, in_mr->lkey};
-    ibv_recv_wr wr;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad;
-    ibv_post_recv(ep.qp(), &wr, &bad);
-  }
+  void post_ctl_recv() { post_one_recv(ep.qp(), ctl_in.data(), kCtl, in_mr->lkey); }
   int post(ibv_wr_opcode op, void* addr, std::uint32_t len, std::uint32_t lkey,
            std::uint64_t raddr = 0, std::uint32_t rkey = 0, std::uint32_t imm = 0,
            unsigned flags = IBV_SEND_SIGNALED) {
-    ibv_sge sge{reinterpret_cast<std::uint64_t>(addr), len, lkey};
-    ibv_send_wr wr;
-    wr.wr_id = static_cast<std::uint64_t>(op);
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = op;
-    wr.send_flags = flags;
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    wr.imm_data = imm;
-    wr.invalidate_rkey = rkey;
-    ibv_send_wr* bad;
-    int r = ibv_post_send(ep.qp(), &wr, &bad);
+    int r = post_one(ep.qp(), {.op = op,
+                               .addr = addr,
+                               .len = len,
+                               .lkey = lkey,
+                               .remote_addr = raddr,
+                               .rkey = rkey,
+                               .flags = flags,
+                               .wr_id = static_cast<std::uint64_t>(op),
+                               .imm = imm});
     if (r) std::cout << "client: " << ibv_last_error() << std::endl;
     return r;
   }
@@ -505,24 +472,21 @@ struct Client {
       const auto& ctr = regions["counter"];
       auto* res = data.data();
       std::uint64_t before = 0;
-      ibv_sge sge{reinterpret_cast<std::uint64_t>(res), 8, data_mr->lkey};
-      ibv_send_wr wr;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
-      wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.wr.atomic.remote_addr = ctr.addr;
-      wr.wr.atomic.rkey = ctr.rkey;
-      wr.wr.atomic.compare_add = n + 1;
-      ibv_send_wr* bad;
-      ibv_post_send(ep.qp(), &wr, &bad);
+      OneWr wr{.op = IBV_WR_ATOMIC_FETCH_AND_ADD,
+               .addr = res,
+               .len = 8,
+               .lkey = data_mr->lkey,
+               .remote_addr = ctr.addr,
+               .rkey = ctr.rkey,
+               .compare_add = n + 1};
+      post_one(ep.qp(), wr);
       auto w = done(ep.send_cq(), "atomic fetch-add");
       if (!w) return std::unexpected(w.error());
       std::memcpy(&before, res, 8);
-      wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-      wr.wr.atomic.compare_add = before + n + 1;
-      wr.wr.atomic.swap = seed;
-      ibv_post_send(ep.qp(), &wr, &bad);
+      wr.op = IBV_WR_ATOMIC_CMP_AND_SWP;
+      wr.compare_add = before + n + 1;
+      wr.swap = seed;
+      post_one(ep.qp(), wr);
       w = done(ep.send_cq(), "atomic compare-and-swap");
       if (!w) return std::unexpected(w.error());
       std::uint64_t seen;

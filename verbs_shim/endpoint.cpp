@@ -6,6 +6,35 @@
 
 namespace iwarp::verbs {
 
+int post_one(ibv_qp* qp, const OneWr& w) {
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(w.addr), w.len, w.lkey};
+  ibv_send_wr wr;
+  wr.wr_id = w.wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = w.op;
+  wr.send_flags = w.flags;
+  wr.imm_data = w.imm;
+  wr.invalidate_rkey = w.rkey;
+  wr.wr.rdma.remote_addr = wr.wr.atomic.remote_addr = w.remote_addr;
+  wr.wr.rdma.rkey = wr.wr.atomic.rkey = w.rkey;
+  wr.wr.atomic.compare_add = w.compare_add;
+  wr.wr.atomic.swap = w.swap;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
+int post_one_recv(ibv_qp* qp, const void* addr, std::uint32_t len, std::uint32_t lkey,
+                  std::uint64_t wr_id) {
+  ibv_sge sge{reinterpret_cast<std::uint64_t>(addr), len, lkey};
+  ibv_recv_wr wr;
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(qp, &wr, &bad);
+}
+
 Endpoint::Endpoint(EndpointOptions opts, ibv_context* shared_device) : opts_(std::move(opts)) {
   own_ctx_ = shared_device == nullptr;
   ctx_ = shared_device ? shared_device : ibv_open_device("rnic0");

@@ -14,6 +14,26 @@
 
 namespace iwarp::verbs {
 
+// A work request with one SGE, the common case, for designated-initializer posting:
+//   post_one(qp, {.op = IBV_WR_RDMA_WRITE, .addr = buf, .len = n, .lkey = mr->lkey,
+//                 .remote_addr = to, .rkey = stag});
+struct OneWr {
+  ibv_wr_opcode op = IBV_WR_SEND;
+  const void* addr = nullptr;
+  std::uint32_t len = 0;
+  std::uint32_t lkey = 0;
+  std::uint64_t remote_addr = 0;  // Write, Read, atomics
+  std::uint32_t rkey = 0;         // Write, Read, atomics; the STag to invalidate for SEND_WITH_INV
+  unsigned flags = IBV_SEND_SIGNALED;
+  std::uint64_t wr_id = 0;
+  std::uint32_t imm = 0;
+  std::uint64_t compare_add = 0, swap = 0;  // atomics
+};
+int post_one(ibv_qp* qp, const OneWr& w);
+// A receive WR with one SGE.
+int post_one_recv(ibv_qp* qp, const void* addr, std::uint32_t len, std::uint32_t lkey,
+                  std::uint64_t wr_id = 0);
+
 struct EndpointOptions {
   rnic::CmOptions cm;
   ibv_qp_cap cap;
