@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
 #include "tools/pcap_tap.hpp"
 
 namespace iwarp::tools {
@@ -42,7 +46,13 @@ void add_app_options(CLI::App& app, AppOptions& o) {
       ->capture_default_str();
   app.add_option("--mss", o.emss, "TCP segment size to frame FPDUs for (default: the socket's MSS)")
       ->check(CLI::Range(64, 65495));
-  app.add_option("--pcap", o.pcap, "Record what this side sends and receives to a pcap file");
+  app.add_option("--pcap", o.pcap, "Record what this side sends and receives to a pcap file")
+      ->check([](const std::string& path) -> std::string {
+        // Say so now, not after the connection is up.
+        std::ofstream f(path, std::ios::binary | std::ios::app);
+        if (!f) return fmt::format("cannot write capture {}: {}", path, std::strerror(errno));
+        return {};
+      });
 }
 
 verbs::EndpointOptions endpoint_options(const AppOptions& o) {

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help is 0; a bad flag is 2, like bad input
   }
   if (!log_level.empty()) iwarp::log::configure(log_level);
   for (auto* sub : app.get_subcommands())
