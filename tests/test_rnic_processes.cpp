@@ -389,3 +389,29 @@ TEST(RnicProcesses, DemoRunsBothSides) {
   }
   std::filesystem::remove_all(dir);
 }
+
+// A bad file or flag: one line saying what and where, exit 2, nothing attempted.
+TEST(RnicProcesses, BadPcapPathIsOneLine) {
+  Process p({"ping", "--client", "127.0.0.1", "--pcap", "/nonexistent-dir/x.pcap"}, "badpcap");
+  EXPECT_EQ(p.wait(10s), 2);
+  EXPECT_NE(p.output().find(
+                "--pcap: cannot write capture /nonexistent-dir/x.pcap: No such file or directory"),
+            std::string::npos)
+      << p.output();
+}
+
+TEST(RnicProcesses, UnreachableServerSaysWhy) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  ::close(s);  // nothing listens there now
+  Process p({"ping", "--client", "127.0.0.1", "--port", port}, "unreach");
+  EXPECT_EQ(p.wait(20s), 1);
+  EXPECT_NE(p.output().find("RDMA_CM_EVENT_UNREACHABLE"), std::string::npos) << p.output();
+  EXPECT_NE(p.output().find("Connection refused"), std::string::npos) << p.output();
+}
