@@ -51,33 +51,42 @@ std::string_view to_string(CmEventType t) {
   return "?";
 }
 
-EventChannel::EventChannel() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  if (fd_ < 0) throw std::runtime_error("eventfd failed for an event channel");
+EventChannel::EventChannel() : q_(std::make_shared<Queue>()) {
+  q_->fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (q_->fd < 0) throw std::runtime_error("eventfd failed for an event channel");
 }
 EventChannel::~EventChannel() {
-  if (fd_ >= 0) ::close(fd_);
+  std::deque<CmEvent> dropped;  // destroyed after the lock: they may hold the last id
+  std::lock_guard l(q_->mu);
+  q_->closed = true;
+  dropped.swap(q_->events);
+  ::close(q_->fd);
+  q_->fd = -1;
 }
 
 void EventChannel::push(CmEvent e) {
-  {
-    std::lock_guard l(mu_);
-    q_.push_back(std::move(e));
-  }
+  q_->push(std::move(e));
+}
+
+void EventChannel::Queue::push(CmEvent e) {
+  std::lock_guard l(mu);
+  if (closed) return;  // the application destroyed the channel: nobody is listening
+  events.push_back(std::move(e));
   std::uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(fd_, &one, sizeof one);
+  [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
 }
 
 std::optional<CmEvent> EventChannel::get(std::optional<std::chrono::milliseconds> timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout.value_or(std::chrono::hours(0));
   for (;;) {
     {
-      std::lock_guard l(mu_);
-      if (!q_.empty()) {
-        CmEvent e = std::move(q_.front());
-        q_.pop_front();
-        if (q_.empty()) {
+      std::lock_guard l(q_->mu);
+      if (!q_->events.empty()) {
+        CmEvent e = std::move(q_->events.front());
+        q_->events.pop_front();
+        if (q_->events.empty()) {
           std::uint64_t v;
-          [[maybe_unused]] auto n = ::read(fd_, &v, sizeof v);
+          [[maybe_unused]] auto n = ::read(q_->fd, &v, sizeof v);
         }
         return e;
       }
@@ -89,18 +98,18 @@ std::optional<CmEvent> EventChannel::get(std::optional<std::chrono::milliseconds
       if (left.count() <= 0) return std::nullopt;
       ms = static_cast<int>(left.count());
     }
-    pollfd p{fd_, POLLIN, 0};
+    pollfd p{q_->fd, POLLIN, 0};
     if (::poll(&p, 1, ms) < 0 && errno != EINTR) return std::nullopt;
   }
 }
 
-CmId::CmId(Device& dev, EventChannel& ch, CmOptions opts)
-    : dev_(dev), ch_(ch), opts_(std::move(opts)), timer_(dev.io()) {}
+CmId::CmId(Device& dev, std::shared_ptr<EventChannel::Queue> ch, CmOptions opts)
+    : dev_(dev), ch_(std::move(ch)), opts_(std::move(opts)), timer_(dev.io()) {}
 
 CmId::~CmId() = default;
 
 std::shared_ptr<CmId> CmId::create(Device& dev, EventChannel& ch, CmOptions opts) {
-  return std::shared_ptr<CmId>(new CmId(dev, ch, std::move(opts)));
+  return std::shared_ptr<CmId>(new CmId(dev, ch.q_, std::move(opts)));
 }
 
 std::shared_ptr<QueuePair> CmId::qp() const {
@@ -125,7 +134,7 @@ void CmId::emit(CmEventType t, std::string detail, Bytes pdata) {
   e.detail = std::move(detail);
   e.private_data = std::move(pdata);
   logger().info("{} {}{}{}", peer(), to_string(t), e.detail.empty() ? "" : ": ", e.detail);
-  ch_.push(std::move(e));
+  ch_->push(std::move(e));
 }
 
 std::size_t CmId::emss() {
@@ -289,7 +298,7 @@ void CmId::on_tcp_accepted(tcp::socket s) {
       logger().warn("{}: connect request neither accepted nor rejected in time; closed",
                     child->peer());
     });
-    child->ch_.push(std::move(e));
+    child->ch_->push(std::move(e));
   });
 }
 
@@ -373,8 +382,9 @@ void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<
             self->tap_ =
                 self->opts_.tap(TapInfo{self->sock_->local_endpoint(ig), ep, true, self->emss()});
           mpa::Policy pol = self->opts_.policy;
-          pol.ird = param.responder_resources;
-          pol.ord = param.initiator_depth;
+          // Kept for MPA v1, which negotiates no IRD/ORD (see start_qp), as accept() does.
+          pol.ird = self->ird_ = param.responder_resources;
+          pol.ord = self->ord_ = param.initiator_depth;
           auto req = mpa::make_request(pol, param.private_data);
           auto bytes = std::make_shared<Bytes>(req.encode());
           if (self->tap_) self->tap_->on_data(true, *bytes);
@@ -414,7 +424,7 @@ void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<
                       }
                       e.detail = mpa::describe(out.params);
                       logger().info("{} ESTABLISHED: {}", self->peer(), e.detail);
-                      self->ch_.push(std::move(e));
+                      self->ch_->push(std::move(e));
                       return;
                     }
                     case mpa::Outcome::Kind::Rejected: {
@@ -510,7 +520,7 @@ int CmId::accept(std::shared_ptr<QueuePair> qp, const ConnParam& param, std::str
           e.params = params;
           e.detail = mpa::describe(params);
           logger().info("{} ESTABLISHED: {}", self->peer(), e.detail);
-          self->ch_.push(std::move(e));
+          self->ch_->push(std::move(e));
         });
   });
   return 0;

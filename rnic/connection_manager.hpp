@@ -59,12 +59,21 @@ class EventChannel {
   // Blocks for the next event; nullopt on timeout.
   std::optional<CmEvent> get(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   void push(CmEvent e);
-  int fd() const { return fd_; }
+  int fd() const { return q_->fd; }
 
  private:
-  int fd_ = -1;
-  std::mutex mu_;
-  std::deque<CmEvent> q_;
+  friend class CmId;
+  // The queue and its eventfd. The ids of the channel share it, because a connection can end
+  // (and its id emit an event from the engine thread) after the application destroyed the
+  // channel: the channel's destructor closes the queue, and later events are dropped.
+  struct Queue {
+    int fd = -1;
+    std::mutex mu;
+    std::deque<CmEvent> events;
+    bool closed = false;
+    void push(CmEvent e);
+  };
+  std::shared_ptr<Queue> q_;
 };
 
 // Where a connection runs, for a wire tap (pcap recording).
@@ -112,7 +121,7 @@ class CmId : public std::enable_shared_from_this<CmId> {
   std::optional<mpa::MpaFrame> request() const;
 
  private:
-  CmId(Device& dev, EventChannel& ch, CmOptions opts);
+  CmId(Device& dev, std::shared_ptr<EventChannel::Queue> ch, CmOptions opts);
   void do_accept_loop();
   void on_tcp_accepted(boost::asio::ip::tcp::socket s);
   void read_frame(mpa::FrameKind kind, std::function<void(Result<mpa::MpaFrame>)> done);
@@ -123,7 +132,7 @@ class CmId : public std::enable_shared_from_this<CmId> {
   std::size_t emss();
 
   Device& dev_;
-  EventChannel& ch_;
+  std::shared_ptr<EventChannel::Queue> ch_;
   CmOptions opts_;
   std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
   std::optional<boost::asio::ip::tcp::socket> sock_;

@@ -66,11 +66,12 @@ void QueuePair::fatal(const WireError& e, ByteSpan ddp_hdr, ByteSpan rdmap_hdr,
                                Msn{++tx_msn_[rdmap::kQnTerminate]}, MessageOffset{0});
   t.encode(m.body);
   set_state(QpState::Terminate);
-  // The receive WQE of a Send too long for it completes with a length error, the rest flush.
-  if (rx_send_.active && rx_send_.too_long) {
+  // The receive WQE of a Send too long for it completes with a length error, one whose own
+  // buffer is unusable with a protection error; the rest flush.
+  if (rx_send_.active && rx_send_.error != WcStatus::Success) {
     Wc wc;
     wc.wr_id = rx_send_.rqe.wr_id;
-    wc.status = WcStatus::LocLenErr;
+    wc.status = rx_send_.error;
     wc.opcode = WcOpcode::Recv;
     wc.qp_num = qp_num_;
     init_.recv_cq->push(wc);
@@ -174,10 +175,18 @@ void QueuePair::rx_terminate_received(const rdmap::Terminate& t) {
     std::lock_guard l(mu_);
     error_reason_ = reason;
   }
-  // The oldest request still waiting for the peer (a Read or atomic) learns why.
+  // The oldest request still waiting for the peer (a Read or atomic) learns why, when the
+  // Terminate is about it: RFC 5040 §4.8, the terminated DDP header is that of a Read (or
+  // atomic, RFC 7306) Request. A Terminate about another message (a Write, a Send) is not the
+  // Read's doing: the Read is flushed with the rest.
   const std::uint32_t vendor =
       (std::uint32_t{t.layer} << 16) | (std::uint32_t{t.etype} << 8) | t.ecode;
-  if (!orq_.empty() && orq_.front().sq_index != ~std::uint64_t{0}) {
+  bool about_request = false;
+  if (t.d) {
+    auto h = ddp::DdpHeader::decode(t.ddp_header);
+    about_request = h && !h->tagged && h->qn.value() == rdmap::kQnReadReq;
+  }
+  if (about_request && !orq_.empty() && orq_.front().sq_index != ~std::uint64_t{0}) {
     complete_sq(orq_.front().sq_index, status_for_terminate(t), 0, vendor);
     orq_.pop_front();
   }

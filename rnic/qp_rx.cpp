@@ -200,7 +200,7 @@ Result<MutableByteSpan> QueuePair::rx_tagged(const ddp::Segment& s, std::size_t 
   auto r = mem.check_remote(h.stag, init_.pd, h.to.value(), len, kRemoteWrite, true);
   if (!r) return std::unexpected(r.error());
   p = *r;
-  std::memcpy(p, head_payload.data(), head_payload.size());
+  if (!head_payload.empty()) std::memcpy(p, head_payload.data(), head_payload.size());
   return MutableByteSpan(p + head_payload.size(), len - head_payload.size());
 }
 
@@ -229,7 +229,8 @@ Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_
           if (sge.length == 0) continue;
           auto p = mem.check_local(sge.lkey, init_.pd, sge.addr, sge.length, kLocalWrite);
           if (!p) {
-            rx_send_.too_long = false;
+            // RFC 5041 §7.2 local error (as siw): this receive WR ends with a protection error.
+            rx_send_.error = WcStatus::LocProtErr;
             return fail(Errc::DdpLocalCatastrophic,
                         "RFC 5041 §7.2: the receive buffer must be usable",
                         fmt::format("receive WR {}: lkey 0x{:08x} is not writable local memory",
@@ -244,7 +245,7 @@ Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_
                     fmt::format("MO {} without a first segment", h.mo.value()));
       const std::uint64_t mo = h.mo.value();
       if (mo + len > rx_send_.capacity) {
-        rx_send_.too_long = true;
+        rx_send_.error = WcStatus::LocLenErr;
         return fail(Errc::DdpUntaggedTooLong,
                     "RFC 5041 §7.2: the message must fit the posted receive buffer",
                     fmt::format("Send MSN {} needs at least {} octets, receive WR {} has {}",
@@ -256,7 +257,7 @@ Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_
       for (auto sge : rx_send_.sges) {
         if (mo >= base && mo + len <= base + sge.size()) {
           auto* p = sge.data() + (mo - base);
-          std::memcpy(p, head_payload.data(), head_payload.size());
+          if (!head_payload.empty()) std::memcpy(p, head_payload.data(), head_payload.size());
           return MutableByteSpan(p + head_payload.size(), len - head_payload.size());
         }
         base += sge.size();

@@ -239,7 +239,27 @@ int QueuePair::post_send(const SendWr& in, std::string* why, bool ring) {
   const QpState st = state_.load();
   if (st == QpState::Idle)
     return refuse(EINVAL, "the QP is not connected yet (state IDLE): connect or accept first");
-  if (st == QpState::Error || st == QpState::Terminate || st == QpState::Closing) {
+  bool failed = false;
+  {
+    // The state is read under mu_, with the enqueue: flush_all() takes mu_ after the QP has
+    // left RTS, so a WR posted meanwhile is either in the queue it flushes or sees the failed
+    // state here (never left behind in a flushed queue).
+    std::lock_guard l(mu_);
+    const QpState now = state_.load();
+    failed = now == QpState::Error || now == QpState::Terminate || now == QpState::Closing;
+    if (!failed) {
+      if (sq_tail_ - sq_head_ >= init_.caps.max_send_wr)
+        return refuse(ENOMEM, fmt::format("the send queue is full ({} WRs outstanding)",
+                                          init_.caps.max_send_wr));
+      auto& e = sq_[sq_tail_ % sq_.size()];
+      e.wr = std::move(wr);
+      e.signaled = init_.sq_sig_all || (e.wr.flags & kSendSignaled);
+      e.done = false;
+      e.wc = Wc{};
+      ++sq_tail_;
+    }
+  }
+  if (failed) {
     // As siw does: posting to a failed QP completes the WR at once as flushed.
     Wc wc;
     wc.wr_id = wr.wr_id;
@@ -247,18 +267,6 @@ int QueuePair::post_send(const SendWr& in, std::string* why, bool ring) {
     wc.qp_num = qp_num_;
     init_.send_cq->push(wc);
     return 0;
-  }
-  {
-    std::lock_guard l(mu_);
-    if (sq_tail_ - sq_head_ >= init_.caps.max_send_wr)
-      return refuse(ENOMEM, fmt::format("the send queue is full ({} WRs outstanding)",
-                                        init_.caps.max_send_wr));
-    auto& e = sq_[sq_tail_ % sq_.size()];
-    e.wr = std::move(wr);
-    e.signaled = init_.sq_sig_all || (e.wr.flags & kSendSignaled);
-    e.done = false;
-    e.wc = Wc{};
-    ++sq_tail_;
   }
   if (ring) ring_doorbell();
   return 0;
@@ -274,21 +282,24 @@ int QueuePair::post_recv(const RecvWr& wr, std::string* why) {
       *why = fmt::format("{} SGEs, the QP allows {}", wr.sg_list.size(), init_.caps.max_recv_sge);
     return EINVAL;
   }
-  if (state_.load() == QpState::Error) {
-    Wc wc;
-    wc.wr_id = wr.wr_id;
-    wc.status = WcStatus::WrFlushErr;
-    wc.opcode = WcOpcode::Recv;
-    wc.qp_num = qp_num_;
-    init_.recv_cq->push(wc);
-    return 0;
+  {
+    // State check and enqueue under one lock, as in post_send.
+    std::lock_guard l(mu_);
+    if (state_.load() != QpState::Error) {
+      if (rq_.size() >= init_.caps.max_recv_wr) {
+        if (why) *why = fmt::format("the receive queue is full ({} WRs)", init_.caps.max_recv_wr);
+        return ENOMEM;
+      }
+      rq_.push_back(wr);
+      return 0;
+    }
   }
-  std::lock_guard l(mu_);
-  if (rq_.size() >= init_.caps.max_recv_wr) {
-    if (why) *why = fmt::format("the receive queue is full ({} WRs)", init_.caps.max_recv_wr);
-    return ENOMEM;
-  }
-  rq_.push_back(wr);
+  Wc wc;
+  wc.wr_id = wr.wr_id;
+  wc.status = WcStatus::WrFlushErr;
+  wc.opcode = WcOpcode::Recv;
+  wc.qp_num = qp_num_;
+  init_.recv_cq->push(wc);
   return 0;
 }
 

@@ -272,7 +272,9 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
     std::vector<MutableByteSpan> sges;  // resolved receive buffers
     std::uint64_t capacity = 0;
     std::uint32_t placed = 0;
-    bool too_long = false;
+    // How the receive WR completes when the message fails here (LocLenErr: too long,
+    // LocProtErr: its own SGEs are not writable); Success: flushed like the rest.
+    WcStatus error = WcStatus::Success;
   } rx_send_;
   bool rx_first_fpdu_seen_ = false;
   std::uint32_t rx_last_write_len_ = 0;

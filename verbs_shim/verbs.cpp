@@ -1,6 +1,9 @@
 #include "verbs_shim/verbs.hpp"
 
+#include <boost/asio/post.hpp>
 #include <cerrno>
+#include <chrono>
+#include <future>
 #include <vector>
 
 namespace iwarp::verbs {
@@ -234,7 +237,19 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 int ibv_destroy_qp(ibv_qp* qp) {
   if (!qp) return EINVAL;
   auto st = qp->qp->state();
-  if (st != rnic::QpState::Idle && st != rnic::QpState::Error) qp->qp->modify_to_error();
+  if (st != rnic::QpState::Idle && st != rnic::QpState::Error) {
+    qp->qp->modify_to_error();
+    // As in libibverbs the QP is gone when this returns: wait (bounded) until the engine has
+    // taken it to ERROR, which flushes it and drops the reference a connected QP holds to
+    // itself. A device closed right after would otherwise never run that, and leak the QP.
+    auto& dev = *qp->context->dev;
+    if (!dev.on_engine_thread()) {
+      auto done = std::make_shared<std::promise<void>>();
+      auto settled = done->get_future();
+      boost::asio::post(dev.io(), [done] { done->set_value(); });
+      settled.wait_for(std::chrono::seconds(2));
+    }
+  }
   delete qp;
   return 0;
 }
