@@ -314,6 +314,7 @@ void CmId::start_qp(const mpa::ConnectionParams& negotiated, bool initiator) {
   st.initiator = initiator;
   st.emss = emss();
   st.ignore_ord = opts_.ignore_ord;
+  if (initiator) st.first_fpdu_delay = opts_.first_fpdu_delay;
   auto qp = this->qp();
   std::weak_ptr<CmId> weak = shared_from_this();
   auto on_closed = [weak](const QpClosed& c) {
@@ -323,17 +324,10 @@ void CmId::start_qp(const mpa::ConnectionParams& negotiated, bool initiator) {
     self->emit(CmEventType::Disconnected, c.detail);
   };
   if (initiator && params.peer_to_peer) qp->send_rtr(params.rtr);
-  auto go = [self = shared_from_this(), qp, st, on_closed] {
-    qp->start(std::move(*self->sock_), st, {}, self->tap_, on_closed);
-    self->sock_.reset();
-  };
-  if (initiator && opts_.first_fpdu_delay.count() > 0) {
-    // Hold our first FPDU back (see CmOptions::first_fpdu_delay); the QP is RTS meanwhile.
-    timer_.expires_after(opts_.first_fpdu_delay);
-    timer_.async_wait([go](const boost::system::error_code&) { go(); });
-  } else {
-    go();
-  }
+  // The QP is RTS before ESTABLISHED is reported, so the application can post at once; a
+  // first-FPDU delay only holds transmission back (StreamSetup::first_fpdu_delay).
+  qp->start(std::move(*sock_), st, {}, tap_, on_closed);
+  sock_.reset();
 }
 
 void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<QueuePair> qp,

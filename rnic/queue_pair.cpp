@@ -260,12 +260,13 @@ int QueuePair::post_send(const SendWr& in, std::string* why, bool ring) {
     }
   }
   if (failed) {
-    // As siw does: posting to a failed QP completes the WR at once as flushed.
+    // As siw does: posting to a failed QP completes the WR as flushed. The completion goes
+    // through the engine, so it cannot overtake older WRs the engine is still flushing.
     Wc wc;
     wc.wr_id = wr.wr_id;
     wc.status = WcStatus::WrFlushErr;
     wc.qp_num = qp_num_;
-    init_.send_cq->push(wc);
+    boost::asio::post(dev_.io(), [cq = init_.send_cq, wc] { cq->push(wc); });
     return 0;
   }
   if (ring) ring_doorbell();
@@ -299,7 +300,7 @@ int QueuePair::post_recv(const RecvWr& wr, std::string* why) {
   wc.status = WcStatus::WrFlushErr;
   wc.opcode = WcOpcode::Recv;
   wc.qp_num = qp_num_;
-  init_.recv_cq->push(wc);
+  boost::asio::post(dev_.io(), [cq = init_.recv_cq, wc] { cq->push(wc); });
   return 0;
 }
 
@@ -333,6 +334,16 @@ void QueuePair::start(boost::asio::ip::tcp::socket sock, const StreamSetup& setu
   // RFC 5044 §7.1.2 / RFC 6581 §4: the responder sends no FPDU before the initiator's first
   // (in peer-to-peer mode that is the RTR message).
   tx_gated_ = !setup.initiator;
+  if (setup.initiator && setup.first_fpdu_delay.count() > 0) {
+    tx_gated_ = true;
+    tx_delay_.emplace(dev_.io());
+    tx_delay_->expires_after(setup.first_fpdu_delay);
+    tx_delay_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec) return;
+      self->tx_gated_ = false;
+      self->tx_kick();
+    });
+  }
   if (state_.load() == QpState::Idle) set_state(QpState::Rtr);
   set_state(QpState::Rts);
   logger().info("QP {}: RTS as {} ({}), MULPDU {}", qp_num_,

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -87,6 +88,9 @@ struct StreamSetup {
   // Testing aid: send more RDMA Reads than the negotiated ORD allows, so a peer's IRD
   // enforcement can be exercised. Never set in normal use.
   bool ignore_ord = false;
+  // Initiator: hold every FPDU (the RTR too) this long after entering RTS (see
+  // CmOptions::first_fpdu_delay). Work requests posted meanwhile wait in the send queue.
+  std::chrono::milliseconds first_fpdu_delay{0};
 };
 
 // Why a connection ended, reported once to the connection manager.
@@ -234,6 +238,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   std::shared_ptr<QueuePair> self_;  // alive while connected
   std::optional<boost::asio::ip::tcp::socket> sock_;
   std::shared_ptr<WireTap> tap_;
+  std::optional<boost::asio::steady_timer> tx_delay_;
   std::function<void(const QpClosed&)> on_closed_;
   std::optional<mpa::FpduEncoder> tx_framing_;
   std::optional<mpa::FpduReader> rx_reader_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <numeric>
 #include <thread>
 
@@ -62,11 +63,15 @@ TEST(RnicLoopback, SendWriteReadData) {
   auto p = connect_pair();
   auto& s = *p.server;
   auto& c = *p.client;
+  std::deque<std::vector<std::uint8_t>> keep;
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096},
                         std::size_t{65537}, std::size_t{1} << 20}) {
     SCOPED_TRACE(n);
-    auto src = pattern(n, static_cast<std::uint8_t>(n));
-    std::vector<std::uint8_t> dst(n + 16, 0xEE), rdst(n + 16, 0xCC);
+    // The buffers stay registered until the endpoints go, so they live as long (the engine
+    // may still be sending from them when an iteration ends).
+    auto& src = keep.emplace_back(pattern(n, static_cast<std::uint8_t>(n)));
+    auto& dst = keep.emplace_back(n + 16, 0xEE);
+    auto& rdst = keep.emplace_back(n + 16, 0xCC);
     auto* smr = c.reg(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
     auto* rmr = s.reg(dst.data(), dst.size(),
                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);

@@ -415,3 +415,56 @@ TEST(RnicProcesses, UnreachableServerSaysWhy) {
   EXPECT_NE(p.output().find("RDMA_CM_EVENT_UNREACHABLE"), std::string::npos) << p.output();
   EXPECT_NE(p.output().find("Connection refused"), std::string::npos) << p.output();
 }
+
+// --first-fpdu-delay (for siw's accept race): the connection is usable at once, and the first
+// FPDU leaves at least the delay after the MPA Reply (the capture's timestamps are real).
+TEST(RnicProcesses, FirstFpduDelayHoldsOnlyTransmission) {
+  const auto pf = test::port_file("delay");
+  test::TempFile pcap("delay_client");
+  Process server({"xfer", "--server", "--port", "0", "--port-file", pf, "--sizes", "4096", "--ops",
+                  "send,write,read"},
+                 "delay_server");
+  const auto port = test::read_port(pf);
+  ASSERT_FALSE(port.empty());
+  Process client({"xfer", "--client", "127.0.0.1", "--port", port, "--sizes", "4096", "--ops",
+                  "send,write,read", "--first-fpdu-delay", "150", "--pcap", pcap.path},
+                 "delay_client");
+  ASSERT_EQ(client.wait(30s), 0) << client.output();
+  EXPECT_EQ(server.wait(30s), 0) << server.output();
+  auto rep = decode(pcap.path);
+  std::uint64_t reply_us = 0, first_fpdu_us = 0;
+  for (const auto& r : rep.records) {
+    if (r.kind == trace::Record::Kind::MpaFrame && r.dir == mpa::Direction::FromResponder)
+      reply_us = r.time_us;
+    if (r.kind == trace::Record::Kind::Fpdu && r.dir == mpa::Direction::FromInitiator &&
+        !first_fpdu_us)
+      first_fpdu_us = r.time_us;
+  }
+  ASSERT_GT(reply_us, 0u);
+  ASSERT_GT(first_fpdu_us, 0u);
+  EXPECT_GE(first_fpdu_us - reply_us, 150'000u);
+}
+
+// rnic ping --fault: a Write to an STag the server never advertised ends in its Terminate.
+TEST(RnicProcesses, PingFaultUnknownStag) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  ::close(s);
+  Process server({"ping", "--server", "--bind", "127.0.0.1", "--port", port}, "pfault_server");
+  ASSERT_TRUE(server.wait_for_output("listening")) << server.output();
+  Process client({"ping", "--client", "127.0.0.1", "--port", port, "--fault", "unknown-stag"},
+                 "pfault_client");
+  EXPECT_EQ(client.wait(20s), 0) << client.output();
+  EXPECT_NE(client.output().find("QP ERROR: peer sent Terminate [DDP tagged: invalid STag]"),
+            std::string::npos)
+      << client.output();
+  server.wait(20s);
+  EXPECT_NE(server.output().find("STag 0x00dead00 is not registered"), std::string::npos)
+      << server.output();
+}

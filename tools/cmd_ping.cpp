@@ -29,6 +29,7 @@ struct PingOptions {
   std::size_t size = 64;
   bool verbose = false;
   bool quiet = false;
+  std::string fault;
   AppOptions app;
 };
 
@@ -65,15 +66,24 @@ std::expected<ibv_wc, std::string> expect_wc(Endpoint& ep, ibv_cq* cq, const cha
   return wc;
 }
 
-int post1(Endpoint& ep, ibv_wr_opcode op, ibv_mr* mr, void* addr, std::uint32_t len,
-          std::uint64_t raddr = 0, std::uint32_t rkey = 0) {
-  return post_one(
-      ep.qp(),
-      {.op = op, .addr = addr, .len = len, .lkey = mr->lkey, .remote_addr = raddr, .rkey = rkey});
+// A refused post ends the program with the reason (caught by the subcommand's runner).
+struct PostFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void post1(Endpoint& ep, ibv_wr_opcode op, ibv_mr* mr, void* addr, std::uint32_t len,
+           std::uint64_t raddr = 0, std::uint32_t rkey = 0) {
+  if (post_one(ep.qp(), {.op = op,
+                         .addr = addr,
+                         .len = len,
+                         .lkey = mr->lkey,
+                         .remote_addr = raddr,
+                         .rkey = rkey}) != 0)
+    throw PostFailed(ibv_last_error());
 }
 
-int post_recv1(Endpoint& ep, ibv_mr* mr, void* addr, std::uint32_t len) {
-  return post_one_recv(ep.qp(), addr, len, mr->lkey);
+void post_recv1(Endpoint& ep, ibv_mr* mr, void* addr, std::uint32_t len) {
+  if (post_one_recv(ep.qp(), addr, len, mr->lkey) != 0) throw PostFailed(ibv_last_error());
 }
 
 int fail_with(const std::string& side, const std::string& msg) {
@@ -142,6 +152,31 @@ int run_server(const PingOptions& o) {
   return pings > 0 ? 0 : 1;
 }
 
+// --fault unknown-stag: an RDMA Write to an STag the server never advertised (rping's server
+// advertises none), then a Send behind it. The server must answer with a Terminate (DDP tagged
+// invalid STag) and both sides end in ERROR; this side reports what it received.
+int commit_fault(Endpoint& ep, ibv_mr* mr, void* buf) {
+  std::cout << "fault: RDMA Write of 16 octets to STag 0x00dead00, never advertised" << std::endl;
+  post1(ep, IBV_WR_RDMA_WRITE, mr, buf, 16, 0, 0x00dead00u);
+  post1(ep, IBV_WR_SEND, mr, buf, 16);
+  auto ev = ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
+  if (!ev) return fail_with("client", "the connection did not end: " + ev.error());
+  std::cout << "DISCONNECTED: " << ev->detail << std::endl;
+  ibv_wc wc;
+  while (ibv_poll_cq(ep.send_cq(), 1, &wc) == 1)
+    std::cout << fmt::format("send WR completion {} ({}){}", ibv_wc_status_str(wc.status),
+                             ibv_wc_opcode_str(wc.opcode),
+                             wc.vendor_err
+                                 ? fmt::format(" Terminate {}/{}/0x{:02x}", wc.vendor_err >> 16,
+                                               (wc.vendor_err >> 8) & 0xff, wc.vendor_err & 0xff)
+                                 : "")
+              << std::endl;
+  const std::string why = ep.qp()->qp->error_reason();
+  const bool err = ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR;
+  std::cout << "QP " << (err ? "ERROR" : "not in ERROR") << ": " << why << std::endl;
+  return err && why.starts_with("peer sent Terminate") ? 0 : 1;
+}
+
 int run_client(const PingOptions& o) {
   std::vector<std::uint8_t> recv_buf(kAdvertSize), send_buf(kAdvertSize), start_buf(o.size),
       rdma_buf(o.size);
@@ -161,6 +196,7 @@ int run_client(const PingOptions& o) {
     std::cout << fmt::format("connected to {}: {}", ep.id()->cm->peer(),
                              describe_params(*ep.params()))
               << std::endl;
+  if (o.fault == "unknown-stag") return commit_fault(ep, send_mr, send_buf.data());
   double total_us = 0;
   for (int i = 0; i < o.count; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -238,6 +274,10 @@ Runner add_ping_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--verbose,-v", o->verbose, "Print each ping's data");
   sub->add_flag("--quiet,-q", o->quiet, "Print only errors");
+  sub->add_option("--fault", o->fault,
+                  "Client: instead of pinging, commit a protection error on purpose:\n"
+                  "  unknown-stag: an RDMA Write to an STag the server never advertised")
+      ->check(CLI::IsMember({"unknown-stag"}));
   add_app_options(*sub, o->app);
   return [o, sub]() -> int {
     if (!o->server && o->client.empty()) {
@@ -245,7 +285,11 @@ Runner add_ping_command(CLI::App& app) {
       return 2;
     }
     (void)sub;
-    return o->server ? run_server(*o) : run_client(*o);
+    try {
+      return o->server ? run_server(*o) : run_client(*o);
+    } catch (const PostFailed& e) {
+      return fail_with(o->server ? "server" : "client", e.what());
+    }
   };
 }
 

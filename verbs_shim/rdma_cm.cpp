@@ -93,6 +93,10 @@ int rdma_destroy_id(rdma_cm_id* id) {
 }
 
 int rdma_set_mpa(rdma_cm_id* id, const rnic::CmOptions& opts) {
+  {
+    std::lock_guard l(ids_mu);
+    ids.erase(id->cm.get());
+  }
   id->cm = rnic::CmId::create(*id->verbs->dev, id->channel->ch, opts);
   remember(id);
   return 0;
