@@ -91,6 +91,18 @@ int fail_with(const std::string& side, const std::string& msg) {
   return 1;
 }
 
+// --fault no-recv (server): no receive is posted for the client's sink advertisement, so its
+// Send must be answered with a Terminate (DDP untagged 0x02, no buffer) and both sides end.
+int suffer_fault(Endpoint& ep) {
+  std::cout << "fault: no receive posted for the client's next Send" << std::endl;
+  auto ev = ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
+  if (!ev) return fail_with("server", "the connection did not end: " + ev.error());
+  const std::string why = ep.qp()->qp->error_reason();
+  const bool err = ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR;
+  std::cout << "QP " << (err ? "ERROR" : "not in ERROR") << ": " << why << std::endl;
+  return err && why.starts_with("sent Terminate") ? 0 : 1;
+}
+
 int run_server(const PingOptions& o) {
   std::vector<std::uint8_t> recv_buf(kAdvertSize), send_buf(kAdvertSize), rdma_buf(o.size);
   ibv_mr *recv_mr = nullptr, *send_mr = nullptr, *rdma_mr = nullptr;
@@ -129,12 +141,13 @@ int run_server(const PingOptions& o) {
                 << std::string(reinterpret_cast<char*>(rdma_buf.data()),
                                strnlen(reinterpret_cast<char*>(rdma_buf.data()), src.size))
                 << std::endl;
-    post_recv1(ep, recv_mr, recv_buf.data(), kAdvertSize);
+    if (o.fault != "no-recv") post_recv1(ep, recv_mr, recv_buf.data(), kAdvertSize);
     encode({reinterpret_cast<std::uint64_t>(rdma_buf.data()), rdma_mr->rkey, src.size},
            send_buf.data());
     post1(ep, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
     if (auto r = expect_wc(ep, ep.send_cq(), "go-ahead Send"); !r)
       return fail_with("server", r.error());
+    if (o.fault == "no-recv") return suffer_fault(ep);
     if (auto r = expect_wc(ep, ep.recv_cq(), "the client's sink advertisement"); !r)
       return fail_with("server", r.error());
     Advert sink = decode(recv_buf.data());
@@ -275,9 +288,10 @@ Runner add_ping_command(CLI::App& app) {
   sub->add_flag("--verbose,-v", o->verbose, "Print each ping's data");
   sub->add_flag("--quiet,-q", o->quiet, "Print only errors");
   sub->add_option("--fault", o->fault,
-                  "Client: instead of pinging, commit a protection error on purpose:\n"
-                  "  unknown-stag: an RDMA Write to an STag the server never advertised")
-      ->check(CLI::IsMember({"unknown-stag"}));
+                  "A protection error on purpose:\n"
+                  "  unknown-stag (client): an RDMA Write to an STag the server never advertised\n"
+                  "  no-recv (server): no receive posted for the client's second Send")
+      ->check(CLI::IsMember({"unknown-stag", "no-recv"}));
   add_app_options(*sub, o->app);
   return [o, sub]() -> int {
     if (!o->server && o->client.empty()) {
@@ -285,6 +299,11 @@ Runner add_ping_command(CLI::App& app) {
       return 2;
     }
     (void)sub;
+    if (!o->fault.empty() && (o->fault == "no-recv") != o->server) {
+      std::cerr << "rnic ping: --fault " << o->fault << " is for the "
+                << (o->server ? "client" : "server") << " side\n";
+      return 2;
+    }
     try {
       return o->server ? run_server(*o) : run_client(*o);
     } catch (const PostFailed& e) {

@@ -1,0 +1,275 @@
+#!/bin/bash
+# scripts/siw-interop.sh - live interoperability of `rnic ping` with the Linux kernel's siw driver.
+#
+# Builds (or reuses) the siw VM image (scripts/siwvm/build.sh), boots it once with QEMU
+# (scripts/siwvm/run.sh, scenario scripts/siwvm/scenarios/interop.sh) and runs every case below
+# against librdmacm's rping over siw in the guest, one connection per case:
+#   ours->siw  `rnic ping --client 127.0.0.1:HOSTPORT` -> slirp hostfwd -> guest `rping -s` on 10.0.2.15
+#   siw->ours  guest `rping -c -a 10.0.2.2` -> slirp -> `rnic ping --server --bind 127.0.0.1`
+# Each case records a pcap on our side (--pcap) that must decode cleanly with `rnic decode` and
+# tshark; the negotiated MPA parameters our side prints must equal what siw put on the wire (the
+# guest's own capture on eth0, decoded by `rnic decode`). Prints a pass/fail table (also written to
+# RESULTS/summary.md). Exit status: 0 all cases passed or skipped, 1 a case failed, 2 no VM.
+#
+# Usage: scripts/siw-interop.sh [--results DIR] [--cache DIR] [--only REGEX]
+# Env:   RNIC (default build/rnic), SIWVM_CACHE, SIWVM_PORT_BASE (default 17200: host ports
+#        BASE.. for hostfwd, BASE+1000.. for our servers), CASE_TIMEOUT (s, default 90),
+#        SIW_FIRST_DELAY (our client's option against siw's accept race, default
+#        "--first-fpdu-delay 50"; cases with --p2p or their own delay get none)
+set -uo pipefail
+SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RNIC="${RNIC:-$SRC/build/rnic}"
+CACHE="${SIWVM_CACHE:-$SRC/build/siwvm}"
+RES=""; ONLY="."
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --results) RES="$2"; shift 2 ;;
+    --cache) CACHE="$2"; shift 2 ;;
+    --only) ONLY="$2"; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) echo "siw-interop: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+RES="${RES:-$SRC/build/siw-interop/$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$RES"; RES="$(cd "$RES" && pwd)"
+BASE="${SIWVM_PORT_BASE:-17200}"
+CASE_TIMEOUT="${CASE_TIMEOUT:-90}"
+# how our initiator lives with siw 6.1's accept race (see docs/siw-interop.md)
+FIRST_DELAY="${SIW_FIRST_DELAY---first-fpdu-delay 50}"
+T0=$SECONDS
+say() { echo "[siw-interop $((SECONDS - T0))s] $*"; }
+[ -x "$RNIC" ] || { echo "siw-interop: no rnic binary at $RNIC (build it first)" >&2; exit 2; }
+
+# ---------------------------------------------------------------- the image
+say "image: scripts/siwvm/build.sh $CACHE"
+if ! timeout 1500 bash "$SRC/scripts/siwvm/build.sh" "$CACHE" > "$RES/build.log" 2>&1; then
+  tail -20 "$RES/build.log" >&2
+  echo "siw-interop: building the VM image failed (log: $RES/build.log)" >&2; exit 2
+fi
+for t in tshark tcpdump; do command -v "$t" >/dev/null || { echo "siw-interop: $t missing" >&2; exit 2; }; done
+
+# ---------------------------------------------------------------- the cases
+# ID | dir | siw rping -S | our --size | count | expect | our options | what it shows
+#   dir: o2s = our client -> siw rping server; s2o = siw rping client -> our server
+#   expect: ok | v1noread (MPA rev 1 connects, our Send arrives, siw's rping cannot post its
+#           RDMA Read: siw gives a rev 1 QP ORD 0; we report the close) | refused (siw, the
+#           initiator, refuses our rev 1 Reply; we report the close) | terminate (siw ends the connection with a Terminate and we report it)
+#           | reject (siw rejects the MPA Request and we report it) | fault (needs `rnic ping --fault`)
+# Our client always waits 50 ms after the MPA Reply before its first FPDU (siw 6.1 accept race)
+# unless the case uses --p2p.
+CASES=$(cat <<'EOT'
+a1|o2s|64|1|1|ok||1 octet
+a2|o2s|64|64|10|ok||rping's default size, 10 pings
+a3|o2s|4096|4096|5|ok||one page
+a4|o2s|65535|65535|3|ok||rping's largest size (64 KiB - 1)
+a5|o2s|65535|65535|3|ok|--mss 536|64 KiB - 1 cut into 536-octet segments
+a6|o2s|1000|1000|50|ok||50 pings on one connection
+b1|o2s|1000|1000|3|ok|--crc required|MPA rev 2, CRC on (we ask, siw follows)
+b2|o2s|1000|1000|3|ok|--crc off|MPA rev 2, CRC off
+b3|o2s|1000|1000|3|v1noread|--mpa-rev 1 --crc required|MPA rev 1, CRC on: connects and our Send arrives; siw (ORD 0 under rev 1) cannot post rping's Read
+b4|o2s|1000|1000|3|v1noread|--mpa-rev 1 --crc off|MPA rev 1, CRC off: as b3
+b5|o2s|1000|1000|3|ok|--p2p|MPA rev 2 peer-to-peer request, no first-FPDU delay
+c1|s2o|26|26|1|ok||rping's smallest size
+c2|s2o|64|64|10|ok||rping's default size, 10 pings
+c3|s2o|4096|4096|5|ok||one page
+c4|s2o|65535|65535|3|ok||rping's largest size (64 KiB - 1)
+c5|s2o|1000|1000|50|ok||50 pings on one connection
+d1|s2o|1000|1000|3|ok|--crc required|we answer C=1, CRC on both ways
+d2|s2o|1000|1000|3|ok|--crc off|CRC off
+d3|s2o|1000|1000|3|refused|--mpa-rev 1|we answer siw's rev 2 Request with rev 1: siw refuses a rev 1 Reply
+d4|s2o|1000|1000|3|ok|--ord 1 --ird 1|IRD/ORD 1/1 on our side
+e1|o2s|64|4096|1|terminate||we advertise 4096 octets, siw's rping Reads them into 64: siw's local error ends the connection
+e2|o2s|64|64|1|reject|--markers required|we require markers, siw refuses them
+e3|o2s|64|64|1|fault|--fault unknown-stag|our RDMA Write to an STag siw never advertised: siw's Terminate
+e4|s2o|64|64|2|srvfault|--fault no-recv|siw's second Send finds no receive posted on our side: our Terminate ends siw's rping
+EOT
+)
+# Our initiator's first-FPDU delay must work (a local self-check, two `rnic ping` processes on
+# 127.0.0.1). If it does not, rev 2 cases fall back to --p2p (siw answers a P2P Request with
+# RTR write) and rev 1 cases to no delay at all (exposed to siw's accept race); the table says so.
+MITIGATION="$FIRST_DELAY"
+if [ -n "$FIRST_DELAY" ]; then
+  sp=$((BASE + 999))
+  timeout 15 "$RNIC" ping --server --bind 127.0.0.1 --port "$sp" --timeout 5000 > "$RES/selfcheck-server.log" 2>&1 &
+  k=0; while ! ss -ltnH "sport = :$sp" 2>/dev/null | grep -q . && [ $k -lt 50 ]; do sleep 0.1; k=$((k + 1)); done
+  # shellcheck disable=SC2086
+  if ! timeout 15 "$RNIC" ping --client 127.0.0.1 --port "$sp" --count 1 --size 1 --timeout 3000 $FIRST_DELAY \
+       > "$RES/selfcheck-client.log" 2>&1; then
+    MITIGATION="fallback"
+    say "WARNING: 'rnic ping $FIRST_DELAY' fails even against ourselves ($(tail -1 "$RES/selfcheck-client.log"));"
+    say "WARNING: falling back to --p2p (rev 2) and no delay (rev 1) for our client; see docs/siw-interop.md"
+  fi
+  wait
+fi
+HAVE_FAULT=0
+"$RNIC" ping --help 2>&1 | grep -q -- '--fault' && HAVE_FAULT=1
+
+: > "$RES/plan.txt"; FWD=""; n=0
+declare -A GPORT HPORT SKIP
+while IFS='|' read -r id dir gsz osz cnt exp opts what; do
+  [ -n "$id" ] || continue
+  echo "$id" | grep -qE "$ONLY" || continue
+  if [ "$exp" = fault ] && [ "$HAVE_FAULT" = 0 ]; then
+    SKIP[$id]="rnic ping has no --fault option yet (see docs/siw-interop.md)"; continue
+  fi
+  n=$((n + 1))
+  if [ "$dir" = o2s ]; then
+    GPORT[$id]=$((7200 + n)); HPORT[$id]=$((BASE + n))
+    FWD="$FWD,tcp:127.0.0.1:${HPORT[$id]}-:${GPORT[$id]}"
+    echo "$id srv ${GPORT[$id]} $gsz $cnt" >> "$RES/plan.txt"
+  else
+    HPORT[$id]=$((BASE + 1000 + n)); GPORT[$id]=${HPORT[$id]}
+    echo "$id cli ${HPORT[$id]} $gsz $cnt" >> "$RES/plan.txt"
+  fi
+done <<< "$CASES"
+
+# ---------------------------------------------------------------- boot
+VM_TIMEOUT=$((60 + n * 25)); [ "$VM_TIMEOUT" -gt 570 ] && VM_TIMEOUT=570
+say "booting the VM for $n cases (bounded to ${VM_TIMEOUT}s); results in $RES"
+mkdir -p "$RES/out"; rm -f "$RES"/out/*.rc "$RES"/out/*.ready "$RES"/out/guest-up "$RES"/*.go "$RES"/*.done
+SIWVM_CACHE="$CACHE" SIWVM_RESULTS="$RES" SIWVM_HOSTFWD="${FWD#,}" SIWVM_TIMEOUT="$VM_TIMEOUT" \
+  bash "$SRC/scripts/siwvm/run.sh" interop CASE_TIMEOUT="$CASE_TIMEOUT" SCEN_TIMEOUT=$((VM_TIMEOUT - 20)) \
+  > "$RES/run.log" 2>&1 &
+VMPID=$!
+wait_for() {  # wait_for FILE SECONDS: until FILE exists (false on timeout or when the VM is gone)
+  local end=$((SECONDS + $2))
+  while [ ! -e "$1" ]; do
+    { [ "$SECONDS" -ge "$end" ] || ! kill -0 "$VMPID" 2>/dev/null; } && { [ -e "$1" ]; return; }
+    sleep 0.1
+  done
+}
+if ! wait_for "$RES/out/guest-up" 150; then
+  say "the VM never came up:"; tail -20 "$RES/console.log" 2>/dev/null
+  kill "$VMPID" 2>/dev/null; wait "$VMPID"; exit 2
+fi
+say "guest up after $((SECONDS - T0))s"
+
+# ---------------------------------------------------------------- run the cases
+client_mitigation() {  # the option our client adds for siw's accept race, given the case's options
+  case " $1 " in *" --p2p "*|*" --first-fpdu-delay "*) return ;; esac
+  if [ "$MITIGATION" != fallback ]; then echo "$FIRST_DELAY"; return; fi
+  case " $1 " in *" --mpa-rev 1 "*) ;; *) echo "--p2p" ;; esac
+}
+listening() { ss -ltnH "sport = :$1" 2>/dev/null | grep -q .; }
+while IFS='|' read -r id dir gsz osz cnt exp opts what; do
+  [ -n "$id" ] && [ -n "${HPORT[$id]:-}" ] || continue
+  hp=${HPORT[$id]}; pc="$RES/$id.ours.pcap"; log="$RES/$id.ours.log"
+  # shellcheck disable=SC2086
+  if [ "$dir" = o2s ]; then
+    extra=$(client_mitigation "$opts")
+    if wait_for "$RES/out/$id.ready" "$CASE_TIMEOUT"; then
+      timeout $((CASE_TIMEOUT + 10)) "$RNIC" ping --client 127.0.0.1 --port "$hp" --size "$osz" --count "$cnt" \
+        --timeout 10000 --pcap "$pc" $extra $opts > "$log" 2>&1
+      echo $? > "$RES/$id.ours.rc"
+    else
+      echo "the guest's rping server never listened" > "$log"; echo noguest > "$RES/$id.ours.rc"
+    fi
+  else
+    timeout $((CASE_TIMEOUT + 20)) "$RNIC" ping --server --bind 127.0.0.1 --port "$hp" --size "$osz" \
+      --timeout 60000 --pcap "$pc" $opts > "$log" 2>&1 &
+    spid=$!
+    k=0; while ! listening "$hp" && [ $k -lt 100 ] && kill -0 $spid 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+    : > "$RES/$id.go"
+    wait $spid; echo $? > "$RES/$id.ours.rc"
+  fi
+  : > "$RES/$id.done"
+  wait_for "$RES/out/$id.guest.rc" $((CASE_TIMEOUT + 10)) || echo "none" > "$RES/out/$id.guest.rc"
+  say "$id: ours rc $(cat "$RES/$id.ours.rc"), siw rping rc $(cat "$RES/out/$id.guest.rc")"
+done <<< "$CASES"
+wait "$VMPID"; VMRC=$?
+say "VM finished (run.sh exit $VMRC)"
+
+# ---------------------------------------------------------------- judge
+# params FILE: the negotiated parameters as "rev R, CRC on|off, markers x/y, IRD/ORD a/b c/d"
+ours_params() {  # from our program's own line ("connected to ..." / "connection from ...")
+  grep -m1 -E '^(connected to|connection from) ' "$1" | sed -E 's/^[^:]+:[0-9]+: //' \
+    | sed -E 's/MPA rev ([12])( enhanced)?/rev \1/; s/ \((initiator|responder)\)//g'
+}
+wire_params() {  # from `rnic decode --json` of a capture (first connection)
+  "$RNIC" decode --json "$1" 2>/dev/null | tr -d ' \n' | sed -E 's/.*"params":\{([^}]*)\}.*/\1/' | tr ',' '\n' \
+    | tr -d '"' | awk -F: '{v[$1]=$2} END {
+        if (v["revision"] == "") { print "none"; exit }
+        printf "rev %s, CRC %s, markers %s/%s, IRD/ORD %s/%s %s/%s%s\n", v["revision"],
+          v["crc"] == "true" ? "on" : "off", v["markers_to_responder"] == "true" ? "on" : "off",
+          v["markers_to_initiator"] == "true" ? "on" : "off", v["initiator_ird"], v["initiator_ord"],
+          v["responder_ird"], v["responder_ord"],
+          v["peer_to_peer"] == "true" ? ", peer-to-peer RTR " v["rtr"] : "" }'
+}
+tshark_check() {  # prints "ok N" or the problem
+  local f="$1" nf bad mal
+  nf=$(timeout 60 tshark -r "$f" -Y 'iwarp_mpa' -T fields -e frame.number 2>/dev/null | wc -l)
+  bad=$(timeout 60 tshark -r "$f" -V -Y 'iwarp_mpa' 2>/dev/null | grep -c 'Bad CRC32')
+  mal=$(timeout 60 tshark -r "$f" -Y '_ws.malformed' -T fields -e frame.number 2>/dev/null | wc -l)
+  if [ "$nf" -gt 0 ] && [ "$bad" = 0 ] && [ "$mal" = 0 ]; then echo "ok $nf"; else echo "MPA frames $nf, bad CRC $bad, malformed $mal"; fi
+}
+PASS=0; FAIL=0; SKIPN=0
+TABLE="| case | direction | siw -S / our --size x count | our options | expect | our side | siw rping | params: ours = siw's wire | rnic decode | tshark | result |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+row() { TABLE="$TABLE
+| $* |"; }
+while IFS='|' read -r id dir gsz osz cnt exp opts what; do
+  [ -n "$id" ] || continue
+  echo "$id" | grep -qE "$ONLY" || continue
+  dirs="ours -> siw"; [ "$dir" = s2o ] && dirs="siw -> ours"
+  [ "$dir" = o2s ] && { m=$(client_mitigation "$opts"); [ -n "$m" ] && opts="${opts:+$opts }$m"; }
+  if [ -n "${SKIP[$id]:-}" ]; then
+    row "$id | $dirs | $gsz / $osz x $cnt | \`$opts\` | $exp | - | - | - | - | - | SKIP: ${SKIP[$id]}"
+    SKIPN=$((SKIPN + 1)); continue
+  fi
+  log="$RES/$id.ours.log"; pc="$RES/$id.ours.pcap"
+  orc=$(cat "$RES/$id.ours.rc" 2>/dev/null || echo none); grc=$(cat "$RES/out/$id.guest.rc" 2>/dev/null || echo none)
+  why=""
+  case "$exp" in
+    ok)
+      [ "$orc" = 0 ] || why="$why; our side exit $orc"
+      [ "$grc" = 0 ] || why="$why; rping exit $grc" ;;
+    terminate)
+      [ "$orc" != 0 ] || why="$why; our side did not fail"
+      grep -q 'Terminate' "$log" || why="$why; no Terminate reported by us" ;;
+    reject)
+      [ "$orc" != 0 ] || why="$why; our side did not fail"
+      grep -qi 'reject' "$log" || why="$why; no rejection reported by us" ;;
+    v1noread)
+      [ "$orc" != 0 ] || why="$why; our side did not fail"
+      grep -q 'peer closed the connection' "$log" || why="$why; no close reported by us"
+      grep -q 'post send error' "$RES/out/$id.guest.log" || why="$why; rping did not fail to post its Read" ;;
+    refused)
+      [ "$orc" != 0 ] || why="$why; our side did not fail"
+      grep -q 'RDMA_CM_EVENT_REJECTED' "$RES/out/$id.guest.log" || why="$why; siw did not refuse" ;;
+    srvfault)
+      [ "$orc" = 0 ] || why="$why; our side did not end the QP with its own Terminate"
+      grep -q 'sent Terminate \[DDP untagged: invalid MSN, no buffer available\]' "$log" || why="$why; no Terminate sent by us"
+      { [ "$grc" != 0 ] || grep -qi 'DISCONNECT\|error\|fail' "$RES/out/$id.guest.log"; } || why="$why; rping did not notice" ;;
+    fault)
+      # siw's kernel answers with a Terminate; its rping only sees the disconnect (and exits 0).
+      [ "$orc" = 0 ] || why="$why; our side did not see the QP end by the peer's Terminate"
+      grep -q 'peer sent Terminate \[DDP tagged: invalid STag\]' "$log" || why="$why; no Terminate reported by us"
+      grep -q 'DISCONNECT' "$RES/out/$id.guest.log" || why="$why; rping did not see the disconnect" ;;
+  esac
+  # the negotiated parameters: ours (printed) against siw's wire (guest capture of this connection)
+  timeout 60 tcpdump -r "$RES/out/guest.pcap" -w "$RES/$id.siw.pcap" "tcp port ${GPORT[$id]}" 2>/dev/null
+  op=$(ours_params "$log"); wp=$(wire_params "$RES/$id.siw.pcap"); pp=$(wire_params "$pc")
+  if [ "$exp" = reject ]; then
+    pcol="siw's wire: $(timeout 60 "$RNIC" decode "$RES/$id.siw.pcap" 2>/dev/null | grep -m1 -oE 'MPA Reply .*R=1[^(]*' || echo 'no rejecting Reply')"
+  elif [ -n "$op" ] && [ "$op" = "$wp" ] && [ "$op" = "$pp" ]; then pcol="$op"
+  else pcol="ours: ${op:-none}; siw's wire: $wp; our pcap: $pp"; why="$why; parameters differ"; fi
+  # our capture: rnic decode and tshark
+  if [ -s "$pc" ]; then
+    timeout 60 "$RNIC" decode "$pc" > "$RES/$id.ours.decode.txt" 2>&1; drc=$?
+    dcol="exit $drc"; [ "$drc" = 0 ] && dcol="clean" || why="$why; rnic decode exit $drc"
+    tcol=$(tshark_check "$pc"); case "$tcol" in ok*) tcol="clean (${tcol#ok } MPA frames)" ;; *) why="$why; tshark: $tcol" ;; esac
+  else
+    dcol="no pcap"; tcol="no pcap"; why="$why; no pcap"
+  fi
+  ours=$(grep -m1 -E '^([0-9]+ pings of .* verified|server done|rnic ping (client|server):)' "$log" | sed -E 's/ average round trip.*//' | cut -c1-150 | tr '|' '/')
+  if [ -n "$why" ] && [ "$dir" = o2s ] && grep -q 'no completion within' "$log" \
+     && ! timeout 60 "$RNIC" decode "$RES/$id.siw.pcap" 2>/dev/null | grep -qE 'R>I @[0-9]+ +FPDU'; then
+    why="$why; siw accept race: siw answered none of our FPDUs (see docs/siw-interop.md)"
+  fi
+  res=PASS; [ -n "$why" ] && res="FAIL${why/;/:}"
+  [ "$res" = PASS ] && PASS=$((PASS + 1)) || FAIL=$((FAIL + 1))
+  row "$id | $dirs | $gsz / $osz x $cnt | \`${opts:-}\` | $exp | exit $orc: ${ours:-} | exit $grc | $pcol | $dcol | $tcol | $res"
+done <<< "$CASES"
+{ echo "$TABLE"; echo; echo "$PASS passed, $FAIL failed, $SKIPN skipped (wall time $((SECONDS - T0)) s, results in $RES)"; } > "$RES/summary.md"
+cat "$RES/summary.md"
+[ "$FAIL" = 0 ] && [ "$PASS" -gt 0 ]

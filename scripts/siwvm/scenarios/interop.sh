@@ -1,0 +1,63 @@
+# interop: siw's rping in the guest against the host's `rnic ping`, one connection per plan line.
+# The host (scripts/siw-interop.sh) writes /mnt/host/plan.txt, one case a line:
+#   ID srv PORT SIZE COUNT   siw is the rping server on 10.0.2.15:PORT (the host reaches it through
+#                            a slirp hostfwd); the guest marks $OUT/ID.ready once it listens
+#   ID cli PORT SIZE COUNT   siw is the rping client of 10.0.2.2:PORT (the host's 127.0.0.1:PORT);
+#                            it starts when the host creates /mnt/host/ID.go
+# For each case the guest writes $OUT/ID.guest.log and $OUT/ID.guest.rc (rping's exit status,
+# or "killed" when it was still running CASE_TIMEOUT seconds in, or 3 s after the host's ID.done).
+# The whole session is captured on eth0 (siw's side of slirp) straight into $OUT/guest.pcap.
+. "$SDIR/lib.sh"
+H=/mnt/host
+CASE_TIMEOUT=${CASE_TIMEOUT:-90}
+# siw's connection-manager debug messages (MPA negotiation) go to dmesg
+echo 'file siw_cm.c +p' > /proc/dynamic_debug/control 2>/dev/null || log "no dynamic debug"
+tcpdump -i eth0 -n -s 0 -U --immediate-mode -B 16384 -w "$OUT/guest.pcap" tcp > /tmp/tcpdump.log 2>&1 &
+TP=$!
+i=0; while [ $i -lt 100 ] && ! grep -q 'listening on' /tmp/tcpdump.log; do sleep 0.1; i=$((i + 1)); done
+log "capture started"
+mark guest-up
+wait_file() {  # wait_file FILE TENTHS
+  j=0; while [ ! -e "$1" ] && [ "$j" -lt "$2" ]; do sleep 0.1; j=$((j + 1)); done; [ -e "$1" ]
+}
+while read -r id role port size count; do
+  [ -n "$id" ] || continue
+  case "$role" in
+    srv)
+      rping -s -a 10.0.2.15 -p "$port" -C "$count" -S "$size" -V > "$OUT/$id.guest.log" 2>&1 &
+      pid=$!
+      wait_listen "$port" 100
+      mark "$id.ready"
+      ;;
+    cli)
+      if ! wait_file "$H/$id.go" $((CASE_TIMEOUT * 10)); then
+        echo "host never said go" > "$OUT/$id.guest.log"; echo nogo > "$OUT/$id.guest.rc"; continue
+      fi
+      rping -c -a 10.0.2.2 -p "$port" -C "$count" -S "$size" -V > "$OUT/$id.guest.log" 2>&1 &
+      pid=$!
+      ;;
+    *) log "bad plan line: $id $role"; continue ;;
+  esac
+  log "$id: rping $role port $port size $size count $count (pid $pid)"
+  j=0; grace=30
+  while kill -0 "$pid" 2>/dev/null && [ "$j" -lt $((CASE_TIMEOUT * 10)) ]; do
+    if [ -e "$H/$id.done" ]; then grace=$((grace - 1)); [ "$grace" -le 0 ] && break; fi
+    sleep 0.1; j=$((j + 1))
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    # a process stuck in the kernel does not die: never wait for it unbounded
+    kill "$pid" 2>/dev/null; j=0
+    while kill -0 "$pid" 2>/dev/null && [ "$j" -lt 50 ]; do [ "$j" = 10 ] && kill -9 "$pid" 2>/dev/null; sleep 0.1; j=$((j + 1)); done
+    if kill -0 "$pid" 2>/dev/null; then rc=stuck; log "$id: rping does not die: $(cat /proc/$pid/stack 2>/dev/null | head -3 | tr '\n' ' ')"
+    else wait "$pid" 2>/dev/null; rc=killed; fi
+  else
+    wait "$pid"; rc=$?
+  fi
+  log "$id: rping exit $rc"
+  echo "$rc" > "$OUT/$id.guest.rc"; sync
+done < "$H/plan.txt"
+sleep 0.5
+kill -INT "$TP" 2>/dev/null; wait "$TP" 2>/dev/null
+cat /tmp/tcpdump.log
+dmesg | grep -i siw > "$OUT/siw-dmesg.txt"
+log "plan done"
