@@ -82,6 +82,8 @@ e1|o2s|64|4096|1|terminate||we advertise 4096 octets, siw's rping Reads them int
 e2|o2s|64|64|1|reject|--markers required|we require markers, siw refuses them
 e3|o2s|64|64|1|fault|--fault unknown-stag|our RDMA Write to an STag siw never advertised: siw's Terminate
 e4|s2o|64|64|2|srvfault|--fault no-recv|siw's second Send finds no receive posted on our side: our Terminate ends siw's rping
+f1|o2u|1048576|1048576|8|ok||beyond rping's 64 KiB: siw's ucmatose sends 8 Sends of 1 MiB, we send 8 back
+f2|o2u|4194304|4194304|3|ok|--crc required|4 MiB Sends each way, CRC on
 EOT
 )
 # Our initiator's first-FPDU delay must work (a local self-check, two `rnic ping` processes on
@@ -113,10 +115,11 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     SKIP[$id]="rnic ping has no --fault option yet (see docs/siw-interop.md)"; continue
   fi
   n=$((n + 1))
-  if [ "$dir" = o2s ]; then
+  if [ "$dir" = o2s ] || [ "$dir" = o2u ]; then
     GPORT[$id]=$((7200 + n)); HPORT[$id]=$((BASE + n))
     FWD="$FWD,tcp:127.0.0.1:${HPORT[$id]}-:${GPORT[$id]}"
-    echo "$id srv ${GPORT[$id]} $gsz $cnt" >> "$RES/plan.txt"
+    role=srv; [ "$dir" = o2u ] && role=ucm
+    echo "$id $role ${GPORT[$id]} $gsz $cnt" >> "$RES/plan.txt"
   else
     HPORT[$id]=$((BASE + 1000 + n)); GPORT[$id]=${HPORT[$id]}
     echo "$id cli ${HPORT[$id]} $gsz $cnt" >> "$RES/plan.txt"
@@ -164,6 +167,15 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     else
       echo "the guest's rping server never listened" > "$log"; echo noguest > "$RES/$id.ours.rc"
     fi
+  elif [ "$dir" = o2u ]; then
+    extra=$(client_mitigation "$opts")
+    if wait_for "$RES/out/$id.ready" "$CASE_TIMEOUT"; then
+      timeout $((CASE_TIMEOUT + 10)) "$RNIC" cmatose --client 127.0.0.1 --port "$hp" --size "$osz" --count "$cnt" \
+        --timeout 30000 --pcap "$pc" $extra $opts > "$log" 2>&1
+      echo $? > "$RES/$id.ours.rc"
+    else
+      echo "the guest's ucmatose server never listened" > "$log"; echo noguest > "$RES/$id.ours.rc"
+    fi
   else
     timeout $((CASE_TIMEOUT + 20)) "$RNIC" ping --server --bind 127.0.0.1 --port "$hp" --size "$osz" \
       --timeout 60000 --pcap "$pc" $opts > "$log" 2>&1 &
@@ -210,8 +222,8 @@ row() { TABLE="$TABLE
 while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   [ -n "$id" ] || continue
   echo "$id" | grep -qE "$ONLY" || continue
-  dirs="ours -> siw"; [ "$dir" = s2o ] && dirs="siw -> ours"
-  [ "$dir" = o2s ] && { m=$(client_mitigation "$opts"); [ -n "$m" ] && opts="${opts:+$opts }$m"; }
+  dirs="ours -> siw"; [ "$dir" = s2o ] && dirs="siw -> ours"; [ "$dir" = o2u ] && dirs="ours <-> siw ucmatose"
+  [ "$dir" = o2s ] || [ "$dir" = o2u ] && { m=$(client_mitigation "$opts"); [ -n "$m" ] && opts="${opts:+$opts }$m"; }
   if [ -n "${SKIP[$id]:-}" ]; then
     row "$id | $dirs | $gsz / $osz x $cnt | \`$opts\` | $exp | - | - | - | - | - | SKIP: ${SKIP[$id]}"
     SKIPN=$((SKIPN + 1)); continue

@@ -468,3 +468,31 @@ TEST(RnicProcesses, PingFaultUnknownStag) {
   EXPECT_NE(server.output().find("STag 0x00dead00 is not registered"), std::string::npos)
       << server.output();
 }
+
+// rnic cmatose (librdmacm's ucmatose exchange): messages far beyond rping's 64 KiB, both ways.
+TEST(RnicProcesses, CmatoseLargeSendsBothWays) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  ::close(s);
+  Process server({"cmatose", "--server", "--bind", "127.0.0.1", "--port", port, "--size", "3000000",
+                  "--count", "4", "--p2p", "--crc", "required"},
+                 "cmatose_server");
+  ASSERT_TRUE(server.wait_for_output("listening")) << server.output();
+  Process client({"cmatose", "--client", "127.0.0.1", "--port", port, "--size", "3000000",
+                  "--count", "4", "--p2p", "--crc", "required"},
+                 "cmatose_client");
+  EXPECT_EQ(client.wait(60s), 0) << client.output();
+  EXPECT_EQ(server.wait(60s), 0) << server.output();
+  EXPECT_NE(client.output().find("received and sent 4 messages of 3000000 octets"),
+            std::string::npos)
+      << client.output();
+  EXPECT_NE(server.output().find("sent and received 4 messages of 3000000 octets"),
+            std::string::npos)
+      << server.output();
+}

@@ -115,8 +115,12 @@ int run_server(const DemoOptions& o) {
   if (!wc) return 1;
   say(fmt::format("1. receive completion: {}: \"{}\"", show(*wc),
                   std::string(msg.data(), wc->byte_len)));
-  // 2. Tell the client where the regions are (one Send).
+  // 2. Tell the client where the regions are (one Send). Receives for the client's next two
+  // Sends go up first: the client sends them back to back.
+  std::vector<char> msg2(256);
+  auto* msg2_mr = ep.reg(msg2.data(), msg2.size(), IBV_ACCESS_LOCAL_WRITE);
   s.recv(msg.data(), 256, msg_mr->lkey);
+  s.recv(msg2.data(), 256, msg2_mr->lkey);
   std::string adv =
       fmt::format("{} {} {} {} {} {}", reinterpret_cast<std::uint64_t>(buf.data()), buf_mr->rkey,
                   reinterpret_cast<std::uint64_t>(inval.data()), inval_mr->rkey,
@@ -138,11 +142,10 @@ int run_server(const DemoOptions& o) {
   say(fmt::format("   the buffer now reads \"{}\" and the counter is {} (no server CPU involved)",
                   buf.data(), counter));
   // 6. Send with Invalidate.
-  s.recv(msg.data(), 256, msg_mr->lkey);
   wc = s.wait(ep.recv_cq());
   if (!wc) return 1;
   say(fmt::format("6. receive completion: {}: \"{}\"", show(*wc),
-                  std::string(msg.data(), wc->byte_len)));
+                  std::string(msg2.data(), wc->byte_len)));
   // 7. The client now Writes to the invalidated STag: our RNIC must refuse and terminate.
   auto ev = ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
   say(fmt::format("7. connection ended: {}", ev ? ev->detail : ev.error()));

@@ -26,7 +26,7 @@ mkdir -p "$CACHE"; CACHE="$(cd "$CACHE" && pwd)"
 
 if [ "${SIWVM_REBUILD:-0}" != 1 ] && [ -s "$CACHE/vmlinuz" ] && [ -s "$CACHE/initramfs.cpio.gz" ] \
    && [ -s "$CACHE/kver" ] && command -v qemu-system-x86_64 >/dev/null 2>&1 \
-   && [ "$(cat "$CACHE/init.sha256" 2>/dev/null)" = "$(sha256sum "$HERE/init.sh" | cut -d' ' -f1)" ]; then
+   && [ "$(cat "$CACHE/init.sha256" 2>/dev/null)" = "$(cat "$HERE/init.sh" "$HERE/build.sh" | sha256sum | cut -d' ' -f1)" ]; then
   echo "[siwvm build] cached image in $CACHE ($(cat "$CACHE/kver"))"
   exit 0
 fi
@@ -177,7 +177,7 @@ put_elf() {  # put_elf FILE: the file plus its shared-library closure resolved i
 }
 put "$STAGE/lib64/ld-linux-x86-64.so.2"
 BINS=""
-for b in rping ibv_devices ibv_devinfo ip rdma ss tcpdump ib_write_bw ib_read_bw ib_send_bw; do
+for b in rping ucmatose ibv_devices ibv_devinfo ip rdma ss tcpdump ib_write_bw ib_read_bw ib_send_bw; do
   f=$(find "$STAGE/usr/bin" "$STAGE/usr/sbin" "$STAGE/bin" "$STAGE/sbin" -maxdepth 1 -name "$b" 2>/dev/null | head -1)
   [ -n "$f" ] || { log "WARN: $b not in the staged packages"; continue; }
   while [ -L "$f" ]; do t="$(readlink "$f")"; case "$t" in /*) f="$STAGE$t" ;; *) f="$(dirname "$f")/$t" ;; esac; done
@@ -207,6 +207,7 @@ install -m 755 "$HERE/init.sh" "$ROOT/init"
 mv "$CACHE/initramfs.cpio.gz.tmp" "$CACHE/initramfs.cpio.gz"
 mv "$CACHE/vmlinuz.tmp" "$CACHE/vmlinuz"
 echo "$KVER" > "$CACHE/kver"
-sha256sum "$HERE/init.sh" | cut -d' ' -f1 > "$CACHE/init.sha256"
+# the image depends on init.sh and on this script (its package and tool lists)
+cat "$HERE/init.sh" "$HERE/build.sh" | sha256sum | cut -d' ' -f1 > "$CACHE/init.sha256"
 rm -rf "$STAGE" "$KSTAGE" "$KB"
 log "done: $CACHE/vmlinuz, $CACHE/initramfs.cpio.gz ($(du -h "$CACHE/initramfs.cpio.gz" | cut -f1)); binaries:$BINS"

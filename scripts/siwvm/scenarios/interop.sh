@@ -2,6 +2,8 @@
 # The host (scripts/siw-interop.sh) writes /mnt/host/plan.txt, one case a line:
 #   ID srv PORT SIZE COUNT   siw is the rping server on 10.0.2.15:PORT (the host reaches it through
 #                            a slirp hostfwd); the guest marks $OUT/ID.ready once it listens
+#   ID ucm PORT SIZE COUNT   siw's ucmatose is the server on 10.0.2.15:PORT (messages beyond rping's
+#                            64 KiB); marked ready like srv
 #   ID cli PORT SIZE COUNT   siw is the rping client of 10.0.2.2:PORT (the host's 127.0.0.1:PORT);
 #                            it starts when the host creates /mnt/host/ID.go
 # For each case the guest writes $OUT/ID.guest.log and $OUT/ID.guest.rc (rping's exit status,
@@ -25,6 +27,13 @@ while read -r id role port size count; do
   case "$role" in
     srv)
       rping -s -a 10.0.2.15 -p "$port" -C "$count" -S "$size" -V > "$OUT/$id.guest.log" 2>&1 &
+      pid=$!
+      wait_listen "$port" 100
+      mark "$id.ready"
+      ;;
+    ucm)
+      # librdmacm's ucmatose server: sends COUNT messages of SIZE octets, then receives COUNT
+      ucmatose -b 10.0.2.15 -p "$port" -C "$count" -S "$size" > "$OUT/$id.guest.log" 2>&1 &
       pid=$!
       wait_listen "$port" 100
       mark "$id.ready"
