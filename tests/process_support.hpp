@@ -2,10 +2,13 @@
 // file, wait with a deadline (killed when it passes), read what it printed.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -116,6 +119,20 @@ inline std::string read_port(const std::string& file,
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return {};
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, noted, closed), for
+// programs that take no --port-file. Empty on failure.
+inline std::string free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  ::close(s);
+  return ok ? std::to_string(ntohs(a.sin_port)) : std::string();
 }
 
 }  // namespace iwarp::test

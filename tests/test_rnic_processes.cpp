@@ -112,15 +112,8 @@ TEST(RnicProcesses, LiveCaptureOpensInTshark) {
   ASSERT_TSHARK();
   test::TempFile pcap("live_tshark");
   // ping has no --port-file: ask the kernel for a free port first.
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  const std::string port = std::to_string(ntohs(a.sin_port));
-  ::close(s);
+  const std::string port = test::free_port();
+  ASSERT_FALSE(port.empty());
   Process srv({"ping", "--server", "--bind", "127.0.0.1", "--port", port, "--size", "70000",
                "--crc", "required"},
               "tshark_server2");
@@ -401,15 +394,8 @@ TEST(RnicProcesses, BadPcapPathIsOneLine) {
 }
 
 TEST(RnicProcesses, UnreachableServerSaysWhy) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  const std::string port = std::to_string(ntohs(a.sin_port));
-  ::close(s);  // nothing listens there now
+  const std::string port = test::free_port();
+  ASSERT_FALSE(port.empty());
   Process p({"ping", "--client", "127.0.0.1", "--port", port}, "unreach");
   EXPECT_EQ(p.wait(20s), 1);
   EXPECT_NE(p.output().find("RDMA_CM_EVENT_UNREACHABLE"), std::string::npos) << p.output();
@@ -447,15 +433,8 @@ TEST(RnicProcesses, FirstFpduDelayHoldsOnlyTransmission) {
 
 // rnic ping --fault: a Write to an STag the server never advertised ends in its Terminate.
 TEST(RnicProcesses, PingFaultUnknownStag) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  const std::string port = std::to_string(ntohs(a.sin_port));
-  ::close(s);
+  const std::string port = test::free_port();
+  ASSERT_FALSE(port.empty());
   Process server({"ping", "--server", "--bind", "127.0.0.1", "--port", port}, "pfault_server");
   ASSERT_TRUE(server.wait_for_output("listening")) << server.output();
   Process client({"ping", "--client", "127.0.0.1", "--port", port, "--fault", "unknown-stag"},
@@ -471,15 +450,8 @@ TEST(RnicProcesses, PingFaultUnknownStag) {
 
 // rnic cmatose (librdmacm's ucmatose exchange): messages far beyond rping's 64 KiB, both ways.
 TEST(RnicProcesses, CmatoseLargeSendsBothWays) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  const std::string port = std::to_string(ntohs(a.sin_port));
-  ::close(s);
+  const std::string port = test::free_port();
+  ASSERT_FALSE(port.empty());
   Process server({"cmatose", "--server", "--bind", "127.0.0.1", "--port", port, "--size", "3000000",
                   "--count", "4", "--p2p", "--crc", "required"},
                  "cmatose_server");
