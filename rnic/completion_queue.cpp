@@ -18,10 +18,10 @@ CompletionChannel::~CompletionChannel() {
 }
 
 void CompletionChannel::signal(CompletionQueue* cq) {
-  {
-    std::lock_guard l(mu_);
-    events_.push_back(cq);
-  }
+  // The eventfd is written under the lock, so wait() never drains it between our push and the
+  // write (which would leave it readable with no event: a busy loop).
+  std::lock_guard l(mu_);
+  events_.push_back(cq);
   std::uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(fd_, &one, sizeof one);
 }

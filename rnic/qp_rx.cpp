@@ -125,6 +125,8 @@ bool QueuePair::take_rqe() {
 MutableByteSpan QueuePair::rx_head(const mpa::FpduHead& h) {
   rx_.error.reset();
   rx_.seg = ddp::Segment{};
+  rx_.pending_irq.reset();
+  rx_.atomic_word = nullptr;
   if (state_.load() != QpState::Rts) return {};  // after a Terminate nothing more is placed
   rx_.bounce.clear();
   rx_.ulpdu_length = h.ulpdu_length;
@@ -287,6 +289,8 @@ Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_
                     "RFC 5040 §6.3 / RFC 6581 §6: outstanding Read Requests must not exceed IRD",
                     fmt::format("{} MSN {} with {} already outstanding, IRD {}",
                                 rdmap::opcode_name(h.opcode), h.msn.value(), outstanding, ird));
+      // RFC 5044 §6.2: nothing reaches RDMAP before the CRC is checked, so the request is only
+      // validated here; rx_message_end() queues the Read or executes the atomic.
       if (h.op() == Opcode::ReadRequest) {
         const auto& rr = std::get<rdmap::ReadRequest>(s.body);
         IrqEntry e{false, rr.sink_stag, rr.sink_to.value(), {}, {}};
@@ -296,7 +300,7 @@ Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_
           if (!p) return std::unexpected(p.error());
           e.src = ByteSpan(*p, rr.size);
         }
-        irq_.push_back(e);
+        rx_.pending_irq = e;
       } else {
         const auto& a = std::get<rdmap::AtomicRequest>(s.body);
         if (a.to.value() % 8 != 0)
@@ -305,29 +309,8 @@ Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_
                       fmt::format("TO 0x{:x}", a.to.value()));
         auto p = mem.check_remote(a.stag, init_.pd, a.to.value(), 8, kRemoteAtomic, false);
         if (!p) return std::unexpected(p.error());
-        // The 64-bit target is in host byte order in memory.
-        auto* word = reinterpret_cast<std::uint64_t*>(*p);
-        std::uint64_t old = __atomic_load_n(word, __ATOMIC_SEQ_CST), next = old;
-        do {
-          switch (static_cast<rdmap::AtomicOp>(a.op)) {
-            case rdmap::AtomicOp::FetchAdd:
-              next = masked_add(old, a.add_swap_data, a.add_swap_mask);
-              break;
-            case rdmap::AtomicOp::Swap:
-              next = (old & ~a.add_swap_mask) | (a.add_swap_data & a.add_swap_mask);
-              break;
-            case rdmap::AtomicOp::CompareSwap:
-              next = ((old ^ a.compare_data) & a.compare_mask) == 0
-                         ? (old & ~a.add_swap_mask) | (a.add_swap_data & a.add_swap_mask)
-                         : old;
-              break;
-          }
-        } while (!__atomic_compare_exchange_n(word, &old, next, false, __ATOMIC_SEQ_CST,
-                                              __ATOMIC_SEQ_CST));
-        IrqEntry e{true, STag{0}, 0, {}, rdmap::AtomicResponse{a.request_id, old}};
-        irq_.push_back(e);
+        rx_.atomic_word = reinterpret_cast<std::uint64_t*>(*p);
       }
-      ring_doorbell();
       return MutableByteSpan{};
     }
     case Opcode::AtomicResponse: {
@@ -336,12 +319,7 @@ Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_
         return fail(Errc::RdmapUnexpectedOpcode,
                     "RFC 7306 §4.2.2: an Atomic Response answers the oldest atomic request",
                     fmt::format("response to request {} not outstanding", a.request_id));
-      auto e = orq_.front();
-      orq_.pop_front();
-      std::memcpy(e.result, &a.original_value, 8);
-      complete_sq(e.sq_index, WcStatus::Success, 8);
-      ring_doorbell();  // a fenced WR or one held by the ORD may go now
-      return MutableByteSpan{};
+      return MutableByteSpan{};  // completed in rx_message_end(), once the CRC is good
     }
     case Opcode::Terminate:
       return MutableByteSpan{};
@@ -443,6 +421,44 @@ Result<void> QueuePair::rx_message_end() {
     case Opcode::Terminate:
       rx_terminate_received(std::get<rdmap::Terminate>(rx_.seg.body));
       return {};
+    case Opcode::ReadRequest:
+      irq_.push_back(*rx_.pending_irq);
+      ring_doorbell();
+      return {};
+    case Opcode::AtomicRequest: {
+      const auto& a = std::get<rdmap::AtomicRequest>(rx_.seg.body);
+      // The 64-bit target is in host byte order in memory.
+      std::uint64_t* word = rx_.atomic_word;
+      std::uint64_t old = __atomic_load_n(word, __ATOMIC_SEQ_CST), next = old;
+      do {
+        switch (static_cast<rdmap::AtomicOp>(a.op)) {
+          case rdmap::AtomicOp::FetchAdd:
+            next = masked_add(old, a.add_swap_data, a.add_swap_mask);
+            break;
+          case rdmap::AtomicOp::Swap:
+            next = (old & ~a.add_swap_mask) | (a.add_swap_data & a.add_swap_mask);
+            break;
+          case rdmap::AtomicOp::CompareSwap:
+            next = ((old ^ a.compare_data) & a.compare_mask) == 0
+                       ? (old & ~a.add_swap_mask) | (a.add_swap_data & a.add_swap_mask)
+                       : old;
+            break;
+        }
+      } while (!__atomic_compare_exchange_n(word, &old, next, false, __ATOMIC_SEQ_CST,
+                                            __ATOMIC_SEQ_CST));
+      irq_.push_back(IrqEntry{true, STag{0}, 0, {}, rdmap::AtomicResponse{a.request_id, old}});
+      ring_doorbell();
+      return {};
+    }
+    case Opcode::AtomicResponse: {
+      const auto& a = std::get<rdmap::AtomicResponse>(rx_.seg.body);
+      auto e = orq_.front();
+      orq_.pop_front();
+      std::memcpy(e.result, &a.original_value, 8);
+      complete_sq(e.sq_index, WcStatus::Success, 8);
+      ring_doorbell();  // a fenced WR or one held by the ORD may go now
+      return {};
+    }
     default:
       return {};
   }

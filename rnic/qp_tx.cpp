@@ -223,7 +223,9 @@ bool QueuePair::start_sq_wqe(std::uint64_t index, TxMsg& m) {
 }
 
 bool QueuePair::next_message(TxMsg& m) {
-  if (!tx_priority_.empty()) {
+  // A Terminate goes out whatever the gate; the RTR waits for it like any FPDU (the
+  // first-FPDU delay holds it back too).
+  if (!tx_priority_.empty() && (tx_priority_.front().kind == TxKind::Terminate || !tx_gated_)) {
     m = std::move(tx_priority_.front());
     tx_priority_.pop_front();
     return true;

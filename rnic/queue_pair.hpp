@@ -270,6 +270,9 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
     // Untagged payload that spans several receive SGEs lands in a bounce buffer first.
     Bytes bounce;
     std::uint32_t bounce_mo = 0;
+    // A validated Read Request / Atomic Request, acted on once the FPDU's CRC is good.
+    std::optional<IrqEntry> pending_irq;
+    std::uint64_t* atomic_word = nullptr;
   } rx_;
   struct RxSend {
     bool active = false;  // a receive WQE is consumed by the message in progress

@@ -193,3 +193,144 @@ TEST(RnicFuzz, HostilePeerNeverCorruptsMemoryOrHangs) {
   EXPECT_GT(terminated, iterations / 3);
   EXPECT_GT(clean, 0);
 }
+
+namespace {
+
+// A raw TCP peer that completes the MPA exchange (CRC on) with `server` and returns the socket.
+int raw_peer(Endpoint& server, std::expected<void, std::string>& accepted) {
+  auto port = server.listen("127.0.0.1", 0);
+  if (!port) return -1;
+  std::thread acc([&] { accepted = server.accept_one(); });
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(*port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  mpa::Policy pol;
+  pol.crc = mpa::CrcPolicy::Required;
+  std::uint8_t hdr[mpa::kFrameHeaderSize];
+  ok = ok && write_all(fd, mpa::make_request(pol).encode()) && read_n(fd, hdr, sizeof hdr);
+  std::vector<std::uint8_t> pd(ok ? load_be16(hdr + 18) : 0);
+  ok = ok && read_n(fd, pd.data(), pd.size());
+  acc.join();
+  if (!ok) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// One FPDU (CRC on) for `s`, its last CRC octet flipped when `bad_crc`.
+Bytes fpdu(const ddp::Segment& s, bool bad_crc) {
+  Bytes ulpdu, wire;
+  ddp::encode_segment(s, ulpdu);
+  mpa::FpduEncoder enc({true, false});
+  EXPECT_TRUE(enc.encode(ulpdu, wire));
+  if (bad_crc) wire.back() ^= 0x01;
+  return wire;
+}
+
+// What the RNIC sent back until it closed: the opcodes of its FPDUs, in order.
+std::vector<int> replies(int fd) {
+  struct Ops : mpa::StreamVisitor {
+    std::vector<int> ops;
+    void on_mpa_frame(const mpa::MpaFrame&, std::uint64_t, std::size_t) override {}
+    void on_fpdu(const mpa::Fpdu& f) override {
+      auto s = ddp::parse_segment(f.ulpdu);
+      ops.push_back(s ? s->hdr.opcode : -1);
+    }
+    void on_error(const WireError&) override { ops.push_back(-2); }
+  } v;
+  mpa::StreamDecoder dec(mpa::FramingConfig{true, false});
+  std::uint8_t buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    dec.feed(ByteSpan(buf, static_cast<std::size_t>(n)), v);
+  }
+  return v.ops;
+}
+
+}  // namespace
+
+// RFC 5044 §6.2: an Atomic Request whose CRC is bad never touches memory; a Read Request whose
+// CRC is bad is never answered. The RNIC's only answer is the LLP CRC Terminate.
+TEST(RnicFuzz, NothingActsOnAnFpduBeforeItsCrcIsGood) {
+  for (bool atomic : {true, false}) {
+    SCOPED_TRACE(atomic ? "atomic" : "read");
+    alignas(8) std::uint64_t word = 40;
+    std::vector<std::uint8_t> src(4096, 0x77);
+    ibv_mr *wmr = nullptr, *smr = nullptr;
+    EndpointOptions so;
+    so.cm.policy.crc = mpa::CrcPolicy::Required;
+    so.on_qp_created = [&](Endpoint& ep) {
+      wmr = ep.reg(&word, 8, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+      smr = ep.reg(src.data(), src.size(), IBV_ACCESS_REMOTE_READ);
+    };
+    Endpoint server(so);
+    std::expected<void, std::string> accepted;
+    int fd = raw_peer(server, accepted);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(accepted) << accepted.error();
+    ddp::Segment s;
+    s.hdr = ddp::untagged_header(atomic ? rdmap::Opcode::AtomicRequest : rdmap::Opcode::ReadRequest,
+                                 QueueNumber{1}, Msn{1}, MessageOffset{0});
+    if (atomic) {
+      rdmap::AtomicRequest ar;
+      ar.stag = STag{wmr->rkey};
+      ar.to = TaggedOffset{reinterpret_cast<std::uint64_t>(&word)};
+      ar.add_swap_data = 2;
+      s.body = ar;
+    } else {
+      s.body = rdmap::ReadRequest{STag{1}, TaggedOffset{0}, 4096, STag{smr->rkey},
+                                  TaggedOffset{reinterpret_cast<std::uint64_t>(src.data())}};
+    }
+    const Bytes wire = fpdu(s, true);
+    // Everything but the CRC, a pause in which nothing may happen, then the bad CRC.
+    ASSERT_TRUE(write_all(fd, ByteSpan(wire).first(wire.size() - 4)));
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(__atomic_load_n(&word, __ATOMIC_SEQ_CST), 40u);
+    ASSERT_TRUE(write_all(fd, ByteSpan(wire).last(4)));
+    const auto ops = replies(fd);
+    ::close(fd);
+    EXPECT_EQ(ops, std::vector<int>{7}) << "only a Terminate may come back";
+    EXPECT_EQ(word, 40u);
+    EXPECT_NE(server.qp()->qp->error_reason().find("MPA: CRC mismatch"), std::string::npos)
+        << server.qp()->qp->error_reason();
+  }
+}
+
+// The same requests with a good CRC are carried out (the test above can fail).
+TEST(RnicFuzz, GoodCrcRequestsAreCarriedOut) {
+  alignas(8) std::uint64_t word = 40;
+  ibv_mr* wmr = nullptr;
+  EndpointOptions so;
+  so.cm.policy.crc = mpa::CrcPolicy::Required;
+  so.on_qp_created = [&](Endpoint& ep) {
+    wmr = ep.reg(&word, 8, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+  };
+  Endpoint server(so);
+  std::expected<void, std::string> accepted;
+  int fd = raw_peer(server, accepted);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(accepted) << accepted.error();
+  ddp::Segment s;
+  s.hdr =
+      ddp::untagged_header(rdmap::Opcode::AtomicRequest, QueueNumber{1}, Msn{1}, MessageOffset{0});
+  rdmap::AtomicRequest ar;
+  ar.request_id = 9;
+  ar.stag = STag{wmr->rkey};
+  ar.to = TaggedOffset{reinterpret_cast<std::uint64_t>(&word)};
+  ar.add_swap_data = 2;
+  s.body = ar;
+  ASSERT_TRUE(write_all(fd, fpdu(s, false)));
+  ::shutdown(fd, SHUT_WR);
+  const auto ops = replies(fd);
+  ::close(fd);
+  ASSERT_FALSE(ops.empty());
+  EXPECT_EQ(ops.front(), 0xB) << "an Atomic Response first";
+  EXPECT_EQ(word, 42u);
+}
