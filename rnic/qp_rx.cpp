@@ -359,6 +359,12 @@ void QueuePair::rx_end(const mpa::FpduTrailer& t) {
 Result<void> QueuePair::rx_message_end() {
   const auto& h = rx_.seg.hdr;
   if (h.opcode == 0xF) return {};  // the peer-to-peer RTR Send
+  // Immediate Data reports the length of the Write it follows (RFC 7306 §4.3: Write with
+  // Immediate is a Write and then the Immediate Data message); any other message between them
+  // means it stands alone.
+  if (h.op() != Opcode::Write && h.op() != Opcode::ImmediateData &&
+      h.op() != Opcode::ImmediateDataSe)
+    rx_last_write_len_ = 0;
   switch (h.op()) {
     case Opcode::Write:
       rx_last_write_len_ = rx_cur_write_len_;

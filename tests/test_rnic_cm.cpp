@@ -285,3 +285,50 @@ TEST(RnicDoorbell, ChainIsOneBatch) {
   EXPECT_EQ(after.doorbells - before.doorbells, 1u);
   EXPECT_EQ(after.tx_batches - before.tx_batches, 1u);
 }
+
+// RFC 7306 §4.3: Immediate Data reports the length of the Write right before it; a bare
+// SEND_WITH_IMM after an unrelated Write and a Send reports no Write length.
+TEST(RnicImmediate, BareImmediateAfterOtherMessagesHasNoWriteLength) {
+  auto c = connect({}, {});
+  ASSERT_TRUE(c.connected) << c.connected.error();
+  ASSERT_TRUE(c.accepted) << c.accepted.error();
+  std::vector<char> src(1000, 'w'), dst(1000), rbuf(64);
+  auto* smr = c.client->reg(src.data(), src.size(), 0);
+  auto* dmr =
+      c.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  auto* rmr = c.server->reg(rbuf.data(), rbuf.size(), IBV_ACCESS_LOCAL_WRITE);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(post_one_recv(c.server->qp(), rbuf.data(), 64, rmr->lkey), 0);
+  auto* q = c.client->qp();
+  const auto dst_addr = reinterpret_cast<std::uint64_t>(dst.data());
+  // Write with Immediate: the receive reports the Write's 1000 octets.
+  ASSERT_EQ(post_one(q, {.op = IBV_WR_RDMA_WRITE_WITH_IMM,
+                         .addr = src.data(),
+                         .len = 1000,
+                         .lkey = smr->lkey,
+                         .remote_addr = dst_addr,
+                         .rkey = dmr->rkey,
+                         .imm = 7}),
+            0);
+  // A plain Write, a Send, then a bare immediate: no Write length.
+  ASSERT_EQ(post_one(q, {.op = IBV_WR_RDMA_WRITE,
+                         .addr = src.data(),
+                         .len = 500,
+                         .lkey = smr->lkey,
+                         .remote_addr = dst_addr,
+                         .rkey = dmr->rkey}),
+            0);
+  ASSERT_EQ(post_one(q, {.addr = src.data(), .len = 10, .lkey = smr->lkey}), 0);
+  ASSERT_EQ(post_one(q, {.op = IBV_WR_SEND_WITH_IMM, .imm = 8}), 0);
+  auto w1 = c.server->wait(c.server->recv_cq());
+  auto w2 = c.server->wait(c.server->recv_cq());
+  auto w3 = c.server->wait(c.server->recv_cq());
+  ASSERT_TRUE(w1 && w2 && w3);
+  EXPECT_EQ(w1->opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(w1->imm_data, 7u);
+  EXPECT_EQ(w1->byte_len, 1000u);
+  EXPECT_EQ(w2->opcode, IBV_WC_RECV);
+  EXPECT_EQ(w2->byte_len, 10u);
+  EXPECT_EQ(w3->imm_data, 8u);
+  EXPECT_EQ(w3->byte_len, 0u);
+}
