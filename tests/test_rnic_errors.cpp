@@ -137,23 +137,28 @@ int post(ibv_qp* qp, ibv_send_wr& wr) {
 int post_send(Endpoint& e, ibv_wr_opcode op, ibv_mr* mr, void* addr, std::uint32_t len,
               std::uint64_t id, std::uint64_t raddr = 0, std::uint32_t rkey = 0,
               unsigned flags = IBV_SEND_SIGNALED) {
-  ibv_sge sge{addr_of(addr), len, mr ? mr->lkey : 0};
-  auto wr = make_wr(op, &sge, 1, id, flags);
-  wr.wr.rdma.remote_addr = raddr;
-  wr.wr.rdma.rkey = rkey;
-  return post(e.qp(), wr);
+  return post_one(e.qp(), {.op = op,
+                           .addr = addr,
+                           .len = len,
+                           .lkey = mr ? mr->lkey : 0,
+                           .remote_addr = raddr,
+                           .rkey = rkey,
+                           .flags = flags,
+                           .wr_id = id});
 }
 
 int post_atomic(Endpoint& e, ibv_wr_opcode op, ibv_mr* mr, std::uint64_t* result, std::uint64_t id,
                 std::uint64_t raddr, std::uint32_t rkey, std::uint64_t compare_add,
                 std::uint64_t swap = 0) {
-  ibv_sge sge{addr_of(result), 8, mr->lkey};
-  auto wr = make_wr(op, &sge, 1, id);
-  wr.wr.atomic.remote_addr = raddr;
-  wr.wr.atomic.rkey = rkey;
-  wr.wr.atomic.compare_add = compare_add;
-  wr.wr.atomic.swap = swap;
-  return post(e.qp(), wr);
+  return post_one(e.qp(), {.op = op,
+                           .addr = result,
+                           .len = 8,
+                           .lkey = mr->lkey,
+                           .remote_addr = raddr,
+                           .rkey = rkey,
+                           .wr_id = id,
+                           .compare_add = compare_add,
+                           .swap = swap});
 }
 
 int post_recv_sges(ibv_qp* qp, std::vector<ibv_sge> sges, std::uint64_t id) {
@@ -166,7 +171,7 @@ int post_recv_sges(ibv_qp* qp, std::vector<ibv_sge> sges, std::uint64_t id) {
 }
 
 int post_recv(Endpoint& e, ibv_mr* mr, void* addr, std::uint32_t len, std::uint64_t id) {
-  return post_recv_sges(e.qp(), {ibv_sge{addr_of(addr), len, mr->lkey}}, id);
+  return post_one_recv(e.qp(), addr, len, mr->lkey, id);
 }
 
 // Every completion the CQ holds now (no waiting).
