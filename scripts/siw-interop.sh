@@ -68,7 +68,7 @@ b1|o2s|1000|1000|3|ok|--crc required|MPA rev 2, CRC on (we ask, siw follows)
 b2|o2s|1000|1000|3|ok|--crc off|MPA rev 2, CRC off
 b3|o2s|1000|1000|3|v1noread|--mpa-rev 1 --crc required|MPA rev 1, CRC on: connects and our Send arrives; siw (ORD 0 under rev 1) cannot post rping's Read
 b4|o2s|1000|1000|3|v1noread|--mpa-rev 1 --crc off|MPA rev 1, CRC off: as b3
-b5|o2s|1000|1000|3|ok|--p2p|MPA rev 2 peer-to-peer request, no first-FPDU delay
+b5|o2s|1000|1000|3|ok|--p2p --first-fpdu-delay 50|MPA rev 2 peer-to-peer request; the delay holds the RTR (siw accept race)
 c1|s2o|26|26|1|ok||rping's smallest size
 c2|s2o|64|64|10|ok||rping's default size, 10 pings
 c3|s2o|4096|4096|5|ok||one page
