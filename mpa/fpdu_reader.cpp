@@ -68,6 +68,13 @@ void FpduReader::commit_direct(std::size_t n, FpduSink& sink) {
   (void)sink;
 }
 
+bool FpduReader::skip_fpdu(std::uint64_t offset, std::uint32_t wire_length) {
+  if (state_ != State::Length || in_fpdu_ || marker_have_ != 0 || pos_ != offset) return false;
+  pos_ += wire_length;
+  ++fpdus_;
+  return true;
+}
+
 void FpduReader::after_head(FpduSink& sink) {
   FpduHead h{fpdu_start_, ulpdu_len_, ByteSpan(head_, head_have_)};
   rest_need_ = ulpdu_len_ - head_have_;

@@ -59,6 +59,12 @@ class FpduReader {
   // `n` octets were read into direct_window().
   void commit_direct(std::size_t n, FpduSink& sink);
 
+  // The in-order point reached an FPDU already placed from beyond a TCP hole (see
+  // SegmentReceiver): its `wire_length` octets count for the stream position and the markers
+  // but are not read again. False, and nothing changes, unless the reader stands between FPDUs
+  // exactly at `offset`.
+  bool skip_fpdu(std::uint64_t offset, std::uint32_t wire_length);
+
   bool failed() const { return state_ == State::Failed; }
   std::uint64_t position() const { return pos_; }
   std::uint64_t fpdus() const { return fpdus_; }

@@ -326,7 +326,10 @@ void CmId::start_qp(const mpa::ConnectionParams& negotiated, bool initiator) {
   if (initiator && params.peer_to_peer) qp->send_rtr(params.rtr);
   // The QP is RTS before ESTABLISHED is reported, so the application can post at once; a
   // first-FPDU delay only holds transmission back (StreamSetup::first_fpdu_delay).
-  qp->start(std::move(*sock_), st, {}, tap_, on_closed);
+  RxOptions rx;
+  rx.wire = opts_.wire;
+  qp->start(std::make_unique<SocketTransport>(std::move(*sock_)), st, {}, tap_, on_closed,
+            std::move(rx));
   sock_.reset();
 }
 

@@ -94,6 +94,8 @@ struct CmOptions {
   // The TCP segment size to frame for (0: the socket's TCP_MAXSEG). RFC 5044 §4.1 MULPDU.
   std::size_t emss = 0;
   bool ignore_ord = false;  // testing aid, see StreamSetup
+  // A simulated impaired wire under every QP this id starts (RxOptions::wire).
+  std::optional<WireImpairment> wire;
   TapFactory tap;
 };
 

@@ -34,6 +34,21 @@ STag MemoryTable::register_region(PdHandle pd, void* addr, std::uint64_t length,
   return mr.stag;
 }
 
+bool MemoryTable::register_region_at(STag stag, PdHandle pd, void* addr, std::uint64_t length,
+                                     std::uint64_t base_to, std::uint32_t access) {
+  std::lock_guard l(mu_);
+  if (stag.index() == 0 || by_index_.count(stag.index())) return false;
+  MemoryRegion mr;
+  mr.stag = stag;
+  mr.pd = pd;
+  mr.addr = static_cast<std::uint8_t*>(addr);
+  mr.length = length;
+  mr.base_to = base_to;
+  mr.access = access;
+  by_index_[stag.index()] = mr;
+  return true;
+}
+
 bool MemoryTable::deregister(STag stag) {
   std::lock_guard l(mu_);
   auto it = by_index_.find(stag.index());

@@ -48,6 +48,10 @@ class MemoryTable {
   // Registers [addr, addr + length) with TO base `base_to`. Returns the STag.
   STag register_region(PdHandle pd, void* addr, std::uint64_t length, std::uint64_t base_to,
                        std::uint32_t access);
+  // Registers at a given STag (replay: the STags a capture uses). False when its index is
+  // taken.
+  bool register_region_at(STag stag, PdHandle pd, void* addr, std::uint64_t length,
+                          std::uint64_t base_to, std::uint32_t access);
   bool deregister(STag stag);
   // Local Invalidate (and the receive side of Send with Invalidate). Fails for an unknown
   // STag, a key mismatch or another PD.

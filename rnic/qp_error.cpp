@@ -60,6 +60,9 @@ void QueuePair::fatal(const WireError& e, ByteSpan ddp_hdr, ByteSpan rdmap_hdr,
     std::lock_guard l(mu_);
     error_reason_ = reason;
   }
+  rx_event(RxEvent{.kind = RxEvent::Kind::TerminateSent,
+                   .offset = seg_rx_ ? seg_rx_->in_order() : 0,
+                   .text = reason});
   TxMsg m;
   m.kind = TxKind::Terminate;
   m.hdr = ddp::untagged_header(Opcode::Terminate, QueueNumber{rdmap::kQnTerminate},
@@ -133,11 +136,10 @@ void QueuePair::flush_all() {
 }
 
 void QueuePair::close_socket() {
-  if (!sock_ || closed_) return;
+  if (!transport_ || closed_) return;
   closed_ = true;
-  boost::system::error_code ignored;
-  sock_->shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
-  sock_->close(ignored);
+  transport_->close();
+  if (wire_flush_) wire_flush_->cancel();
   if (tap_) {
     tap_->on_close(true);
   }
@@ -175,6 +177,9 @@ void QueuePair::rx_terminate_received(const rdmap::Terminate& t) {
     std::lock_guard l(mu_);
     error_reason_ = reason;
   }
+  rx_event(RxEvent{.kind = RxEvent::Kind::TerminateReceived,
+                   .offset = seg_rx_ ? seg_rx_->in_order() : 0,
+                   .text = reason});
   // The oldest request still waiting for the peer (a Read or atomic) learns why, when the
   // Terminate is about it: RFC 5040 §4.8, the terminated DDP header is that of a Read (or
   // atomic, RFC 7306) Request. A Terminate about another message (a Write, a Send) is not the
@@ -196,7 +201,7 @@ void QueuePair::rx_terminate_received(const rdmap::Terminate& t) {
 
 void QueuePair::disconnect() {
   boost::asio::post(dev_.io(), [self = shared_from_this()] {
-    if (self->closed_ || !self->sock_) {
+    if (self->closed_ || !self->transport_) {
       if (self->state_.load() != QpState::Error)
         self->enter_error({QpClosed::Cause::LocalDisconnect, "disconnected"});
       return;

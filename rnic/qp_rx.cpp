@@ -50,8 +50,44 @@ class QueuePair::RxSink : public mpa::FpduSink {
 
 QueuePair::~QueuePair() = default;
 
+// The segment path's visitor: the in-order stream goes through the FpduReader, FPDUs beyond a
+// hole to rx_ooo, and the in-order point reaching one of those to rx_release.
+class QueuePair::SegVisitor : public mpa::SegmentVisitor {
+ public:
+  explicit SegVisitor(QueuePair& qp) : qp_(qp) {}
+  void on_stream(ByteSpan bytes) override {
+    if (!qp_.closed_) qp_.rx_reader_->feed(bytes, *qp_.rx_sink_);
+  }
+  mpa::OooVerdict on_ooo_fpdu(const mpa::OooFpdu& f, const mpa::Hole& hole) override {
+    return qp_.rx_ooo(f, hole);
+  }
+  void on_claimed_reached(std::uint64_t offset, std::uint32_t wire_length) override {
+    qp_.rx_release(offset, wire_length);
+  }
+  void on_hole_opened(const mpa::Hole& h) override {
+    qp_.rx_event(
+        RxEvent{.kind = RxEvent::Kind::HoleOpened, .offset = h.begin, .end = h.end, .text = {}});
+  }
+  void on_hole_closed(const mpa::Hole& h, bool first) override { qp_.rx_hole_closed(h, first); }
+  void on_duplicate(std::uint64_t offset, std::size_t length) override {
+    qp_.rx_event(RxEvent{
+        .kind = RxEvent::Kind::Duplicate, .offset = offset, .end = offset + length, .text = {}});
+  }
+
+ private:
+  QueuePair& qp_;
+};
+
 void QueuePair::rx_start(Bytes leftover) {
   rx_sink_ = std::make_shared<RxSink>(*this);
+  seg_visitor_ = std::make_shared<SegVisitor>(*this);
+  seg_rx_.emplace(rx_reader_->config(), rx_opts_.stream_start);
+  if (rx_opts_.wire) {
+    const std::size_t mss = setup_ ? setup_->emss : 1448;
+    wire_.emplace(*rx_opts_.wire, rx_reader_->config(), mss, rx_opts_.stream_start);
+    logger().info("QP {}: receiving through a simulated impaired wire ({}, MSS {})", qp_num_,
+                  rx_opts_.wire->describe(), rx_opts_.wire->mss ? rx_opts_.wire->mss : mss);
+  }
   rx_buf_.resize(kRxBuffer);
   if (!leftover.empty()) rx_data(leftover);
   rx_read();
@@ -63,41 +99,69 @@ void QueuePair::rx_data(ByteSpan data) {
     std::lock_guard l(mu_);
     stats_.bytes_received += data.size();
   }
-  rx_reader_->feed(data, *rx_sink_);
+  if (wire_) {
+    // A simulation: the stream is cut into segments again and presented out of order.
+    wire_->push(data, [this](WireSegment s) { rx_segment(s.seq, s.payload); });
+    arm_wire_flush();
+    return;
+  }
+  rx_segment(seg_rx_->next_seq(), data);
+}
+
+void QueuePair::rx_segment(TcpSeq seq, ByteSpan payload) {
+  if (closed_) return;
+  seg_rx_->receive(seq, payload, *seg_visitor_);
+  if (fin_seq_) rx_check_fin();
+}
+
+void QueuePair::arm_wire_flush() {
+  if (!wire_->holding() || closed_) return;
+  // Held segments arrive at the latest 2 ms after the stream pauses (a retransmission).
+  if (!wire_flush_) wire_flush_.emplace(dev_.io());
+  wire_flush_->expires_after(std::chrono::milliseconds(2));
+  wire_flush_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->closed_) return;
+    self->wire_->flush([&](WireSegment s) { self->rx_segment(s.seq, s.payload); });
+  });
 }
 
 void QueuePair::rx_read() {
-  if (closed_ || !sock_ || rx_reader_->failed()) return;
+  if (closed_ || !transport_ || rx_reader_->failed()) return;
   auto self = shared_from_this();
   auto win = rx_reader_->direct_window();
-  if (win.size() >= kDirectMin) {
+  if (win.size() >= kDirectMin && !wire_ && !seg_rx_->has_holes()) {
     // Straight into the target region: no staging copy.
-    sock_->async_read_some(boost::asio::buffer(win.data(), win.size()),
-                           [self, win](const boost::system::error_code& ec, std::size_t n) {
-                             if (ec) return self->on_rx_error(ec);
-                             if (self->closed_) return;
-                             if (self->tap_) self->tap_->on_data(false, ByteSpan(win.data(), n));
-                             {
-                               std::lock_guard l(self->mu_);
-                               self->stats_.bytes_received += n;
-                               ++self->stats_.direct_reads;
-                             }
-                             self->rx_reader_->commit_direct(n, *self->rx_sink_);
-                             self->rx_read();
-                           });
+    transport_->async_read_some(win,
+                                [self, win](const boost::system::error_code& ec, std::size_t n) {
+                                  if (ec) return self->on_rx_error(ec);
+                                  if (self->closed_) return;
+                                  if (self->tap_)
+                                    self->tap_->on_data(false, ByteSpan(win.data(), n));
+                                  {
+                                    std::lock_guard l(self->mu_);
+                                    self->stats_.bytes_received += n;
+                                    ++self->stats_.direct_reads;
+                                  }
+                                  self->seg_rx_->advance(n);
+                                  self->rx_reader_->commit_direct(n, *self->rx_sink_);
+                                  self->rx_read();
+                                });
     return;
   }
-  sock_->async_read_some(boost::asio::buffer(rx_buf_),
-                         [self](const boost::system::error_code& ec, std::size_t n) {
-                           if (ec) return self->on_rx_error(ec);
-                           if (self->closed_) return;
-                           self->rx_data(ByteSpan(self->rx_buf_.data(), n));
-                           self->rx_read();
-                         });
+  transport_->async_read_some(MutableByteSpan(rx_buf_),
+                              [self](const boost::system::error_code& ec, std::size_t n) {
+                                if (ec) return self->on_rx_error(ec);
+                                if (self->closed_) return;
+                                self->rx_data(ByteSpan(self->rx_buf_.data(), n));
+                                self->rx_read();
+                              });
 }
 
 void QueuePair::on_rx_error(const boost::system::error_code& ec) {
   if (ec == boost::asio::error::operation_aborted || closed_) return;
+  // What the simulated wire still holds arrived before the end of the stream.
+  if (wire_) wire_->flush([this](WireSegment s) { rx_segment(s.seq, s.payload); });
+  if (closed_) return;
   if (ec == boost::asio::error::eof)
     enter_error({QpClosed::Cause::PeerClosed, "the peer closed the connection"});
   else
@@ -202,6 +266,7 @@ Result<MutableByteSpan> QueuePair::rx_tagged(const ddp::Segment& s, std::size_t 
   auto r = mem.check_remote(h.stag, init_.pd, h.to.value(), len, kRemoteWrite, true);
   if (!r) return std::unexpected(r.error());
   p = *r;
+  if (rx_placed_mode_) return MutableByteSpan{};  // placed already, beyond a hole
   if (!head_payload.empty()) std::memcpy(p, head_payload.data(), head_payload.size());
   return MutableByteSpan(p + head_payload.size(), len - head_payload.size());
 }
@@ -254,6 +319,7 @@ Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_
                                 h.msn.value(), mo + len, rx_send_.rqe.wr_id, rx_send_.capacity));
       }
       rx_send_.placed = static_cast<std::uint32_t>(mo + len);
+      if (rx_placed_mode_) return MutableByteSpan{};  // placed already, beyond a hole
       // Find the SGE holding [mo, mo + len): one SGE means direct placement.
       std::uint64_t base = 0;
       for (auto sge : rx_send_.sges) {
@@ -336,6 +402,11 @@ void QueuePair::rx_end(const mpa::FpduTrailer& t) {
     fatal(*rx_.error, rx_.raw_ddp, rx_.raw_rdmap, rx_.ulpdu_length);
     return;
   }
+  if (rx_opts_.observer && !rx_placed_mode_)
+    rx_event(RxEvent{.kind = RxEvent::Kind::Placed,
+                     .offset = t.offset,
+                     .end = t.offset + t.wire_length,
+                     .text = fmt::format("{} len {}", ddp::describe(rx_.seg), rx_.payload_len)});
   if (!rx_.bounce.empty()) {
     // Scatter the bounced payload over the receive SGEs.
     std::uint64_t base = 0, mo = rx_.bounce_mo;
@@ -378,6 +449,9 @@ Result<void> QueuePair::rx_message_end() {
                     fmt::format("{} of {} octets", e.received, e.size));
       orq_.pop_front();
       if (e.sq_index != ~std::uint64_t{0}) complete_sq(e.sq_index, WcStatus::Success, e.size);
+      rx_event(RxEvent{.kind = RxEvent::Kind::Completion,
+                       .text = fmt::format("RDMA Read of {} octets into STag 0x{:08x} complete",
+                                           e.size, e.sink.value())});
       ring_doorbell();
       return {};
     }
@@ -408,6 +482,10 @@ Result<void> QueuePair::rx_message_end() {
       rx_send_.active = false;
       if (!init_.recv_cq->push(wc, rx_.seg.info().solicited))
         logger().error("QP {}: receive CQ overflow, completion of WR {} lost", qp_num_, wc.wr_id);
+      rx_event(RxEvent{
+          .kind = RxEvent::Kind::Completion,
+          .text = fmt::format("{} MSN {} received: {} octets, receive WR {}",
+                              rdmap::opcode_name(h.opcode), h.msn.value(), wc.byte_len, wc.wr_id)});
       return {};
     }
     case Opcode::ImmediateData:
@@ -429,6 +507,14 @@ Result<void> QueuePair::rx_message_end() {
       return {};
     case Opcode::ReadRequest:
       irq_.push_back(*rx_.pending_irq);
+      // Released from beyond a hole, the doorbell is reported once for the hole (Released).
+      if (!rx_placed_mode_)
+        rx_event(RxEvent{
+            .kind = RxEvent::Kind::Doorbell,
+            .read_requests = 1,
+            .text = fmt::format("Read Request MSN {} queued, {} octets from STag 0x{:08x}",
+                                h.msn.value(), rx_.pending_irq->src.size(),
+                                std::get<rdmap::ReadRequest>(rx_.seg.body).src_stag.value())});
       ring_doorbell();
       return {};
     case Opcode::AtomicRequest: {

@@ -358,7 +358,7 @@ void QueuePair::append_fpdu(TxMsg& m) {
 }
 
 void QueuePair::tx_kick() {
-  if (writing_ || closed_ || !sock_) return;
+  if (writing_ || closed_ || !transport_) return;
   arena_used_ = 0;
   iov_.clear();
   batch_bytes_ = 0;
@@ -411,21 +411,19 @@ void QueuePair::tx_kick() {
     }
     tap_->on_data(true, all);
   }
-  boost::asio::async_write(
-      *sock_, iov_,
-      [self = shared_from_this(), finished = std::move(finished)](
-          const boost::system::error_code& ec, std::size_t) mutable {
-        self->writing_ = false;
-        if (ec) {
-          if (ec != boost::asio::error::operation_aborted)
-            self->enter_error({QpClosed::Cause::PeerClosed,
-                               fmt::format("connection lost while sending: {}", ec.message())});
-          return;
-        }
-        // RFC 5040 §5 (as siw): a Send or Write completes once handed to the LLP.
-        for (auto i : finished) {
-          const auto& e = self->sq_[i % self->sq_.size()];
-          self->complete_sq(i, WcStatus::Success,
+  transport_->async_write(iov_, [self = shared_from_this(), finished = std::move(finished)](
+                                    const boost::system::error_code& ec, std::size_t) mutable {
+    self->writing_ = false;
+    if (ec) {
+      if (ec != boost::asio::error::operation_aborted)
+        self->enter_error({QpClosed::Cause::PeerClosed,
+                           fmt::format("connection lost while sending: {}", ec.message())});
+      return;
+    }
+    // RFC 5040 §5 (as siw): a Send or Write completes once handed to the LLP.
+    for (auto i : finished) {
+      const auto& e = self->sq_[i % self->sq_.size()];
+      self->complete_sq(i, WcStatus::Success,
                             static_cast<std::uint32_t>(
                                 e.wr.inline_data.empty()
                                     ? [&] {
@@ -434,9 +432,9 @@ void QueuePair::tx_kick() {
                                         return t;
                                       }()
                                     : e.wr.inline_data.size()));
-        }
-        self->tx_kick();
-      });
+    }
+    self->tx_kick();
+  });
 }
 
 }  // namespace iwarp::rnic

@@ -317,11 +317,12 @@ void QueuePair::ring_doorbell() {
   });
 }
 
-void QueuePair::start(boost::asio::ip::tcp::socket sock, const StreamSetup& setup,
+void QueuePair::start(std::unique_ptr<Transport> transport, const StreamSetup& setup,
                       Bytes rx_leftover, std::shared_ptr<WireTap> tap,
-                      std::function<void(const QpClosed&)> on_closed) {
+                      std::function<void(const QpClosed&)> on_closed, RxOptions rx) {
   self_ = shared_from_this();
-  sock_.emplace(std::move(sock));
+  transport_ = std::move(transport);
+  rx_opts_ = std::move(rx);
   tap_ = std::move(tap);
   on_closed_ = std::move(on_closed);
   {

@@ -13,9 +13,11 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,8 +27,12 @@
 #include "ddp/segmentation.hpp"
 #include "mpa/fpdu_reader.hpp"
 #include "mpa/negotiation.hpp"
+#include "mpa/segment_receiver.hpp"
 #include "rnic/completion_queue.hpp"
 #include "rnic/device.hpp"
+#include "rnic/impaired_wire.hpp"
+#include "rnic/rx_observer.hpp"
+#include "rnic/transport.hpp"
 #include "rnic/work_request.hpp"
 
 namespace iwarp::rnic {
@@ -93,6 +99,28 @@ struct StreamSetup {
   std::chrono::milliseconds first_fpdu_delay{0};
 };
 
+// How the receive side gets its TCP segments (seed 004: the receive engine works on segments).
+struct RxOptions {
+  // Sequence number of the first octet after the MPA frame (a replay's segments carry real
+  // sequence numbers; a live socket's stream is numbered from here).
+  TcpSeq stream_start{0};
+  // Live only: re-cut the received stream into segments and disorder them (a simulation).
+  std::optional<WireImpairment> wire;
+  std::shared_ptr<RxObserver> observer;  // timeline events (engine thread)
+};
+
+// Per TCP hole: what arrived beyond it and waits for it to close (seed 004 claims 1-8).
+struct HoleInfo {
+  mpa::Hole hole;
+  std::uint32_t sends = 0;                 // Send messages completed beyond it: CQEs held back
+  std::vector<std::uint64_t> send_wr_ids;  // the receive WQEs they completed, in order
+  std::uint32_t read_responses = 0;        // Read Responses completed beyond it: Read WRs held back
+  std::uint32_t read_requests = 0;         // Read Requests queued beyond it: doorbell held back
+  std::uint32_t writes = 0;                // Write segments placed beyond it
+  std::uint32_t placed_fpdus = 0;          // all FPDUs placed beyond it
+  std::uint32_t deferred_errors = 0;       // invalid FPDUs whose Terminate waits for it
+};
+
 // Why a connection ended, reported once to the connection manager.
 struct QpClosed {
   enum class Cause : std::uint8_t {
@@ -129,8 +157,18 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
 
   // Connection manager side (engine thread). Enters RTS on `sock`; `rx_leftover` holds octets
   // read past the MPA frame. The QP keeps a reference to itself while connected.
-  void start(boost::asio::ip::tcp::socket sock, const StreamSetup& setup, Bytes rx_leftover,
-             std::shared_ptr<WireTap> tap, std::function<void(const QpClosed&)> on_closed);
+  void start(std::unique_ptr<Transport> transport, const StreamSetup& setup, Bytes rx_leftover,
+             std::shared_ptr<WireTap> tap, std::function<void(const QpClosed&)> on_closed,
+             RxOptions rx = {});
+  // One received TCP segment (replay; any thread): it joins the segment path like one read
+  // from a socket, in any order.
+  void receive_segment(TcpSeq seq, Bytes payload);
+  // The peer's FIN (replay; any thread): as if the socket reached end of stream, once every
+  // octet before `seq` has arrived.
+  void receive_fin(TcpSeq seq);
+  // The holes open now and what waits on each (any thread).
+  std::vector<HoleInfo> hole_report() const;
+  mpa::SegmentReceiver::Stats segment_stats() const;
   // The responder in peer-to-peer mode expects the initiator's RTR first (RFC 6581 §4); the
   // initiator sends it. Called by the CM with the negotiated RTR type.
   void send_rtr(mpa::RtrType type);
@@ -142,12 +180,15 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   struct Stats {
     std::uint64_t fpdus_sent = 0, fpdus_received = 0, bytes_sent = 0, bytes_received = 0;
     std::uint64_t doorbells = 0, tx_batches = 0, direct_reads = 0;
+    std::uint64_t ooo_placed = 0, released = 0;
   };
   Stats stats() const;
 
  private:
   class RxSink;
   friend class RxSink;
+  class SegVisitor;
+  friend class SegVisitor;
 
   // --- send queue ---
   struct SqEntry {
@@ -197,7 +238,10 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
 
   void rx_start(Bytes leftover);
   void rx_read();
-  void rx_data(ByteSpan data);
+  void rx_data(ByteSpan data);                    // octets read from the transport
+  void rx_segment(TcpSeq seq, ByteSpan payload);  // one TCP segment into the segment path
+  void rx_check_fin();
+  void arm_wire_flush();
   void on_rx_error(const boost::system::error_code& ec);
 
   // Receive-side placement (qp_rx.cpp).
@@ -210,6 +254,12 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
                                     ByteSpan head_payload);
   Result<void> rx_message_end();
   void rx_terminate_received(const rdmap::Terminate& t);
+  // Beyond a TCP hole (qp_ooo.cpp): place a whole FPDU now if it can be, and keep what its
+  // delivery needs in the hole ledger; release it when the in-order point reaches it.
+  mpa::OooVerdict rx_ooo(const mpa::OooFpdu& f, const mpa::Hole& hole);
+  void rx_release(std::uint64_t offset, std::uint32_t wire_length);
+  void rx_hole_closed(const mpa::Hole& h, bool first);
+  void rx_event(RxEvent e);
   bool take_rqe();
 
   // Errors (qp_error.cpp): Terminate toward the peer, then ERROR with everything flushed.
@@ -236,7 +286,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
 
   // Engine-thread state.
   std::shared_ptr<QueuePair> self_;  // alive while connected
-  std::optional<boost::asio::ip::tcp::socket> sock_;
+  std::unique_ptr<Transport> transport_;
   std::shared_ptr<WireTap> tap_;
   std::optional<boost::asio::steady_timer> tx_delay_;
   std::function<void(const QpClosed&)> on_closed_;
@@ -285,6 +335,30 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
     WcStatus error = WcStatus::Success;
   } rx_send_;
   bool rx_first_fpdu_seen_ = false;
+
+  // The segment path (seed 004): holes, and what waits beyond each.
+  RxOptions rx_opts_;
+  std::optional<mpa::SegmentReceiver> seg_rx_;
+  std::shared_ptr<SegVisitor> seg_visitor_;
+  std::optional<ImpairedWire> wire_;
+  std::optional<boost::asio::steady_timer> wire_flush_;
+  std::optional<TcpSeq> fin_seq_;
+  // An FPDU placed beyond a hole, as its delivery will need it: the head of its ULPDU (the
+  // headers), what kind of message it belongs to, and for a Send the receive WQE it went to.
+  struct Deferred {
+    enum class Kind : std::uint8_t { Write, ReadResponse, Send, ReadRequest };
+    Kind kind = Kind::Write;
+    std::uint64_t offset = 0;
+    std::uint32_t wire_length = 0;
+    std::uint16_t ulpdu_length = 0;
+    Bytes head;
+    bool last = false;
+    std::uint64_t wr_id = 0;  // Send: the receive WQE its MSN selected
+  };
+  std::map<std::uint64_t, Deferred> ledger_;  // by stream offset; guarded by mu_
+  std::set<std::uint64_t> ooo_errors_;        // invalid FPDUs beyond a hole; guarded by mu_
+  bool rx_placed_mode_ = false;  // rx_head/rx_end deliver an FPDU whose data is in place
+  RxEvent rx_released_;          // what the in-order point let go since the last report
   std::uint32_t rx_last_write_len_ = 0;
   std::uint32_t rx_cur_write_len_ = 0;
   std::uint32_t atomic_request_id_ = 0;
