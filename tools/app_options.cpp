@@ -46,6 +46,21 @@ void add_app_options(CLI::App& app, AppOptions& o) {
       ->capture_default_str();
   app.add_option("--mss", o.emss, "TCP segment size to frame FPDUs for (default: the socket's MSS)")
       ->check(CLI::Range(64, 65495));
+  app.add_option("--wire", o.wire,
+                 "SIMULATION: receive through an impaired wire. The stream the kernel delivered\n"
+                 "is cut again into MSS-sized TCP segments (FPDU-aligned, RFC 5044 §8) and\n"
+                 "presented out of order, so the segment path places FPDUs beyond TCP holes and\n"
+                 "defers their completions until the holes close. Keys (comma-separated):\n"
+                 "  reorder=P  probability a segment is held back (0..1)\n"
+                 "  dup=P      probability a segment arrives twice or as an overlapping resend\n"
+                 "  delay=N    a held segment arrives after 1..N later ones (default 4)\n"
+                 "  seed=S     the disorder's random seed (default 1)\n"
+                 "  mss=N      segment size (default: the connection's MSS)\n"
+                 "e.g. --wire reorder=0.3,dup=0.05,seed=7")
+      ->check([](const std::string& s) -> std::string {
+        auto w = rnic::parse_wire_impairment(s);
+        return w ? std::string{} : w.error();
+      });
   app.add_option("--pcap", o.pcap, "Record what this side sends and receives to a pcap file")
       ->check([](const std::string& path) -> std::string {
         // Say so now, not after the connection is up.
@@ -77,7 +92,21 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o) {
   e.cm.first_fpdu_delay = std::chrono::milliseconds(o.first_fpdu_delay_ms);
   e.cm.emss = o.emss;
   if (!o.pcap.empty()) e.cm.tap = pcap_tap_factory(o.pcap);
+  if (!o.wire.empty()) e.cm.wire = *rnic::parse_wire_impairment(o.wire);
   return e;
+}
+
+std::string describe_segment_path(const AppOptions& o, verbs::Endpoint& ep) {
+  if (o.wire.empty() || !ep.qp() || !ep.qp()->qp) return {};
+  const auto& qp = *ep.qp()->qp;
+  const auto s = qp.segment_stats();
+  const auto q = qp.stats();
+  return fmt::format(
+      "segment path (simulated wire {}): {} segments received, {} out of order, {} duplicate "
+      "octets; {} holes opened, {} closed; {} FPDUs placed beyond a hole, {} delivered when "
+      "their hole closed",
+      o.wire, s.segments, s.ooo_segments, s.duplicate_bytes, s.holes_opened, s.holes_closed,
+      q.ooo_placed, q.released);
 }
 
 std::string describe_params(const mpa::ConnectionParams& p) {

@@ -24,6 +24,7 @@ struct AppOptions {
   int first_fpdu_delay_ms = 0;
   std::size_t emss = 0;
   std::string pcap;
+  std::string wire;  // --wire: simulated impaired wire on what this side receives
 };
 
 // Registers the shared options on a subcommand.
@@ -31,6 +32,10 @@ void add_app_options(CLI::App& app, AppOptions& o);
 
 // Endpoint options from the command line; the pcap tap is set up when --pcap was given.
 verbs::EndpointOptions endpoint_options(const AppOptions& o);
+
+// With --wire: one line on what the segment path did (segments out of order, holes, FPDUs
+// placed beyond a hole, completions released when holes closed). Empty without --wire.
+std::string describe_segment_path(const AppOptions& o, verbs::Endpoint& ep);
 
 // A line saying what MPA negotiated, for programs to print.
 std::string describe_params(const mpa::ConnectionParams& p);

@@ -161,6 +161,7 @@ int run_server(const PingOptions& o) {
       return fail_with("server", r.error());
     ++pings;
   }
+  if (auto s = describe_segment_path(o.app, ep); !s.empty()) std::cout << "server: " << s << std::endl;
   if (!o.quiet) std::cout << fmt::format("server done: {} pings served", pings) << std::endl;
   return pings > 0 ? 0 : 1;
 }
@@ -258,6 +259,7 @@ int run_client(const PingOptions& o) {
                      "(Send, Read, Send, Write, Send)",
                      o.count, o.size, o.count ? total_us / o.count : 0.0)
               << std::endl;
+  if (auto s = describe_segment_path(o.app, ep); !s.empty()) std::cout << s << std::endl;
   rdma_disconnect(ep.id());
   ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
   return 0;
