@@ -14,21 +14,21 @@ std::string WireImpairment::describe() const {
 
 std::expected<WireImpairment, std::string> parse_wire_impairment(std::string_view spec) {
   WireImpairment w;
-  if (spec.empty()) return std::unexpected("empty --wire (expected e.g. reorder=0.3,dup=0.05)");
+  if (spec.empty()) return std::unexpected("empty (expected e.g. reorder=0.3,dup=0.05)");
   while (!spec.empty()) {
     const auto comma = spec.find(',');
     const auto item = spec.substr(0, comma);
     spec = comma == std::string_view::npos ? std::string_view{} : spec.substr(comma + 1);
     const auto eq = item.find('=');
     if (eq == std::string_view::npos)
-      return std::unexpected(fmt::format("--wire item '{}' is not key=value", item));
+      return std::unexpected(fmt::format("'{}' is not key=value", item));
     const auto key = item.substr(0, eq), val = item.substr(eq + 1);
     auto prob = [&](double& out) -> std::expected<void, std::string> {
       double d = 0;
       auto [p, ec] = std::from_chars(val.data(), val.data() + val.size(), d);
       if (ec != std::errc{} || p != val.data() + val.size() || d < 0 || d > 1)
         return std::unexpected(
-            fmt::format("--wire {}={}: expected a probability between 0 and 1", key, val));
+            fmt::format("{}={}: expected a probability between 0 and 1", key, val));
       out = d;
       return {};
     };
@@ -38,7 +38,7 @@ std::expected<WireImpairment, std::string> parse_wire_impairment(std::string_vie
       auto [p, ec] = std::from_chars(val.data(), val.data() + val.size(), n);
       if (ec != std::errc{} || p != val.data() + val.size() || n < lo || n > hi)
         return std::unexpected(
-            fmt::format("--wire {}={}: expected an integer from {} to {}", key, val, lo, hi));
+            fmt::format("{}={}: expected an integer from {} to {}", key, val, lo, hi));
       out = n;
       return {};
     };
@@ -59,7 +59,7 @@ std::expected<WireImpairment, std::string> parse_wire_impairment(std::string_vie
       w.mss = n;
     } else {
       return std::unexpected(
-          fmt::format("--wire: unknown key '{}' (known: reorder, dup, delay, seed, mss)", key));
+          fmt::format("unknown key '{}' (known: reorder, dup, delay, seed, mss)", key));
     }
     if (!r) return std::unexpected(r.error());
   }
