@@ -62,6 +62,7 @@ void SegmentReceiver::receive(TcpSeq seq, ByteSpan payload, SegmentVisitor& v) {
   if (off < static_cast<std::int64_t>(next_)) {
     const auto skip = static_cast<std::size_t>(static_cast<std::int64_t>(next_) - off);
     stats_.duplicate_bytes += skip;
+    v.on_duplicate(static_cast<std::uint64_t>(std::max<std::int64_t>(off, 0)), skip);
     payload = payload.subspan(skip);
     trimmed = true;
   }
@@ -132,14 +133,18 @@ void SegmentReceiver::insert(std::uint64_t off, ByteSpan data, SegmentVisitor& v
     it = held_.upper_bound(off);
   }
   // Octets already held are kept as first received (a retransmission carries the same data).
-  std::size_t dup = 0;
+  auto dup = [&](std::uint64_t from, std::uint64_t to) {
+    if (to <= from) return;
+    stats_.duplicate_bytes += to - from;
+    v.on_duplicate(from, static_cast<std::size_t>(to - from));
+  };
   const std::uint64_t old_end = base + blk->size();
   if (end > old_end) {
     const std::size_t keep = old_end > off ? static_cast<std::size_t>(old_end - off) : 0;
-    dup += keep;
+    dup(off, off + keep);
     blk->insert(blk->end(), data.begin() + static_cast<std::ptrdiff_t>(keep), data.end());
   } else {
-    dup += data.size();
+    dup(off, end);
   }
   // Swallow the blocks the new octets reach.
   while (it != held_.end() && it->first <= base + blk->size()) {
@@ -149,18 +154,14 @@ void SegmentReceiver::insert(std::uint64_t off, ByteSpan data, SegmentVisitor& v
       // Octets of this block before cur_end duplicate the new data; the block's own win.
       const std::size_t overlap = static_cast<std::size_t>(cur_end - it->first);
       std::memcpy(blk->data() + (it->first - base), it->second.data(), overlap);
-      dup += overlap;
+      dup(it->first, cur_end);
       blk->insert(blk->end(), it->second.begin() + static_cast<std::ptrdiff_t>(overlap),
                   it->second.end());
     } else {
       std::memcpy(blk->data() + (it->first - base), it->second.data(), it->second.size());
-      dup += it->second.size();
+      dup(it->first, b_end);
     }
     it = held_.erase(it);
-  }
-  if (dup) {
-    stats_.duplicate_bytes += dup;
-    v.on_duplicate(off, dup);
   }
 }
 
@@ -189,7 +190,7 @@ void SegmentReceiver::deliver(SegmentVisitor& v) {
   }
   seg_starts_.erase(seg_starts_.begin(), seg_starts_.lower_bound(next_));
   seg_ends_.erase(seg_ends_.begin(), seg_ends_.upper_bound(next_));
-  tried_.erase(tried_.begin(), tried_.lower_bound(next_));
+  known_.erase(known_.begin(), known_.lower_bound(next_));
   claimed_.erase(claimed_.begin(), claimed_.lower_bound(next_));
 }
 
@@ -251,47 +252,63 @@ void SegmentReceiver::discover(std::uint64_t block, std::uint64_t changed, Segme
   const std::uint64_t bend = block + b.size();
   // Only FPDUs that may include the new octets: those starting at most one FPDU before them.
   const std::uint64_t lo = changed > block + kMaxFpduWire ? changed - kMaxFpduWire : block;
-  std::set<std::uint64_t> cand;
+  // Candidate FPDU starts; `anchored` ones are known from a marker or the FPDU before them.
+  std::map<std::uint64_t, bool> cand;
   if (cfg_.markers) {
     // RFC 5044 §5: every marker points back to the start of the FPDU it sits in.
     for (std::uint64_t m = (lo + kMarkerInterval - 1) / kMarkerInterval * kMarkerInterval;
          m + kMarkerSize <= bend; m += kMarkerInterval) {
       const std::uint8_t* p = b.data() + (m - block);
       const std::uint16_t ptr = load_be16(p + 2);
-      if (load_be16(p) == 0 && ptr <= m && m - ptr >= block) cand.insert(m - ptr);
+      if (load_be16(p) == 0 && ptr <= m && m - ptr >= block) cand[m - ptr] = true;
     }
   }
   // RFC 5044 §8 (FPDU alignment): a sender starts each TCP segment with an FPDU.
   for (auto it = seg_starts_.lower_bound(lo); it != seg_starts_.end() && *it < bend; ++it)
-    cand.insert(*it);
+    cand.emplace(*it, false);
   for (auto it = chained_.lower_bound(lo); it != chained_.end() && *it < bend; ++it)
-    cand.insert(*it);
-  const bool self_checking = cfg_.crc || cfg_.markers;
+    cand[*it] = true;
+  // True when [s, s + w) overlaps an FPDU already found: a start inside a known FPDU is an
+  // image of one in its payload, not a boundary.
+  auto overlaps_known = [&](std::uint64_t s, std::uint64_t w) {
+    auto it = known_.upper_bound(s);
+    if (it != known_.end() && it->first < s + w) return true;
+    if (it == known_.begin()) return false;
+    --it;
+    return it->first != s && it->first + it->second > s;
+  };
   Bytes ulpdu;
-  for (std::uint64_t c : cand) {
-    // Follow the chain of FPDUs from this start: each one's length gives the next.
+  for (const auto& [c, anchored] : cand) {
+    if (overlaps_known(c, 1)) continue;
+    // Follow the chain of FPDUs from this start: each one's length gives the next. With the
+    // CRC on each FPDU proves itself; with markers a marker's pointer does (every marker inside
+    // an FPDU must point back to its start, so a chain from a segment start that crosses a
+    // marker is proven too). Otherwise nothing checks the framing but alignment: the chain
+    // counts once an FPDU ends exactly where a received segment ended.
     std::vector<std::pair<OooFpdu, Bytes>> chain;
     std::uint64_t s = c;
-    bool trusted = self_checking;
+    bool trusted = cfg_.crc || (cfg_.markers && anchored);
+    bool crossed_marker = false;
     while (s < bend && !claimed_.count(s)) {
       OooFpdu f;
-      if (!parse_at(block, s, f, ulpdu)) {
-        if (self_checking && !chain.empty()) chained_.insert(s);  // complete it later
+      if (!parse_at(block, s, f, ulpdu) || overlaps_known(s, f.wire_length)) {
+        if (trusted && !chain.empty()) chained_.insert(s);  // complete it later
         break;
       }
+      if (cfg_.markers &&
+          (s + f.wire_length - 1) / kMarkerInterval > (s == 0 ? 0 : (s - 1) / kMarkerInterval))
+        crossed_marker = true;
       chain.emplace_back(f, ulpdu);
       s += f.wire_length;
-      // Without CRC or markers nothing checks the framing but alignment: the chain counts
-      // only once an FPDU ends exactly where a segment ended.
-      if (!self_checking && seg_ends_.count(s)) {
+      if (!trusted && seg_ends_.count(s) && (!cfg_.markers || crossed_marker)) {
         trusted = true;
         break;
       }
     }
     if (!trusted) continue;
     for (auto& [f, bytes] : chain) {
-      if (tried_.count(f.offset) || f.offset < next_) continue;
-      tried_.insert(f.offset);
+      if (known_.count(f.offset) || f.offset < next_) continue;
+      known_[f.offset] = f.wire_length;
       chained_.erase(f.offset);
       f.ulpdu = bytes;
       ++stats_.ooo_fpdus_found;

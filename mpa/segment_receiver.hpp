@@ -109,7 +109,7 @@ class SegmentReceiver {
   std::map<std::uint64_t, Bytes> held_;            // non-adjacent blocks beyond next_, by offset
   std::set<std::uint64_t> seg_starts_, seg_ends_;  // where received segments began / ended
   std::map<std::uint64_t, Claimed> claimed_;       // FPDUs placed beyond a hole
-  std::set<std::uint64_t> tried_;                  // FPDU starts already offered
+  std::map<std::uint64_t, std::uint32_t> known_;   // FPDUs already offered: start, wire length
   std::set<std::uint64_t> chained_;  // FPDU starts known from the FPDU before, not all there yet
   Stats stats_;
 };

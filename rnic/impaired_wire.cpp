@@ -26,7 +26,7 @@ std::expected<WireImpairment, std::string> parse_wire_impairment(std::string_vie
     auto prob = [&](double& out) -> std::expected<void, std::string> {
       double d = 0;
       auto [p, ec] = std::from_chars(val.data(), val.data() + val.size(), d);
-      if (ec != std::errc{} || p != val.data() + val.size() || d < 0 || d > 1)
+      if (ec != std::errc{} || p != val.data() + val.size() || !(d >= 0 && d <= 1))
         return std::unexpected(
             fmt::format("{}={}: expected a probability between 0 and 1", key, val));
       out = d;
@@ -87,7 +87,7 @@ void SegmentDisorder::push(WireSegment s, const SegmentOut& out) {
   };
   if (chance(w_.reorder)) {
     ++stats_.held;
-    const unsigned due = 1 + static_cast<unsigned>(rng_() % std::max(1u, w_.delay));
+    const unsigned due = 1 + static_cast<unsigned>(rng_() % std::max(1u, w_.delay));  // delay 0 = 1
     held_.push_back(Held{std::move(s), due});
     return;
   }
@@ -107,7 +107,8 @@ void SegmentDisorder::push(WireSegment s, const SegmentOut& out) {
     } else {
       ++stats_.duplicated;
     }
-    held_.push_back(Held{std::move(copy), 1 + static_cast<unsigned>(rng_() % w_.delay)});
+    held_.push_back(
+        Held{std::move(copy), 1 + static_cast<unsigned>(rng_() % std::max(1u, w_.delay))});
   }
 }
 

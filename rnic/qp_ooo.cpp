@@ -60,7 +60,7 @@ mpa::OooVerdict QueuePair::rx_ooo(const mpa::OooFpdu& f, const mpa::Hole& hole) 
                                                        f.ulpdu.size(), mpa::kFpduHeadSize)));
   d.last = h.last;
   auto& mem = dev_.memory();
-  const std::string what = fmt::format("{} len {}", ddp::describe(*seg), len);
+  const std::string what = ddp::describe(*seg);
   auto invalid = [&](const WireError& e) {
     rx_event(RxEvent{.kind = RxEvent::Kind::DeferredError,
                      .offset = f.offset,

@@ -406,7 +406,12 @@ void QueuePair::rx_end(const mpa::FpduTrailer& t) {
     rx_event(RxEvent{.kind = RxEvent::Kind::Placed,
                      .offset = t.offset,
                      .end = t.offset + t.wire_length,
-                     .text = fmt::format("{} len {}", ddp::describe(rx_.seg), rx_.payload_len)});
+                     .text = [&] {
+                       // describe() counts the octets it was shown: the head only, here.
+                       auto d = ddp::describe(rx_.seg);
+                       return d.substr(0, d.rfind(" len ")) +
+                              fmt::format(" len {}", rx_.payload_len);
+                     }()});
   if (!rx_.bounce.empty()) {
     // Scatter the bounced payload over the receive SGEs.
     std::uint64_t base = 0, mo = rx_.bounce_mo;
