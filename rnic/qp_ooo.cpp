@@ -121,18 +121,22 @@ mpa::OooVerdict QueuePair::rx_ooo(const mpa::OooFpdu& f, const mpa::Hole& hole) 
       if (init_.srq) return wait("receive WQEs come from a shared receive queue");
       if (h.qn.value() != rdmap::kQnSend) return wait("not the Send queue");
       const auto& st = *setup_;
-      // RFC 5041 §5.3: the MSN selects the receive WQE: the message in progress has the
-      // checker's expected MSN, later ones the WQEs queued after it.
-      const std::uint32_t expected = rx_checker_.expected_msn(rdmap::kQnSend).value();
+      // RFC 5041 §5.3: the MSN selects the receive WQE. The message in progress (its head
+      // read, perhaps its last FPDU cut by the hole) holds a WQE already; the first WQE still
+      // queued serves the MSN after it, or the next MSN the stream expects.
+      const std::uint32_t expected = rx_send_.active
+                                         ? rx_send_.msn + 1
+                                         : rx_checker_.expected_msn(rdmap::kQnSend).value();
+      const bool in_progress = rx_send_.active && h.msn.value() == rx_send_.msn;
       const std::uint32_t ahead = h.msn.value() - expected;
-      if (ahead > 1u << 20) return wait("MSN already delivered");
+      if (!in_progress && ahead > 1u << 20) return wait("MSN already delivered");
       const bool rtr_first = !st.initiator && st.params.peer_to_peer &&
                              st.params.rtr == mpa::RtrType::Send && expected == 1 &&
                              !rx_first_fpdu_seen_;
-      if (rtr_first && ahead == 0) return wait("may be the peer-to-peer RTR");
+      if (!in_progress && rtr_first && ahead == 0) return wait("may be the peer-to-peer RTR");
       std::vector<Sge> sges;
       std::uint64_t wr_id = 0;
-      if (ahead == 0 && rx_send_.active) {
+      if (in_progress) {
         // The message in progress: its WQE is taken already.
         std::uint64_t cap = 0;
         for (auto s : rx_send_.sges) cap += s.size();
@@ -156,7 +160,7 @@ mpa::OooVerdict QueuePair::rx_ooo(const mpa::OooFpdu& f, const mpa::Hole& hole) 
         d.wr_id = rx_send_.rqe.wr_id;
         break;
       }
-      const std::size_t index = ahead - (rx_send_.active ? 1 : 0) - (rtr_first ? 1 : 0);
+      const std::size_t index = ahead - (rtr_first ? 1 : 0);
       {
         std::lock_guard l(mu_);
         if (index >= rq_.size()) return wait("its receive WQE is not posted yet");

@@ -182,6 +182,7 @@ bool QueuePair::take_rqe() {
   if (!wr) return false;
   rx_send_ = RxSend{};
   rx_send_.active = true;
+  rx_send_.msn = rx_.seg.hdr.msn.value();
   rx_send_.rqe = std::move(*wr);
   return true;
 }

@@ -587,3 +587,34 @@ TEST(Seed004Claims, AnyArrivalOrderGivesTheSameMemoryAndCompletions) {
 }
 
 }  // namespace
+
+namespace {
+
+// A hole that starts inside the last FPDU of a Send (its head read, its WQE taken): later
+// Sends beyond the hole still go to the WQEs their MSNs select (found by replaying perftest).
+TEST(Seed004Claims, Claim4_HoleInsideASendsLastFpduKeepsTheMsnToWqeMapping) {
+  Harness h;
+  for (std::uint64_t i = 0; i < 3; ++i) h.post_recv(500 + i, i * 4096, 4096);
+  const auto m1 = pattern(1000, 1), m2 = pattern(600, 2), m3 = pattern(700, 3);
+  const auto s0 = h.send(1, m1);
+  const auto s1 = h.send(2, m2);
+  const auto s2 = h.send(3, m3);
+  const auto& first = h.segs[s0];
+  // The head of MSN 1 arrives, the rest of its FPDU is the hole.
+  h.qp->receive_segment(TcpSeq{kIsn}, Bytes(first.second.begin(), first.second.begin() + 100));
+  h.inject_all({s2, s1});
+  EXPECT_TRUE(region_has(h, 4096, m2)) << "MSN 2 goes to the second WQE";
+  EXPECT_TRUE(region_has(h, 8192, m3)) << "MSN 3 goes to the third WQE";
+  auto holes = h.qp->hole_report();
+  ASSERT_EQ(holes.size(), 1u);
+  EXPECT_EQ(holes[0].send_wr_ids, (std::vector<std::uint64_t>{501, 502}));
+  h.qp->receive_segment(TcpSeq{kIsn} + 100, Bytes(first.second.begin() + 100, first.second.end()));
+  h.settle();
+  auto wcs = h.poll(h.rcq);
+  ASSERT_EQ(wcs.size(), 3u);
+  EXPECT_EQ(wcs[0].byte_len, m1.size());
+  EXPECT_EQ(wcs[2].wr_id, 502u);
+  EXPECT_TRUE(region_has(h, 0, m1));
+}
+
+}  // namespace

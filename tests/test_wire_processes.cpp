@@ -5,7 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <regex>
+#include <cstdio>
+#include <optional>
 
 #include "process_support.hpp"
 #include "test_support.hpp"
@@ -41,17 +42,24 @@ struct SegmentPath {
 
 // The "segment path (...)" line a program prints with --wire.
 std::optional<SegmentPath> segment_path(const std::string& out) {
-  static const std::regex re(
-      R"(segment path \(simulated wire [^)]*\): (\d+) segments received, (\d+) out of order, \d+ duplicate octets; (\d+) holes opened, (\d+) closed; (\d+) FPDUs placed beyond a hole, (\d+) delivered when their hole closed)");
-  std::smatch m;
-  if (!std::regex_search(out, m, re)) return std::nullopt;
+  const auto at = out.find("segment path (simulated wire ");
+  if (at == std::string::npos) return std::nullopt;
+  const auto colon = out.find("): ", at);
+  if (colon == std::string::npos) return std::nullopt;
   SegmentPath s;
-  s.segments = std::stoull(m[1]);
-  s.ooo = std::stoull(m[2]);
-  s.opened = std::stoull(m[3]);
-  s.closed = std::stoull(m[4]);
-  s.placed = std::stoull(m[5]);
-  s.released = std::stoull(m[6]);
+  unsigned long long v[6] = {};
+  const int n = std::sscanf(out.c_str() + colon + 3,
+                            "%llu segments received, %llu out of order, %*u duplicate octets; %llu "
+                            "holes opened, %llu closed; %llu FPDUs placed beyond a hole, %llu "
+                            "delivered when their hole closed",
+                            &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]);
+  if (n != 6) return std::nullopt;
+  s.segments = v[0];
+  s.ooo = v[1];
+  s.opened = v[2];
+  s.closed = v[3];
+  s.placed = v[4];
+  s.released = v[5];
   return s;
 }
 

@@ -15,5 +15,6 @@ Runner add_ping_command(CLI::App& app);
 Runner add_demo_command(CLI::App& app);
 Runner add_xfer_command(CLI::App& app);
 Runner add_cmatose_command(CLI::App& app);
+Runner add_replay_command(CLI::App& app);
 
 }  // namespace iwarp::tools

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   add(iwarp::tools::add_xfer_command);
   add(iwarp::tools::add_demo_command);
   add(iwarp::tools::add_cmatose_command);
+  add(iwarp::tools::add_replay_command);
 
   try {
     app.parse(argc, argv);

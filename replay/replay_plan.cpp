@@ -1,0 +1,840 @@
+#include "replay/replay_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <variant>
+
+#include "ddp/segment.hpp"
+#include "mpa/crc32c.hpp"
+#include "mpa/fpdu.hpp"
+#include "trace/trace_decoder.hpp"
+
+namespace iwarp::replay {
+
+std::string_view to_string(Side s) {
+  return s == Side::Initiator ? "I" : "R";
+}
+
+std::uint64_t EndpointPlan::shadow_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& r : regions) n += r.end_to - r.begin_to;
+  return n;
+}
+
+std::uint64_t ConnectionPlan::segments() const {
+  return static_cast<std::uint64_t>(std::count_if(
+      steps.begin(), steps.end(), [](const Step& s) { return s.kind == Step::Kind::Segment; }));
+}
+
+std::uint64_t Plan::total_steps() const {
+  std::uint64_t n = 0;
+  for (const auto& c : connections) n += c.steps.size();
+  return n;
+}
+
+namespace {
+
+using mpa::Direction;
+using rdmap::Opcode;
+
+constexpr Direction kDirs[2] = {Direction::FromInitiator, Direction::FromResponder};
+
+std::string dir_name(Direction d) {
+  return d == Direction::FromInitiator ? "I>R" : "R>I";
+}
+
+// One FPDU of the capture, as the learning pass needs it.
+struct FpduInfo {
+  std::uint64_t offset = 0;  // stream offset (MPA frame included)
+  std::uint32_t wire_length = 0;
+  mpa::CrcStatus crc = mpa::CrcStatus::NotChecked;
+  bool parsed = false;
+  ddp::DdpHeader hdr;
+  decltype(ddp::Segment::body) body;
+  std::uint32_t payload_length = 0;
+  std::size_t first_step = SIZE_MAX;  // first segment step that carried any of its octets
+  std::uint64_t first_frame = 0;
+};
+
+class Collector final : public mpa::ConnectionVisitor {
+ public:
+  std::vector<FpduInfo> fpdus[2];
+  std::uint64_t frame_length[2] = {0, 0};
+
+  void on_mpa_frame(Direction d, const mpa::MpaFrame&, std::uint64_t, std::size_t length) override {
+    frame_length[index(d)] = length;
+  }
+  void on_negotiated(const mpa::ConnectionParams&) override {}
+  void on_fpdu(Direction d, const mpa::Fpdu& f) override {
+    FpduInfo i;
+    i.offset = f.offset;
+    i.wire_length = f.wire_length;
+    i.crc = f.crc;
+    if (auto seg = ddp::parse_segment(f.ulpdu)) {
+      i.parsed = true;
+      i.hdr = seg->hdr;
+      i.body = seg->body;
+      i.payload_length = static_cast<std::uint32_t>(seg->payload.size());
+    }
+    fpdus[index(d)].push_back(std::move(i));
+  }
+  void on_error(Direction, const WireError&) override {}
+};
+
+// FPDUs decoded beyond a gap, added to the collector's list with their stream offsets.
+class Resync final : public mpa::StreamVisitor {
+ public:
+  // `wire` maps a decoded FPDU (offset, length) to its place in the block (offset, length),
+  // for a block whose markers were taken out before decoding.
+  using WireMap =
+      std::function<std::pair<std::uint64_t, std::uint32_t>(std::uint64_t, std::uint32_t)>;
+  Resync(std::vector<FpduInfo>& out, std::uint64_t base, WireMap wire = {})
+      : out_(out), base_(base), wire_(std::move(wire)) {}
+  std::size_t count = 0;
+  void on_mpa_frame(const mpa::MpaFrame&, std::uint64_t, std::size_t) override { stop_ = true; }
+  void on_fpdu(const mpa::Fpdu& f) override {
+    if (stop_) return;
+    auto seg = ddp::parse_segment(f.ulpdu);
+    if (!seg || f.crc == mpa::CrcStatus::Bad) {
+      stop_ = true;  // not an FPDU boundary after all, or damaged: learn nothing more here
+      return;
+    }
+    FpduInfo i;
+    const auto [off, len] = wire_
+                                ? wire_(f.offset, f.wire_length)
+                                : std::pair<std::uint64_t, std::uint32_t>{f.offset, f.wire_length};
+    i.offset = base_ + off;
+    i.wire_length = len;
+    i.crc = f.crc;
+    i.parsed = true;
+    i.hdr = seg->hdr;
+    i.body = seg->body;
+    i.payload_length = static_cast<std::uint32_t>(seg->payload.size());
+    auto at = std::upper_bound(out_.begin(), out_.end(), i.offset,
+                               [](std::uint64_t o, const FpduInfo& x) { return o < x.offset; });
+    out_.insert(at, std::move(i));
+    ++count;
+  }
+  void on_error(const WireError&) override { stop_ = true; }
+
+ private:
+  std::vector<FpduInfo>& out_;
+  std::uint64_t base_;
+  WireMap wire_;
+  bool stop_ = false;
+};
+
+// Streams longer than this are not replayed beyond it (a shadow of the whole stream is kept).
+constexpr std::uint64_t kMaxStream = 1ull << 30;
+
+// Where a direction's stream starts, as the decoder takes it.
+TcpSeq stream_base(const trace::TcpFlow& f, int dir) {
+  if (dir == 0 && f.saw_syn) return f.client_isn + 1;
+  if (dir == 1 && f.saw_syn_ack) return f.server_isn + 1;
+  std::optional<TcpSeq> low;
+  for (const auto& s : f.dir[dir])
+    if (!s.payload.empty() && (!low || s.seq < *low)) low = s.seq;
+  return low.value_or(TcpSeq{0});
+}
+
+// Wire position (Full Operation offset) of logical octet `pos` of an FPDU that starts at
+// Full Operation offset `start` (a leading marker there belongs to the FPDU).
+std::uint64_t wire_position(std::uint64_t start, std::uint64_t pos, bool markers) {
+  if (!markers) return start + pos;
+  std::uint64_t p = start, left = pos;
+  for (;;) {
+    if (mpa::is_marker_position(p)) p += mpa::kMarkerSize;
+    if (left == 0) return p;
+    const std::uint64_t run =
+        std::min<std::uint64_t>(left, mpa::kMarkerInterval - p % mpa::kMarkerInterval);
+    p += run;
+    left -= run;
+  }
+}
+
+struct RegionAcc {
+  std::uint64_t begin = UINT64_MAX, end = 0;
+  std::set<std::string> why;
+  void add(std::uint64_t to, std::uint64_t len, const std::string& w) {
+    begin = std::min(begin, to);
+    end = std::max(end, to + len);
+    why.insert(w);
+  }
+};
+
+std::string terminate_text(const rdmap::Terminate& t) {
+  std::string s = fmt::format("Terminate [{}] (layer {} etype {} code 0x{:02x})",
+                              describe_term(t.layer, t.etype, t.ecode), t.layer, t.etype, t.ecode);
+  if (t.d) {
+    if (auto h = ddp::DdpHeader::decode(t.ddp_header)) {
+      if (h->tagged)
+        s += fmt::format(" about a {} to STag 0x{:08x} TO 0x{:x}", rdmap::opcode_name(h->opcode),
+                         h->stag.value(), h->to.value());
+      else
+        s += fmt::format(" about a {} QN {} MSN {}", rdmap::opcode_name(h->opcode), h->qn.value(),
+                         h->msn.value());
+    }
+  }
+  if (t.siw_bitfield_quirk) s += ", in siw's bit-field layout";
+  return s;
+}
+
+std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const trace::TcpFlow& flow,
+                                                 const trace::FlowReport& fr,
+                                                 const std::vector<trace::Record>& records,
+                                                 const PlanLimits& limits) {
+  ConnectionPlan cp;
+  cp.flow = flow_index;
+  cp.initiator = flow.client;
+  cp.responder = flow.server;
+  cp.request = *fr.request;
+  cp.reply = *fr.reply;
+  cp.params = *fr.params;
+
+  // Capture order: every segment with payload, and FINs.
+  struct Ref {
+    const trace::TcpSegment* seg;
+    int dir;
+  };
+  std::vector<Ref> order;
+  for (int d = 0; d < 2; ++d)
+    for (const auto& s : flow.dir[d])
+      if (!s.payload.empty() || s.fin || s.rst) order.push_back({&s, d});
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Ref& a, const Ref& b) { return a.seg->frame < b.seg->frame; });
+
+  // Each direction's stream as contiguous blocks of stream offsets (the first arrival of an
+  // octet wins, as in TCP); block 0 is the in-order stream, later ones lie beyond a gap the
+  // capture never filled.
+  std::map<std::uint64_t, Bytes> blocks[2];
+  for (int d = 0; d < 2; ++d) {
+    cp.stream_seq[d] = stream_base(flow, d);
+    std::uint64_t end = 0;
+    for (const auto& r : order) {
+      if (r.dir != d || r.seg->payload.empty()) continue;
+      const std::int64_t off = r.seg->seq - cp.stream_seq[d];
+      const std::int64_t e = off + static_cast<std::int64_t>(r.seg->payload.size());
+      if (e > 0 && e <= static_cast<std::int64_t>(kMaxStream))
+        end = std::max(end, static_cast<std::uint64_t>(e));
+    }
+    Bytes data(end);
+    std::vector<bool> have(end);
+    for (const auto& r : order) {
+      if (r.dir != d || r.seg->payload.empty()) continue;
+      const std::int64_t off = r.seg->seq - cp.stream_seq[d];
+      for (std::size_t i = 0; i < r.seg->payload.size(); ++i) {
+        const std::int64_t at = off + static_cast<std::int64_t>(i);
+        if (at < 0 || at >= static_cast<std::int64_t>(end) || have[static_cast<std::size_t>(at)])
+          continue;
+        have[static_cast<std::size_t>(at)] = true;
+        data[static_cast<std::size_t>(at)] = r.seg->payload[i];
+      }
+    }
+    for (std::uint64_t i = 0; i < end;) {
+      if (!have[i]) {
+        ++i;
+        continue;
+      }
+      std::uint64_t j = i;
+      while (j < end && have[j]) ++j;
+      blocks[d].emplace(i, Bytes(data.begin() + static_cast<std::ptrdiff_t>(i),
+                                 data.begin() + static_cast<std::ptrdiff_t>(j)));
+      i = j;
+    }
+  }
+  static const Bytes kEmpty;
+  const Bytes* stream[2];
+  for (int d = 0; d < 2; ++d) {
+    stream[d] = blocks[d].contains(0) ? &blocks[d][0] : &kEmpty;
+    cp.stream_length[d] = stream[d]->size();
+  }
+
+  // Decode the two streams: both MPA frames first, then the FPDUs of each direction.
+  Collector col;
+  mpa::ConnectionDecoder dec(
+      mpa::StreamDecoderOptions{.continue_after_bad_crc = true, .max_pending = SIZE_MAX});
+  std::uint64_t frame_len[2];
+  for (int d = 0; d < 2; ++d) {
+    auto n = mpa::frame_size_from_header(*stream[d]);
+    if (!n || *n > stream[d]->size())
+      return std::unexpected(
+          fmt::format("the MPA {} is not complete in the capture", d == 0 ? "Request" : "Reply"));
+    frame_len[d] = *n;
+  }
+  dec.feed(Direction::FromInitiator, ByteSpan(*stream[0]).first(frame_len[0]), col);
+  dec.feed(Direction::FromResponder, ByteSpan(*stream[1]).first(frame_len[1]), col);
+  dec.feed(Direction::FromInitiator, ByteSpan(*stream[0]).subspan(frame_len[0]), col);
+  dec.feed(Direction::FromResponder, ByteSpan(*stream[1]).subspan(frame_len[1]), col);
+  // Beyond a gap: a sender starts each segment with an FPDU (RFC 5044 §8), so decoding can
+  // start again where a block starts; it stops at the first thing that does not decode.
+  for (const auto d : kDirs) {
+    const auto framing = d == Direction::FromInitiator ? cp.params.framing_to_responder()
+                                                       : cp.params.framing_to_initiator();
+    for (const auto& [off, bytes] : blocks[index(d)]) {
+      if (off == 0 || off < frame_len[index(d)]) continue;
+      std::size_t learned = 0;
+      if (!framing.markers) {
+        mpa::StreamDecoder sd(framing, mpa::StreamDecoderOptions{});
+        Resync rs(col.fpdus[index(d)], off);
+        sd.feed(bytes, rs);
+        learned = rs.count;
+      } else {
+        // Markers sit every 512 octets of Full Operation: take them out, decode the rest (the
+        // CRC, which covers the markers, is not checked here), and map each FPDU back.
+        const std::uint64_t fo = off - frame_len[index(d)];
+        Bytes logical;
+        std::vector<std::uint32_t> where;  // block position of each logical octet
+        for (std::size_t q = 0; q < bytes.size();) {
+          if (mpa::is_marker_position(fo + q)) {
+            q += mpa::kMarkerSize;
+            continue;
+          }
+          logical.push_back(bytes[q]);
+          where.push_back(static_cast<std::uint32_t>(q));
+          ++q;
+        }
+        auto wire = [&](std::uint64_t lo, std::uint32_t ll) {
+          std::uint64_t start = where[lo];
+          // A marker right before an FPDU belongs to it (RFC 5044 §5).
+          if (start >= mpa::kMarkerSize && mpa::is_marker_position(fo + start - mpa::kMarkerSize))
+            start -= mpa::kMarkerSize;
+          const std::uint64_t end = where[lo + ll - 1] + 1u;
+          return std::pair<std::uint64_t, std::uint32_t>{start,
+                                                         static_cast<std::uint32_t>(end - start)};
+        };
+        mpa::StreamDecoder sd(mpa::FramingConfig{false, false}, mpa::StreamDecoderOptions{});
+        Resync rs(col.fpdus[index(d)], off, wire);
+        sd.feed(logical, rs);
+        learned = rs.count;
+      }
+      if (learned > 0)
+        cp.notes.push_back(fmt::format("{}: {} FPDU(s) learned beyond the gap at stream offset {}",
+                                       dir_name(d), learned, off));
+    }
+  }
+  for (int d = 0; d < 2; ++d) {
+    cp.mpa_length[d] = frame_len[d];
+    cp.full_operation_seq[d] = cp.stream_seq[d] + static_cast<std::uint32_t>(frame_len[d]);
+    cp.fpdus[d] = col.fpdus[d].size();
+  }
+  // The octets [off, off + len) of a direction's stream, when the capture has them all.
+  auto stream_span = [&](int d, std::uint64_t off, std::uint64_t len) -> MutableByteSpan {
+    auto it = blocks[d].upper_bound(off);
+    if (it == blocks[d].begin()) return {};
+    --it;
+    if (off + len > it->first + it->second.size()) return {};
+    return MutableByteSpan(it->second).subspan(off - it->first, len);
+  };
+
+  // Segment steps, in capture order, with their stream offsets; which step first carried
+  // each FPDU.
+  std::vector<Step> seg_steps;
+  for (const auto& r : order) {
+    const auto& s = *r.seg;
+    const auto d = kDirs[r.dir];
+    const std::int64_t seg_end =
+        (s.seq - cp.stream_seq[r.dir]) + static_cast<std::int64_t>(s.payload.size());
+    // Segments that hold nothing beyond the MPA frame are the connection setup, not replayed.
+    if (!s.payload.empty() && seg_end <= static_cast<std::int64_t>(frame_len[r.dir])) {
+      ++cp.setup_segments;
+    } else if (!s.payload.empty()) {
+      Step st;
+      st.kind = Step::Kind::Segment;
+      st.dir = d;
+      st.frame = s.frame;
+      st.time_us = s.time_us;
+      st.seq = s.seq;
+      st.payload = s.payload;
+      const std::int64_t off = s.seq - cp.stream_seq[r.dir];
+      st.offset = off < 0 ? 0 : static_cast<std::uint64_t>(off);
+      const std::size_t step_index = seg_steps.size();
+      if (off + static_cast<std::int64_t>(s.payload.size()) > 0) {
+        const auto a = static_cast<std::uint64_t>(std::max<std::int64_t>(off, 0));
+        const auto b = static_cast<std::uint64_t>(off) + s.payload.size();
+        auto& fp = col.fpdus[r.dir];
+        auto it = std::partition_point(
+            fp.begin(), fp.end(), [&](const FpduInfo& f) { return f.offset + f.wire_length <= a; });
+        for (; it != fp.end() && it->offset < b; ++it) {
+          if (step_index < it->first_step) {
+            it->first_step = step_index;
+            it->first_frame = s.frame;
+          }
+          const auto op = it->hdr.op();
+          if (it->parsed && it->hdr.tagged && it->payload_length > 0 &&
+              (op == Opcode::Write || op == Opcode::ReadResponse))
+            st.tagged.push_back(TaggedRange{it->hdr.stag, it->hdr.to.value(),
+                                            it->hdr.to.value() + it->payload_length});
+        }
+      }
+      seg_steps.push_back(std::move(st));
+    }
+    if (s.fin) {
+      cp.fin[r.dir] = true;
+      Step st;
+      st.kind = Step::Kind::Fin;
+      st.dir = d;
+      st.frame = s.frame;
+      st.time_us = s.time_us;
+      st.seq = s.seq + static_cast<std::uint32_t>(s.payload.size());
+      seg_steps.push_back(std::move(st));
+    }
+    if (s.rst) cp.rst = true;
+  }
+
+  // Learn from the FPDUs of each direction.
+  std::map<std::uint32_t, RegionAcc> regions[2];
+  std::map<std::uint32_t, RecvPlan> recvs[2];
+  std::set<std::uint32_t> invalidated[2];  // STags a Send with Invalidate named, per receiver
+  std::vector<std::pair<std::size_t, Step>> posts;   // (segment step it goes before, the post)
+  std::map<std::uint64_t, std::uint8_t> patches[2];  // stream offset -> new octet
+  std::size_t renumbered = 0;
+  struct Exclusion {
+    Side at;
+    STag stag;
+    std::uint64_t frame;
+  };
+  std::vector<Exclusion> exclusions;
+  std::vector<std::pair<Direction, const FpduInfo*>> atomic_answers;
+  // Reads and atomics each side issued (by their MSN on queue 1), and the answers it received
+  // (Read Response messages and Atomic Responses), in stream order.
+  struct Request {
+    std::uint32_t msn;
+    enum Kind : std::uint8_t { Read, Atomic, Rtr } kind;
+    std::size_t step;
+    std::uint64_t frame;
+    rdmap::ReadRequest read{};
+    rdmap::AtomicRequest atomic{};
+  };
+  struct Answer {
+    Request::Kind kind;
+    std::size_t step;
+    std::uint64_t frame;
+    STag stag{0};
+    std::uint64_t to = 0;
+    std::uint32_t length = 0;
+    std::uint32_t atomic_id = 0;
+  };
+  std::vector<Request> requests[2];
+  std::vector<Answer> answers[2];
+  std::optional<Answer> open_response[2];
+  const auto& p = cp.params;
+  for (const auto d : kDirs) {
+    const Side tx = sender_of(d), rx = receiver_of(d);
+    bool rtr_pending = p.peer_to_peer && d == Direction::FromInitiator;
+    for (const auto& f : col.fpdus[index(d)]) {
+      if (!f.parsed) continue;
+      const auto& h = f.hdr;
+      const bool first_fpdu = rtr_pending;
+      rtr_pending = false;
+      switch (h.op()) {
+        case Opcode::Write:
+        case Opcode::ReadResponse:
+          if (f.payload_length > 0)
+            regions[index(rx)][h.stag.value()].add(
+                h.to.value(), f.payload_length,
+                h.op() == Opcode::Write ? "Write" : "Read Response");
+          if (h.op() == Opcode::ReadResponse) {
+            auto& m = open_response[index(d)];
+            if (!m) {
+              m = Answer{Request::Read, f.first_step, f.first_frame};
+              m->stag = h.stag;
+              m->to = h.to.value();
+            }
+            m->length += f.payload_length;
+            if (h.last) {
+              answers[index(rx)].push_back(*m);
+              m.reset();
+            }
+          }
+          break;
+        case Opcode::ReadRequest: {
+          const auto& rr = std::get<rdmap::ReadRequest>(f.body);
+          Request q{h.msn.value(), Request::Read, f.first_step, f.first_frame};
+          if (first_fpdu && p.rtr == mpa::RtrType::Read && rr.size == 0) {
+            q.kind = Request::Rtr;  // sent by the queue pair itself (send_rtr)
+          } else if (rr.size > 0) {
+            regions[index(tx)][rr.sink_stag.value()].add(rr.sink_to.value(), rr.size, "Read sink");
+            regions[index(rx)][rr.src_stag.value()].add(rr.src_to.value(), rr.size, "Read source");
+          }
+          q.read = rr;
+          requests[index(tx)].push_back(q);
+          break;
+        }
+        case Opcode::AtomicRequest: {
+          const auto& a = std::get<rdmap::AtomicRequest>(f.body);
+          regions[index(rx)][a.stag.value()].add(a.to.value(), 8, "atomic target");
+          Request q{h.msn.value(), Request::Atomic, f.first_step, f.first_frame};
+          q.atomic = a;
+          requests[index(tx)].push_back(q);
+          break;
+        }
+        case Opcode::AtomicResponse: {
+          atomic_answers.push_back({d, &f});
+          Answer a{Request::Atomic, f.first_step, f.first_frame};
+          a.atomic_id = std::get<rdmap::AtomicResponse>(f.body).request_id;
+          answers[index(rx)].push_back(a);
+          break;
+        }
+        case Opcode::Send:
+        case Opcode::SendSe:
+        case Opcode::SendInvalidate:
+        case Opcode::SendSeInvalidate:
+        case Opcode::ImmediateData:
+        case Opcode::ImmediateDataSe: {
+          const bool imm = h.op() == Opcode::ImmediateData || h.op() == Opcode::ImmediateDataSe;
+          // RFC 6581: a zero-length Send first from the initiator is the P2P RTR.
+          if (first_fpdu && p.rtr == mpa::RtrType::Send && !imm && f.payload_length == 0 &&
+              h.msn.value() == 1 && h.mo.value() == 0 && h.last)
+            break;
+          auto& r = recvs[index(rx)][h.msn.value()];
+          r.msn = h.msn.value();
+          r.seen = true;
+          r.immediate = imm;
+          r.size = std::max<std::uint32_t>(r.size, h.mo.value() + f.payload_length);
+          if (h.last) r.complete = true;
+          if (rdmap::opcode_info(h.opcode)->invalidate) invalidated[index(rx)].insert(h.rsvd_ulp);
+          break;
+        }
+        case Opcode::Terminate: {
+          const auto& t = std::get<rdmap::Terminate>(f.body);
+          cp.terminates.push_back(
+              TerminatePlan{tx, f.first_frame, t.layer, t.etype, t.ecode, terminate_text(t)});
+          // The trace says an STag was invalid at the Terminate's sender: leave it unshadowed,
+          // so that the emulation finds the same violation.
+          const bool invalid_stag =
+              (t.layer == 1 && t.etype == 1 && (t.ecode == 0x00 || t.ecode == 0x02)) ||
+              (t.layer == 0 && t.etype == 1 && (t.ecode == 0x00 || t.ecode == 0x03));
+          if (!invalid_stag || !t.d) break;
+          auto eh = ddp::DdpHeader::decode(t.ddp_header);
+          if (!eh) break;
+          std::optional<STag> bad;
+          if (eh->tagged) {
+            bad = eh->stag;
+          } else if (t.r && t.rdmap_header.size() == rdmap::kTerminatedRdmapHeaderSize) {
+            bad = rdmap::ReadRequest::decode(t.rdmap_header).src_stag;
+          }
+          if (bad) exclusions.push_back({tx, *bad, f.first_frame});
+          break;
+        }
+      }
+    }
+  }
+  for (const auto& x : exclusions) {
+    // Only when the trace sent that side no message to the STag but the culprit, and no
+    // Send with Invalidate explains it (the emulation then finds the violation by itself).
+    if (invalidated[index(x.at)].contains(x.stag.value())) continue;
+    const Direction toward =
+        x.at == Side::Initiator ? Direction::FromResponder : Direction::FromInitiator;
+    std::size_t uses = 0;
+    for (const auto& g : col.fpdus[index(toward)])
+      if (g.parsed && g.hdr.tagged && g.hdr.stag == x.stag && g.hdr.last) ++uses;
+    if (uses <= 1 && regions[index(x.at)].erase(x.stag.value()))
+      cp.notes.push_back(
+          fmt::format("STag 0x{:08x} is not shadowed at {}: the trace's Terminate from {} (frame "
+                      "{}) says it was not valid there",
+                      x.stag.value(), to_string(x.at), to_string(x.at), x.frame));
+  }
+
+  // Each side's requests in MSN order, paired in order with the answers it received. A request
+  // the capture lost (a gap in its MSNs, or fewer requests than answers) is rebuilt from its
+  // answer, so that the answer finds it outstanding. Each is posted before the first segment
+  // that carried it (a rebuilt one before its answer), never after a later one.
+  for (int e = 0; e < 2; ++e) {
+    auto& ep = cp.ep[e];
+    auto reqs = requests[e];
+    std::stable_sort(reqs.begin(), reqs.end(),
+                     [](const Request& a, const Request& b) { return a.msn < b.msn; });
+    const auto& ans = answers[e];
+    std::uint32_t slots = reqs.empty() ? 0 : reqs.back().msn;
+    slots = std::max<std::uint32_t>(slots, static_cast<std::uint32_t>(ans.size()));
+    std::size_t qi = 0, rebuilt = 0;
+    struct Slot {
+      std::size_t pos;
+      Step step;
+    };
+    std::vector<Slot> queued;
+    for (std::uint32_t m = 1, k = 0; m <= slots; ++m, ++k) {
+      const Answer* a = k < ans.size() ? &ans[k] : nullptr;
+      const Request* q = qi < reqs.size() && reqs[qi].msn == m ? &reqs[qi++] : nullptr;
+      Step st;
+      st.side = static_cast<Side>(e);
+      if (q) {
+        if (a && (a->kind == Request::Atomic) != (q->kind == Request::Atomic)) {
+          cp.notes.push_back(fmt::format(
+              "{}: the answers to its requests do not pair with them from MSN {} on (a request "
+              "and its answer both missing?)",
+              to_string(static_cast<Side>(e)), m));
+          a = nullptr;
+          k = static_cast<std::uint32_t>(ans.size());
+        }
+        if (q->kind == Request::Rtr) continue;
+        if (q->kind == Request::Read) {
+          ep.reads.push_back(ReadPlan{q->read, m, q->frame, a != nullptr, false});
+          st.kind = Step::Kind::PostRead;
+          st.item = ep.reads.size() - 1;
+        } else {
+          ep.atomics.push_back(AtomicPlan{q->atomic, q->frame, a != nullptr, false});
+          st.kind = Step::Kind::PostAtomic;
+          st.item = ep.atomics.size() - 1;
+        }
+        st.frame = q->frame;
+        queued.push_back({q->step, std::move(st)});
+      } else if (a) {
+        ++rebuilt;
+        if (a->kind == Request::Read) {
+          rdmap::ReadRequest rr{a->stag, TaggedOffset{a->to}, a->length, STag{0}, TaggedOffset{0}};
+          ep.reads.push_back(ReadPlan{rr, m, a->frame, true, true});
+          st.kind = Step::Kind::PostRead;
+          st.item = ep.reads.size() - 1;
+        } else {
+          rdmap::AtomicRequest ar;
+          ar.op = static_cast<std::uint8_t>(rdmap::AtomicOp::FetchAdd);
+          ar.request_id = a->atomic_id;
+          ep.atomics.push_back(AtomicPlan{ar, a->frame, true, true});
+          st.kind = Step::Kind::PostAtomic;
+          st.item = ep.atomics.size() - 1;
+        }
+        st.frame = a->frame;
+        queued.push_back({a->step, std::move(st)});
+      }
+    }
+    for (std::size_t i = queued.size(); i-- > 1;)
+      queued[i - 1].pos = std::min(queued[i - 1].pos, queued[i].pos);
+    for (auto& o : queued) posts.emplace_back(o.pos, std::move(o.step));
+    if (rebuilt)
+      cp.notes.push_back(
+          fmt::format("{}: {} request(s) not in the capture rebuilt from the answers it received",
+                      to_string(static_cast<Side>(e)), rebuilt));
+  }
+
+  // The emulated requester numbers its atomics 1, 2, ... (as our RNIC does): each captured
+  // response gets the number of the request it answers (found by the captured identifier,
+  // else by order), its CRC recomputed when it was good.
+  std::size_t nth[2] = {0, 0};
+  for (const auto& [d, fp] : atomic_answers) {
+    const auto& f = *fp;
+    const Side rx = receiver_of(d);
+    const bool markers =
+        d == Direction::FromInitiator ? p.markers_to_responder : p.markers_to_initiator;
+    const auto& mine = cp.ep[index(rx)].atomics;
+    const auto captured = std::get<rdmap::AtomicResponse>(f.body).request_id;
+    std::size_t k = nth[index(rx)];
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      if (mine[i].request.request_id == captured) k = i;
+    nth[index(rx)] = k + 1;
+    const auto id = static_cast<std::uint32_t>(k + 1);
+    if (captured == id) continue;
+    const std::uint64_t fo = f.offset - frame_len[index(d)];
+    auto fpdu = stream_span(index(d), f.offset, f.wire_length);
+    if (fpdu.size() != f.wire_length) continue;
+    const std::size_t crc_at = f.wire_length - mpa::kCrcSize;
+    const bool crc_was_good = p.crc && load_le32(&fpdu[crc_at]) == mpa::crc32c(fpdu.first(crc_at));
+    std::uint8_t idb[4];
+    store_be32(idb, id);
+    for (std::size_t i = 0; i < 4; ++i) {
+      const std::uint64_t at =
+          wire_position(fo, mpa::kUlpduLengthSize + ddp::kUntaggedHeaderSize + i, markers) - fo;
+      fpdu[at] = idb[i];
+      patches[index(d)][f.offset + at] = idb[i];
+    }
+    if (crc_was_good) {
+      std::uint8_t cb[4];
+      store_le32(cb, mpa::crc32c(fpdu.first(crc_at)));
+      for (std::size_t i = 0; i < 4; ++i) patches[index(d)][f.offset + crc_at + i] = cb[i];
+    }
+    ++renumbered;
+  }
+
+  if (renumbered)
+    cp.notes.push_back(fmt::format(
+        "{} Atomic Response(s) renumbered to the emulated requester's request identifiers "
+        "(1, 2, ...; CRC recomputed where in use)",
+        renumbered));
+
+  // Endpoint plans: regions (an invalidated STag needs a region to invalidate), receives.
+  for (int e = 0; e < 2; ++e) {
+    for (auto s : invalidated[e])
+      if (!regions[e].contains(s)) regions[e][s].add(0, 8, "invalidated");
+    auto& ep = cp.ep[e];
+    std::uint64_t total = 0;
+    for (const auto& [stag, acc] : regions[e]) {
+      RegionPlan r;
+      r.stag = STag{stag};
+      r.begin_to = acc.begin;
+      r.end_to = acc.end;
+      for (const auto& w : acc.why) r.why += (r.why.empty() ? "" : ", ") + w;
+      if (r.end_to - r.begin_to > limits.max_region)
+        return std::unexpected(fmt::format(
+            "STag 0x{:08x} at {} spans {} octets of tagged offsets, more than the {} octets "
+            "the replay shadows for one STag",
+            stag, to_string(static_cast<Side>(e)), r.end_to - r.begin_to, limits.max_region));
+      total += r.end_to - r.begin_to;
+      ep.regions.push_back(std::move(r));
+    }
+    if (total > limits.max_total)
+      return std::unexpected(
+          fmt::format("{} needs {} octets of shadow memory, more than the {} "
+                      "the replay allows per connection",
+                      to_string(static_cast<Side>(e)), total, limits.max_total));
+    // One receive per MSN from 1 to the highest seen; a message missing from the capture gets
+    // a placeholder as large as the largest seen (it cannot arrive anyway).
+    if (!recvs[e].empty()) {
+      const std::uint32_t last = recvs[e].rbegin()->first;
+      std::uint32_t largest = 0;
+      for (const auto& [msn, r] : recvs[e]) largest = std::max(largest, r.size);
+      for (std::uint32_t m = 1; m <= last && m != 0; ++m) {
+        auto it = recvs[e].find(m);
+        if (it != recvs[e].end()) {
+          ep.recvs.push_back(it->second);
+        } else {
+          RecvPlan r;
+          r.msn = m;
+          r.size = largest;
+          ep.recvs.push_back(r);
+        }
+      }
+    }
+  }
+
+  // Apply the renumbering patches to every segment that carries a patched octet.
+  for (auto& st : seg_steps) {
+    if (st.kind != Step::Kind::Segment) continue;
+    const auto& pm = patches[index(st.dir)];
+    if (pm.empty()) continue;
+    const std::int64_t off = st.seq - cp.stream_seq[index(st.dir)];
+    for (auto it = pm.lower_bound(off < 0 ? 0 : static_cast<std::uint64_t>(off));
+         it != pm.end() &&
+         static_cast<std::int64_t>(it->first) < off + static_cast<std::int64_t>(st.payload.size());
+         ++it)
+      st.payload[static_cast<std::size_t>(static_cast<std::int64_t>(it->first) - off)] = it->second;
+  }
+
+  // Steps: the posts go in before their segments.
+  std::stable_sort(posts.begin(), posts.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::size_t pi = 0;
+  for (std::size_t i = 0; i < seg_steps.size(); ++i) {
+    for (; pi < posts.size() && posts[pi].first <= i; ++pi) {
+      posts[pi].second.time_us = seg_steps[i].time_us;
+      cp.steps.push_back(std::move(posts[pi].second));
+    }
+    cp.steps.push_back(std::move(seg_steps[i]));
+  }
+
+  // What the trace itself holds: violations, notes about how it ends.
+  for (const auto& r : records)
+    if (r.flow == flow_index && r.kind == trace::Record::Kind::Violation)
+      cp.trace_violations.push_back(TraceViolation{r.dir, r.frame, r.text});
+  for (const auto& n : fr.notes) cp.cut_short.push_back(n);
+  for (int e = 0; e < 2; ++e) {
+    const auto side = static_cast<Side>(e);
+    for (const auto& r : cp.ep[e].recvs) {
+      if (!r.seen)
+        cp.cut_short.push_back(fmt::format("{} never received message MSN {} (not in the capture)",
+                                           to_string(side), r.msn));
+      else if (!r.complete)
+        cp.cut_short.push_back(
+            fmt::format("the last segment of the message MSN {} to {} is not in the capture", r.msn,
+                        to_string(side)));
+    }
+    for (const auto& r : cp.ep[e].reads)
+      if (!r.answered)
+        cp.cut_short.push_back(fmt::format(
+            "the Read Response to {}'s RDMA Read (MSN {}, frame {}) is not (wholly) in the capture",
+            to_string(side), r.msn, r.frame));
+    for (const auto& a : cp.ep[e].atomics)
+      if (!a.answered)
+        cp.cut_short.push_back(
+            fmt::format("the Atomic Response to {}'s atomic (frame {}) is not in the capture",
+                        to_string(side), a.frame));
+  }
+  if (!cp.fin[0] && !cp.fin[1] && !cp.rst)
+    cp.cut_short.push_back("the capture ends before the connection closed (no FIN, no RST)");
+  if (cp.rst) cp.notes.push_back("the connection was reset (RST)");
+  for (const auto d : kDirs)
+    if (cp.fpdus[index(d)] == 0)
+      cp.notes.push_back(fmt::format("{}: no FPDU after the MPA frame", dir_name(d)));
+  return cp;
+}
+
+}  // namespace
+
+std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
+                                                    const std::vector<std::uint64_t>& frames) {
+  const std::set<std::uint64_t> want(frames.begin(), frames.end());
+  std::set<std::uint64_t> found;
+  std::size_t n = 0;
+  for (auto& f : cap.flows) {
+    for (auto& dir : f.dir)
+      std::erase_if(dir, [&](const trace::TcpSegment& s) {
+        if (!want.contains(s.frame)) return false;
+        found.insert(s.frame);
+        ++n;
+        return true;
+      });
+    // Without its SYN a direction's stream starts where its data does.
+    auto has_syn = [](const std::vector<trace::TcpSegment>& d) {
+      return std::any_of(d.begin(), d.end(), [](const trace::TcpSegment& s) { return s.syn; });
+    };
+    f.saw_syn = f.saw_syn && has_syn(f.dir[0]);
+    f.saw_syn_ack = f.saw_syn_ack && has_syn(f.dir[1]);
+  }
+  for (auto fr : want)
+    if (!found.contains(fr))
+      return std::unexpected(fmt::format(
+          "{}: frame {} is no TCP segment with data, SYN, FIN or RST (the capture has {} frames)",
+          cap.path, fr, cap.frames));
+  return n;
+}
+
+std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const PlanLimits& limits) {
+  const auto rep = trace::decode_capture(cap);
+  Plan plan;
+  plan.path = cap.path;
+  plan.frames = cap.frames;
+  plan.problems = cap.problems;
+  for (std::size_t i = 0; i < cap.flows.size(); ++i) {
+    const auto& flow = cap.flows[i];
+    const auto& fr = rep.flows[i];
+    SkippedFlow sk{i, flow.client, flow.server, {}};
+    if (!fr.iwarp) {
+      std::string v = fr.verdict;
+      if (v.starts_with("no iWARP: ")) v = v.substr(10);
+      sk.reason = "not iWARP: " + v;
+      if (!flow.saw_syn && !flow.dir[0].empty() && !flow.dir[1].empty())
+        sk.reason = fmt::format(
+            "no MPA exchange in the capture: it starts after the connection was opened (no "
+            "SYN), so the framing cannot be known ({})",
+            v);
+    } else if (!fr.reply) {
+      sk.reason = "the MPA exchange is cut short: the MPA Reply is not in the capture";
+    } else if (fr.reply->reject) {
+      sk.reason = "rejected by the responder (MPA Reply R=1): no Full Operation to replay";
+    } else if (!fr.params) {
+      sk.reason = "the MPA frames did not establish the connection";
+    } else {
+      auto cp = learn(i, flow, fr, rep.records, limits);
+      if (cp) {
+        plan.connections.push_back(std::move(*cp));
+        continue;
+      }
+      sk.reason = cp.error();
+    }
+    plan.skipped.push_back(std::move(sk));
+  }
+  if (plan.connections.empty()) {
+    std::string why;
+    for (const auto& s : plan.skipped)
+      why += fmt::format("{}c{} {} -> {}: {}", why.empty() ? "" : "; ", s.flow,
+                         s.client.to_string(), s.server.to_string(), s.reason);
+    if (why.empty()) why = "it holds no TCP connection";
+    return std::unexpected(fmt::format("{}: no iWARP connection to replay ({})", cap.path, why));
+  }
+  return plan;
+}
+
+}  // namespace iwarp::replay

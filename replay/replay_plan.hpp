@@ -1,0 +1,177 @@
+// The learning pass of `rnic replay`: from a capture, what two emulated endpoints need to take
+// both directions of each iWARP connection as their real counterparts did. Per connection it
+// finds where Full Operation starts in each direction (after the MPA Request and Reply), the
+// negotiated parameters, the STags each side was written at or read from with the range of
+// tagged offsets used (their shadow memory), one receive buffer per Send or Immediate Data
+// message sized exactly, the RDMA Reads and atomics each side issued (so its emulation can post
+// the same request before the answer arrives), and the Terminates the trace holds. The result is
+// a list of steps in capture order: TCP segments and FINs to inject, and work requests to post.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/bytes.hpp"
+#include "common/strong_types.hpp"
+#include "ddp/rdmap_headers.hpp"
+#include "mpa/connection_decoder.hpp"
+#include "mpa/negotiation.hpp"
+#include "trace/pcap_reader.hpp"
+
+namespace iwarp::replay {
+
+// The two emulated endpoints of a connection. The initiator sent the MPA Request; it receives
+// the responder-to-initiator direction, the responder the other one.
+enum class Side : std::uint8_t { Initiator = 0, Responder = 1 };
+std::string_view to_string(Side s);  // "I", "R"
+// The endpoint that receives direction `d`, and the one that sends it.
+constexpr Side receiver_of(mpa::Direction d) {
+  return d == mpa::Direction::FromInitiator ? Side::Responder : Side::Initiator;
+}
+constexpr Side sender_of(mpa::Direction d) {
+  return d == mpa::Direction::FromInitiator ? Side::Initiator : Side::Responder;
+}
+constexpr int index(Side s) {
+  return static_cast<int>(s);
+}
+constexpr int index(mpa::Direction d) {
+  return static_cast<int>(d);
+}
+
+// Shadow memory behind one STag: [begin_to, end_to) of tagged offsets the traffic touched.
+struct RegionPlan {
+  STag stag{0};
+  std::uint64_t begin_to = 0, end_to = 0;
+  std::string why;  // "Write", "Read Response", "Read source", "atomic target", "invalidated"
+};
+
+// One receive buffer, for the Send (or Immediate Data) message with this MSN.
+struct RecvPlan {
+  std::uint32_t msn = 0;
+  std::uint32_t size = 0;
+  bool seen = false;      // false: the message is not in the capture (a placeholder)
+  bool complete = false;  // its last segment (L) is in the capture
+  bool immediate = false;
+};
+
+// An RDMA Read the endpoint issued (its Read Request is in the capture).
+struct ReadPlan {
+  rdmap::ReadRequest request;
+  std::uint32_t msn = 0;
+  std::uint64_t frame = 0;  // capture frame that first carried the Read Request
+  bool answered = false;    // its whole Read Response is in the capture
+  bool rebuilt = false;     // the request is not in the capture: rebuilt from its response
+};
+
+// An atomic the endpoint issued (RFC 7306).
+struct AtomicPlan {
+  rdmap::AtomicRequest request;
+  std::uint64_t frame = 0;
+  bool answered = false;
+  bool rebuilt = false;  // the request is not in the capture: rebuilt from its response
+};
+
+// A Terminate in the capture.
+struct TerminatePlan {
+  Side from = Side::Initiator;
+  std::uint64_t frame = 0;
+  std::uint8_t layer = 0, etype = 0, ecode = 0;
+  std::string text;  // cause, as one line
+};
+
+// A protocol violation `rnic decode` finds in the capture itself.
+struct TraceViolation {
+  mpa::Direction dir = mpa::Direction::FromInitiator;
+  std::uint64_t frame = 0;
+  std::string text;
+};
+
+struct EndpointPlan {
+  std::vector<RegionPlan> regions;  // by STag
+  std::vector<RecvPlan> recvs;      // MSN order from 1
+  std::vector<ReadPlan> reads;      // in the order issued
+  std::vector<AtomicPlan> atomics;  // in the order issued
+  std::uint64_t shadow_bytes() const;
+};
+
+// Tagged memory an FPDU of a segment writes: [begin_to, end_to) under `stag`.
+struct TaggedRange {
+  STag stag{0};
+  std::uint64_t begin_to = 0, end_to = 0;
+};
+
+// One thing to do, in capture order.
+struct Step {
+  enum class Kind : std::uint8_t { Segment, Fin, PostRead, PostAtomic };
+  Kind kind = Kind::Segment;
+  mpa::Direction dir = mpa::Direction::FromInitiator;  // Segment/Fin: the direction it travels
+  Side side = Side::Initiator;                         // PostRead/PostAtomic: who posts
+  std::uint64_t frame = 0, time_us = 0;
+  TcpSeq seq;                       // Segment: first payload octet; Fin: the FIN's sequence number
+  Bytes payload;                    // Segment
+  std::size_t item = 0;             // PostRead/PostAtomic: index into the endpoint's reads/atomics
+  std::uint64_t offset = 0;         // Segment: stream offset of seq (MPA frame included)
+  std::vector<TaggedRange> tagged;  // Segment: Write / Read Response data its FPDUs place
+};
+
+struct ConnectionPlan {
+  std::size_t flow = 0;  // index in the capture (connection cN)
+  trace::IpEndpoint initiator, responder;
+  mpa::MpaFrame request, reply;
+  mpa::ConnectionParams params;
+  // Per direction: sequence number of the first octet of the stream and of Full Operation
+  // (right after the MPA frame), and the MPA frame's length.
+  TcpSeq stream_seq[2], full_operation_seq[2];
+  std::uint64_t mpa_length[2] = {0, 0};
+  std::uint64_t stream_length[2] = {0, 0};  // octets reassembled in order
+  std::uint64_t fpdus[2] = {0, 0};
+  std::uint64_t setup_segments = 0;  // segments holding only MPA frames (not replayed)
+  bool fin[2] = {false, false};      // a FIN closed that direction in the capture
+  bool rst = false;
+  EndpointPlan ep[2];
+  std::vector<Step> steps;
+  std::vector<TerminatePlan> terminates;
+  std::vector<TraceViolation> trace_violations;
+  // Why the capture holds less than the whole exchange (holes never filled, a message or an
+  // FPDU cut off, no FIN), and other facts the report shows.
+  std::vector<std::string> cut_short;
+  std::vector<std::string> notes;
+  std::uint64_t segments() const;
+};
+
+// A TCP connection that is not replayed, and why.
+struct SkippedFlow {
+  std::size_t flow = 0;
+  trace::IpEndpoint client, server;
+  std::string reason;
+};
+
+struct Plan {
+  std::string path;
+  std::uint64_t frames = 0;
+  std::vector<std::string> problems;  // capture problems (truncated frames, a damaged tail)
+  std::vector<ConnectionPlan> connections;
+  std::vector<SkippedFlow> skipped;
+  std::uint64_t total_steps() const;
+};
+
+struct PlanLimits {
+  std::uint64_t max_region = 256ull << 20;  // one STag's shadow memory
+  std::uint64_t max_total = 1ull << 30;     // all shadow memory of a connection
+};
+
+// Leaves capture frames out, as if the network had lost them (`rnic replay --drop`). Returns
+// how many TCP segments went, or one line naming a frame that is no TCP segment with data, SYN,
+// FIN or RST (pure ACKs are not kept, so there is nothing to drop).
+std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
+                                                    const std::vector<std::uint64_t>& frames);
+
+// Learns the plan. Fails (one line naming the file) when no connection can be replayed: no
+// iWARP connection, or none with its MPA exchange in the capture.
+std::expected<Plan, std::string> make_plan(const trace::Capture& cap,
+                                           const PlanLimits& limits = {});
+
+}  // namespace iwarp::replay

@@ -1,0 +1,188 @@
+// rnic replay: feeds both directions of every iWARP connection in a capture through two
+// emulated endpoints and reports what their receive engines did (see docs/replay.md).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <memory>
+
+#include "replay/replay_plan.hpp"
+#include "replay/replay_report.hpp"
+#include "replay/replayer.hpp"
+#include "tools/commands.hpp"
+#include "trace/pcap_reader.hpp"
+
+namespace iwarp::tools {
+
+namespace {
+
+// A one-line progress bar on stderr, redrawn when the percentage changes.
+class ProgressBar {
+ public:
+  void update(std::uint64_t done, std::uint64_t total) {
+    if (total == 0) return;
+    const int pct = static_cast<int>(done * 100 / total);
+    if (pct == last_) return;
+    last_ = pct;
+    constexpr int kWidth = 40;
+    const int fill = pct * kWidth / 100;
+    fmt::print(stderr, "\rreplaying [{}{}] {:>3}% ({}/{} steps)", std::string(fill, '#'),
+               std::string(kWidth - fill, ' '), pct, done, total);
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void clear() {
+    if (!shown_) return;
+    fmt::print(stderr, "\r{}\r", std::string(80, ' '));
+    std::fflush(stderr);
+  }
+
+ private:
+  int last_ = -1;
+  bool shown_ = false;
+};
+
+}  // namespace
+
+Runner add_replay_command(CLI::App& app) {
+  struct Opts {
+    std::string file;
+    bool json = false, timeline = false, quiet = false, progress = false, no_progress = false;
+    std::optional<std::uint64_t> permute;
+    std::vector<std::uint64_t> drop;
+    double reorder = 0.25, dup = 0.1, split = 0.1;
+    unsigned delay = 4;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "replay",
+      "Replay a capture through two emulated RNICs: both directions of every iWARP connection\n"
+      "are fed, segment by segment in capture order, into a queue pair that receives each\n"
+      "direction (the initiator's emulation takes responder->initiator, and back). STags, the\n"
+      "tagged offsets each was used at, Send sizes, RDMA Reads and atomics are learned from the\n"
+      "traffic: every STag gets zero-filled shadow memory (so it holds exactly what the capture\n"
+      "wrote), every Send a receive buffer of its size, and each side's Reads and atomics are\n"
+      "posted where the capture shows their requests. Prints the timeline (placements, holes\n"
+      "opening and closing, deferred completions released, doorbells, Terminates, violations)\n"
+      "and a summary per connection: CQEs, shadow memory hash, what the capture cut short.\n"
+      "Exit status: 0 replayed, every Terminate and violation one the trace holds (a Terminate\n"
+      "in the trace is reported with its cause; a capture cut short is reported as such);\n"
+      "1 the replay found violations the trace does not hold, or a --permute replay differed\n"
+      "from the capture-order one; 2 unusable input (unreadable file, not a capture, no iWARP\n"
+      "connection with its MPA exchange). Details: docs/replay.md.");
+  cmd->add_option("file", o->file, "Capture file (pcap or pcapng)")->required();
+  cmd->add_flag("--json", o->json, "Print one JSON document (connections, CQEs, timeline)");
+  auto* tl = cmd->add_flag("--timeline", o->timeline,
+                           "Print the whole timeline (by default the first 40 events of each "
+                           "connection)");
+  cmd->add_flag("--quiet", o->quiet, "Print no timeline, only the summaries")->excludes(tl);
+  auto* permute_opt = cmd->add_option(
+      "--permute", o->permute,
+      "Replay in a seeded disorder instead: in each direction some segments are held back and\n"
+      "arrive later (as retransmissions), some arrive twice or again overlapping, some are\n"
+      "re-cut into two overlapping pieces. Causality is kept: what a side was sent arrives\n"
+      "before it sends again, and no segment overtakes an earlier one writing the same tagged\n"
+      "octets. The capture-order replay runs too, and the two must end with identical CQEs and\n"
+      "shadow memory (else exit status 1)");
+  cmd->add_option("--reorder", o->reorder,
+                  "With --permute: probability that a segment is held back (default 0.25)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->needs(permute_opt);
+  cmd->add_option("--dup", o->dup,
+                  "With --permute: probability of a duplicate or overlapping retransmission "
+                  "(default 0.1)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->needs(permute_opt);
+  cmd->add_option("--delay", o->delay,
+                  "With --permute: a held segment arrives after 1..N later ones (default 4)")
+      ->check(CLI::Range(1u, 1000u))
+      ->needs(permute_opt);
+  cmd->add_option("--split", o->split,
+                  "With --permute: probability that a segment is re-cut into two overlapping "
+                  "pieces (default 0.1)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->needs(permute_opt);
+  cmd->add_option("--drop", o->drop,
+                  "Leave capture frame N out, as if the network had lost it (repeatable, or a\n"
+                  "comma-separated list): the replay then shows the hole it leaves")
+      ->delimiter(',');
+  auto* pg = cmd->add_flag("--progress", o->progress,
+                           "Show a progress bar on stderr even when it is not a terminal");
+  cmd->add_flag("--no-progress", o->no_progress, "Never show the progress bar")->excludes(pg);
+
+  return [o]() {
+    auto cap = trace::read_capture(o->file);
+    if (!cap) {
+      fmt::print(stderr, "rnic replay: {}\n", cap.error());
+      return 2;
+    }
+    if (!o->drop.empty()) {
+      if (auto d = replay::drop_frames(*cap, o->drop); !d) {
+        fmt::print(stderr, "rnic replay: {}\n", d.error());
+        return 2;
+      }
+    }
+    auto plan = replay::make_plan(*cap);
+    if (!plan) {
+      fmt::print(stderr, "rnic replay: {}\n", plan.error());
+      return 2;
+    }
+    std::optional<replay::Permutation> perm;
+    if (o->permute) {
+      replay::Permutation p;
+      p.wire.seed = *o->permute;
+      p.wire.reorder = o->reorder;
+      p.wire.dup = o->dup;
+      p.wire.delay = o->delay;
+      p.split = o->split;
+      perm = p;
+    }
+    // The bar is for large captures on a terminal (or when asked for).
+    const std::uint64_t steps = plan->total_steps();
+    const bool bar = !o->no_progress && (o->progress || (::isatty(2) && steps >= 500));
+    ProgressBar pb;
+    const std::uint64_t passes = perm ? 2 : 1;
+    auto progress_for = [&](std::uint64_t pass) {
+      return [&, pass](std::uint64_t done, std::uint64_t total) {
+        pb.update(pass * total + done, passes * total);
+      };
+    };
+
+    replay::ReplayResult result;
+    std::optional<replay::PermutationCheck> check;
+    try {
+      replay::ReplayOptions ro;
+      if (bar) ro.progress = progress_for(0);
+      if (perm) {
+        ro.keep_memory = true;
+        auto base = replay::replay(*plan, ro);
+        ro.permutation = perm;
+        if (bar) ro.progress = progress_for(1);
+        result = replay::replay(*plan, ro);
+        replay::PermutationCheck c;
+        c.permutation = *perm;
+        for (std::size_t i = 0; i < result.connections.size(); ++i)
+          c.differences.push_back(replay::compare(base.connections[i], result.connections[i]));
+        check = std::move(c);
+      } else {
+        result = replay::replay(*plan, ro);
+      }
+    } catch (const std::exception& e) {
+      pb.clear();
+      fmt::print(stderr, "rnic replay: {}: {}\n", o->file, e.what());
+      return 2;
+    }
+    pb.clear();
+
+    if (o->json) {
+      fmt::print("{}\n", replay::to_json(*plan, result, perm, check, !o->quiet).dump(1));
+    } else {
+      replay::ReportOptions ro;
+      ro.timeline_all = o->timeline;
+      ro.timeline_limit = o->quiet ? 0 : 40;
+      fmt::print("{}", replay::format_text(*plan, result, perm, check, ro));
+    }
+    return replay::exit_status(result, check);
+  };
+}
+
+}  // namespace iwarp::tools
