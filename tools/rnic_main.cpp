@@ -10,8 +10,8 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "rnic - a userspace software iWARP RNIC (MPA/DDP/RDMAP over TCP).\n"
-      "Run two emulated RNICs (rnic ping, rnic demo, rnic xfer), decode iWARP captures and\n"
-      "generate sample traces."};
+      "Run two emulated RNICs (rnic ping, rnic demo, rnic xfer), decode iWARP captures,\n"
+      "replay them through the stack (rnic replay) and generate sample traces."};
   app.require_subcommand(1);
   app.fallthrough();  // --log-level also after the subcommand
   app.set_version_flag("--version", "rnic 0.1.0");
