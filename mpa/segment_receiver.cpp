@@ -300,11 +300,18 @@ void SegmentReceiver::discover(std::uint64_t block, std::uint64_t changed, Segme
         crossed_marker = true;
       chain.emplace_back(f, ulpdu);
       s += f.wire_length;
+      // A chain that lands exactly on an FPDU already found is proven by it.
+      if (!trusted && known_.count(s)) {
+        trusted = true;
+        break;
+      }
       if (!trusted && seg_ends_.count(s) && (!cfg_.markers || crossed_marker)) {
         trusted = true;
         break;
       }
     }
+    // The FPDU after a trusted chain starts where the chain ended, whenever it arrives.
+    if (trusted && !chain.empty() && !known_.count(s) && !claimed_.count(s)) chained_.insert(s);
     if (!trusted) continue;
     for (auto& [f, bytes] : chain) {
       if (known_.count(f.offset) || f.offset < next_) continue;
