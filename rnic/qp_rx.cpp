@@ -455,9 +455,10 @@ Result<void> QueuePair::rx_message_end() {
                     fmt::format("{} of {} octets", e.received, e.size));
       orq_.pop_front();
       if (e.sq_index != ~std::uint64_t{0}) complete_sq(e.sq_index, WcStatus::Success, e.size);
-      rx_event(RxEvent{.kind = RxEvent::Kind::Completion,
-                       .text = fmt::format("RDMA Read of {} octets into STag 0x{:08x} complete",
-                                           e.size, e.sink.value())});
+      if (rx_opts_.observer)  // (no formatting on the data path without one)
+        rx_event(RxEvent{.kind = RxEvent::Kind::Completion,
+                         .text = fmt::format("RDMA Read of {} octets into STag 0x{:08x} complete",
+                                             e.size, e.sink.value())});
       ring_doorbell();
       return {};
     }
@@ -488,10 +489,11 @@ Result<void> QueuePair::rx_message_end() {
       rx_send_.active = false;
       if (!init_.recv_cq->push(wc, rx_.seg.info().solicited))
         logger().error("QP {}: receive CQ overflow, completion of WR {} lost", qp_num_, wc.wr_id);
-      rx_event(RxEvent{
-          .kind = RxEvent::Kind::Completion,
-          .text = fmt::format("{} MSN {} received: {} octets, receive WR {}",
-                              rdmap::opcode_name(h.opcode), h.msn.value(), wc.byte_len, wc.wr_id)});
+      if (rx_opts_.observer)
+        rx_event(RxEvent{.kind = RxEvent::Kind::Completion,
+                         .text = fmt::format("{} MSN {} received: {} octets, receive WR {}",
+                                             rdmap::opcode_name(h.opcode), h.msn.value(),
+                                             wc.byte_len, wc.wr_id)});
       return {};
     }
     case Opcode::ImmediateData:
@@ -514,7 +516,7 @@ Result<void> QueuePair::rx_message_end() {
     case Opcode::ReadRequest:
       irq_.push_back(*rx_.pending_irq);
       // Released from beyond a hole, the doorbell is reported once for the hole (Released).
-      if (!rx_placed_mode_)
+      if (!rx_placed_mode_ && rx_opts_.observer)
         rx_event(RxEvent{
             .kind = RxEvent::Kind::Doorbell,
             .read_requests = 1,
