@@ -124,9 +124,8 @@ mpa::OooVerdict QueuePair::rx_ooo(const mpa::OooFpdu& f, const mpa::Hole& hole) 
       // RFC 5041 §5.3: the MSN selects the receive WQE. The message in progress (its head
       // read, perhaps its last FPDU cut by the hole) holds a WQE already; the first WQE still
       // queued serves the MSN after it, or the next MSN the stream expects.
-      const std::uint32_t expected = rx_send_.active
-                                         ? rx_send_.msn + 1
-                                         : rx_checker_.expected_msn(rdmap::kQnSend).value();
+      const std::uint32_t expected =
+          rx_send_.active ? rx_send_.msn + 1 : rx_checker_.expected_msn(rdmap::kQnSend).value();
       const bool in_progress = rx_send_.active && h.msn.value() == rx_send_.msn;
       const std::uint32_t ahead = h.msn.value() - expected;
       if (!in_progress && ahead > 1u << 20) return wait("MSN already delivered");

@@ -325,7 +325,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
     std::uint64_t* atomic_word = nullptr;
   } rx_;
   struct RxSend {
-    bool active = false;  // a receive WQE is consumed by the message in progress
+    bool active = false;    // a receive WQE is consumed by the message in progress
     std::uint32_t msn = 0;  // that message's MSN
     RecvWr rqe;
     std::vector<MutableByteSpan> sges;  // resolved receive buffers

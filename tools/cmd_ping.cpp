@@ -161,7 +161,8 @@ int run_server(const PingOptions& o) {
       return fail_with("server", r.error());
     ++pings;
   }
-  if (auto s = describe_segment_path(o.app, ep); !s.empty()) std::cout << "server: " << s << std::endl;
+  if (auto s = describe_segment_path(o.app, ep); !s.empty())
+    std::cout << "server: " << s << std::endl;
   if (!o.quiet) std::cout << fmt::format("server done: {} pings served", pings) << std::endl;
   return pings > 0 ? 0 : 1;
 }

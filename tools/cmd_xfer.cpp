@@ -363,7 +363,8 @@ int run_server(const XferOptions& o) {
               << std::endl;
   if (!guards) return 1;
   if (!fault.empty()) return ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? 0 : 1;
-  if (auto s = describe_segment_path(o.app, ep); !s.empty()) std::cout << "server: " << s << std::endl;
+  if (auto s = describe_segment_path(o.app, ep); !s.empty())
+    std::cout << "server: " << s << std::endl;
   std::cout << (failures ? "server: FAIL" : "server: all checks passed") << std::endl;
   return failures ? 1 : 0;
 }
@@ -638,7 +639,8 @@ int run_client(const XferOptions& o) {
     }
     if (i == 0) std::cout << "client: write loop running" << std::endl;
   }
-  if (auto s = describe_segment_path(o.app, ep); !s.empty()) std::cout << "client: " << s << std::endl;
+  if (auto s = describe_segment_path(o.app, ep); !s.empty())
+    std::cout << "client: " << s << std::endl;
   auto bye = c.command({kBye, 0, 0, 0, 0, {}});
   rdma_disconnect(ep.id());
   ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
