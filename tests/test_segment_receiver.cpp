@@ -15,33 +15,21 @@
 #include <vector>
 
 #include "ddp/ddp_header.hpp"
+#include "framing_support.hpp"
 #include "mpa/fpdu.hpp"
 #include "mpa/segment_receiver.hpp"
 
 namespace iwarp::mpa {
 namespace {
 
-using Rng = std::mt19937_64;
-
-constexpr FramingConfig kNone{.crc = false, .markers = false};
-constexpr FramingConfig kCrc{.crc = true, .markers = false};
-constexpr FramingConfig kMarkers{.crc = false, .markers = true};
-constexpr FramingConfig kBoth{.crc = true, .markers = true};
-
-std::string framing_name(FramingConfig cfg) {
-  if (cfg.crc && cfg.markers) return "CrcAndMarkers";
-  if (cfg.crc) return "CrcOnly";
-  if (cfg.markers) return "MarkersOnly";
-  return "Neither";
-}
-
-std::string param_name(const ::testing::TestParamInfo<FramingConfig>& p) {
-  return framing_name(p.param);
-}
-
-std::size_t uniform(Rng& rng, std::size_t lo, std::size_t hi) {
-  return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
-}
+using test::framing_name;
+using test::kBoth;
+using test::kCrc;
+using test::kMarkers;
+using test::kNone;
+using test::param_name;
+using test::Rng;
+using test::uniform;
 
 Bytes random_bytes(Rng& rng, std::size_t n) {
   Bytes b(n);
