@@ -16,5 +16,7 @@ Runner add_demo_command(CLI::App& app);
 Runner add_xfer_command(CLI::App& app);
 Runner add_cmatose_command(CLI::App& app);
 Runner add_replay_command(CLI::App& app);
+Runner add_enlarge_demo_command(CLI::App& app);
+Runner add_enlarge_bench_command(CLI::App& app);
 
 }  // namespace iwarp::tools

@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
   add(iwarp::tools::add_demo_command);
   add(iwarp::tools::add_cmatose_command);
   add(iwarp::tools::add_replay_command);
+  add(iwarp::tools::add_enlarge_demo_command);
+  add(iwarp::tools::add_enlarge_bench_command);
 
   try {
     app.parse(argc, argv);

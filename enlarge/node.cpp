@@ -1,0 +1,237 @@
+#include "enlarge/node.hpp"
+
+#include <fmt/format.h>
+#include <poll.h>
+
+#include <algorithm>
+
+#include "common/log.hpp"
+
+namespace iwarp::enlarge {
+
+using namespace iwarp::verbs;
+
+namespace {
+spdlog::logger& lg() { return log::layer("enlarge"); }
+using Clock = std::chrono::steady_clock;
+std::chrono::milliseconds left_until(Clock::time_point deadline) {
+  return std::max(std::chrono::milliseconds(0),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+}
+}  // namespace
+
+std::expected<std::unique_ptr<Node>, std::string> Node::create(Options opts) {
+  if (auto why = validate(opts); !why.empty()) return std::unexpected(why);
+  return std::unique_ptr<Node>(new Node(std::move(opts)));
+}
+
+Node::Node(Options opts) : opts_(std::move(opts)) {
+  ctx_ = ibv_open_device("rnic0");
+  channel_ = ibv_create_comp_channel(ctx_);
+  ech_ = rdma_create_event_channel(ctx_);
+  hello_ = encode_hello(Hello{opts_.slot_size, opts_.recv_slots, opts_.mode});
+}
+
+Node::~Node() {
+  for (auto& c : conns_) c->destroy_qp_and_id();
+  if (listen_id_) rdma_destroy_id(listen_id_);
+  rdma_destroy_event_channel(ech_);
+  // Closing the device stops its engine, which may still touch the CQs: CQs and PDs go after.
+  ibv_close_device(ctx_);
+  for (auto& c : conns_) c->destroy_rest();
+  conns_.clear();
+  ibv_destroy_comp_channel(channel_);
+}
+
+std::uint64_t Node::registered_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& c : conns_) n += c->registered_bytes();
+  return n;
+}
+
+std::expected<std::uint16_t, std::string> Node::listen(const std::string& host,
+                                                       std::uint16_t port) {
+  if (listen_id_) return std::unexpected("this node already listens");
+  rdma_create_id(ech_, &listen_id_, nullptr);
+  rdma_set_mpa(listen_id_, opts_.cm);
+  rdma_bind_addr(listen_id_, host, port);
+  if (rdma_listen(listen_id_, 1024) != 0)
+    return std::unexpected(fmt::format("cannot listen on {}:{}: {}", host, port, ibv_last_error()));
+  return rdma_get_src_port(listen_id_);
+}
+
+Connection* Node::connect_async(const std::string& host, std::uint16_t port) {
+  conns_.push_back(std::make_unique<Connection>(ctx_, channel_, opts_, next_id_++));
+  Connection* c = conns_.back().get();
+  rdma_cm_id* id = nullptr;
+  rdma_create_id(ech_, &id, c);
+  rdma_set_mpa(id, opts_.cm);
+  id->context = c;
+  // Address and route resolve at once here; the QP is made on ROUTE_RESOLVED.
+  rdma_resolve_addr(id, host, port, 2000);
+  return c;
+}
+
+std::expected<Connection*, std::string> Node::connect(const std::string& host,
+                                                      std::uint16_t port,
+                                                      std::chrono::milliseconds timeout) {
+  Connection* c = connect_async(host, port);
+  const auto deadline = Clock::now() + timeout;
+  while (c->state() == Connection::State::Connecting) {
+    if (Clock::now() >= deadline)
+      return std::unexpected(
+          fmt::format("no connection to {}:{} within {} ms", host, port, timeout.count()));
+    progress(std::min(left_until(deadline), std::chrono::milliseconds(100)));
+  }
+  if (c->state() != Connection::State::Established)
+    return std::unexpected(fmt::format("cannot connect to {}:{}: {}", host, port, c->error()));
+  return c;
+}
+
+std::expected<Connection*, std::string> Node::accept(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (accepted_.empty()) {
+    if (Clock::now() >= deadline)
+      return std::unexpected(fmt::format("no connection within {} ms", timeout.count()));
+    progress(std::min(left_until(deadline), std::chrono::milliseconds(100)));
+  }
+  Connection* c = accepted_.front();
+  accepted_.pop_front();
+  return c;
+}
+
+void Node::accept_request(rdma_cm_event* ev) {
+  auto hello = decode_hello(ev->private_data_storage);
+  if (!hello) {
+    lg().warn("rejected a connection: {}", hello.error());
+    rdma_reject(ev->id, nullptr, 0);
+    rdma_destroy_id(ev->id);
+    return;
+  }
+  conns_.push_back(std::make_unique<Connection>(ctx_, channel_, opts_, next_id_++));
+  Connection* c = conns_.back().get();
+  c->server_side = true;
+  c->set_peer(*hello);
+  if (auto why = c->setup(ev->id); !why.empty()) {
+    lg().warn("rejected a connection: {}", why);
+    rdma_reject(ev->id, nullptr, 0);
+    c->fail(why);
+    return;
+  }
+  rdma_conn_param p;
+  p.private_data = hello_.data();
+  p.private_data_len = static_cast<std::uint8_t>(hello_.size());
+  p.responder_resources = 1;  // the protocol uses no RDMA Read
+  p.initiator_depth = 1;
+  if (rdma_accept(ev->id, &p) != 0) c->fail("rdma_accept failed: " + ibv_last_error());
+}
+
+void Node::handle_cm_event(rdma_cm_event* ev) {
+  if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) return accept_request(ev);
+  auto* c = ev->id ? static_cast<Connection*>(ev->id->context) : nullptr;
+  if (!c) {
+    // An id made for a connection that failed before it was offered to us.
+    if (ev->id && ev->id != listen_id_) rdma_destroy_id(ev->id);
+    return;
+  }
+  switch (ev->event) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+      rdma_resolve_route(ev->id, 2000);
+      return;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+      if (auto why = c->setup(ev->id); !why.empty()) return c->fail(why);
+      rdma_conn_param p;
+      p.private_data = hello_.data();
+      p.private_data_len = static_cast<std::uint8_t>(hello_.size());
+      p.responder_resources = 1;
+      p.initiator_depth = 1;
+      if (rdma_connect(ev->id, &p) != 0) c->fail("rdma_connect failed");
+      return;
+    }
+    case RDMA_CM_EVENT_ESTABLISHED: {
+      const bool client = !c->server_side;
+      if (client) {
+        auto hello = decode_hello(ev->private_data_storage);
+        if (!hello) return c->fail("the server's reply: " + hello.error());
+        c->set_peer(*hello);
+      }
+      c->set_established();
+      if (!client) accepted_.push_back(c);
+      c->pump();
+      return;
+    }
+    case RDMA_CM_EVENT_DISCONNECTED:
+      return c->set_closed("the peer disconnected" + (ev->detail.empty() ? "" : ": " + ev->detail));
+    case RDMA_CM_EVENT_REJECTED:
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+    case RDMA_CM_EVENT_ADDR_ERROR:
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+      return c->fail(fmt::format("{}{}", rdma_event_str(ev->event),
+                                 ev->detail.empty() ? "" : ": " + ev->detail));
+    default:
+      return;
+  }
+}
+
+void Node::progress(std::chrono::milliseconds timeout) {
+  // Timers (idle shrink, refusal back-off) need a look now and then even with no traffic.
+  const bool timers = opts_.idle_shrink.count() > 0 || opts_.refusal_backoff.count() > 0;
+  if (timers) timeout = std::min(timeout, std::chrono::milliseconds(5));
+  pollfd fds[2] = {{channel_->fd(), POLLIN, 0}, {ech_->fd(), POLLIN, 0}};
+  ::poll(fds, 2, static_cast<int>(timeout.count()));
+  // Completion events: arm, then drain (a completion between the two raises a new event).
+  std::vector<Connection*> ready;
+  for (;;) {
+    pollfd p{channel_->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) break;
+    ibv_cq* cq = nullptr;
+    void* cq_ctx = nullptr;
+    if (ibv_get_cq_event(channel_, &cq, &cq_ctx) != 0) break;
+    ibv_ack_cq_events(cq, 1);
+    ready.push_back(static_cast<Connection*>(cq_ctx));
+  }
+  std::ranges::sort(ready);
+  ready.erase(std::unique(ready.begin(), ready.end()), ready.end());
+  for (auto* c : ready) {
+    ibv_req_notify_cq(c->cq(), 0);
+    c->drain_cq();
+  }
+  for (;;) {
+    rdma_cm_event* ev = nullptr;
+    if (rdma_get_cm_event(ech_, &ev, 0) != 0) break;
+    handle_cm_event(ev);
+    rdma_ack_cm_event(ev);
+  }
+  if (timers)
+    for (auto& c : conns_)
+      if (c->wants_pump()) c->pump();
+}
+
+std::expected<void, std::string> Node::flush(Connection& c, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!c.tx_idle()) {
+    if (c.state() == Connection::State::Failed || c.state() == Connection::State::Closed)
+      return std::unexpected(c.error());
+    if (Clock::now() >= deadline)
+      return std::unexpected(fmt::format("connection {}: {} message(s) still queued after {} ms",
+                                         c.id(), c.tx_queued(), timeout.count()));
+    progress(std::min(left_until(deadline), std::chrono::milliseconds(100)));
+  }
+  return {};
+}
+
+std::expected<Received, std::string> Node::recv(Connection& c, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (auto r = c.try_recv()) return std::move(*r);
+    if (c.state() == Connection::State::Failed || c.state() == Connection::State::Closed)
+      return std::unexpected(c.error());
+    if (Clock::now() >= deadline)
+      return std::unexpected(
+          fmt::format("connection {}: no message within {} ms", c.id(), timeout.count()));
+    progress(std::min(left_until(deadline), std::chrono::milliseconds(100)));
+  }
+}
+
+}  // namespace iwarp::enlarge

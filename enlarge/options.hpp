@@ -1,0 +1,56 @@
+// What a node running the buffer-enlargement protocol can be told (issue 6; sizes from
+// seed 000 claim 14 / seed 001 claim 14: a pre-registered buffer of 100-2,000 bytes, enlarged
+// buffers of 1,000-200,000 bytes).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "enlarge/budget.hpp"
+#include "rnic/connection_manager.hpp"
+
+namespace iwarp::enlarge {
+
+// How data above the threshold travels. Enlarge is the protocol; the other two are the
+// schemes it is measured against (rnic enlarge-bench).
+enum class Mode : std::uint8_t {
+  Enlarge = 0,     // ask the receiver for a larger buffer, keep and reuse it (seeds 000-002)
+  Pieces = 1,      // never enlarge: everything in pre-registered-size pieces
+  Rendezvous = 2,  // register per message: a buffer of the message's size, freed after it
+};
+const char* to_string(Mode m);
+
+struct Options {
+  // The pre-registered buffer: each receive slot (and send slot) holds one message of at most
+  // this many bytes, header included. 100-2,000 (claim 14); 64 at the least (a control
+  // message must fit), 1 MiB at the most (the benchmark's static 64 KiB scheme uses 65,536).
+  std::uint32_t slot_size = 1024;
+  std::uint32_t recv_slots = 4;  // receive slots posted per connection (credits the peer has)
+  std::uint32_t send_slots = 4;  // send staging slots per connection
+  // Data (a message, or an iovec element) larger than this goes through an enlarged buffer;
+  // 0 means "what fits in one slot" (slot_size minus the 16-octet Piece header).
+  std::uint32_t threshold = 0;
+  std::uint32_t min_enlarged = 1000;    // the smallest buffer an enlargement asks for
+  std::uint32_t max_enlarged = 200000;  // the largest; bigger data goes through it in parts
+  // Once enlarged, move the connection's slots into the enlarged buffer and unregister and
+  // free the small pre-registered buffer (seed 000 claims 6 and 18).
+  bool free_small = false;
+  // A sender that has not used its enlarged buffer for this long releases it (the receiver
+  // unregisters and frees its side); 0 keeps enlarged buffers for the connection's life.
+  std::chrono::milliseconds idle_shrink{0};
+  // After a refusal, data above the threshold goes in pieces for this long before asking
+  // again.
+  std::chrono::milliseconds refusal_backoff{50};
+  Mode mode = Mode::Enlarge;
+  // The per-process registered-memory budget every registration is charged to (null: none).
+  std::shared_ptr<Budget> budget;
+  // MPA options of the connections (CRC, markers, --wire impairments, pcap recording).
+  rnic::CmOptions cm;
+};
+
+// Checks the sizes; returns what is wrong in words, or an empty string.
+std::string validate(const Options& o);
+
+}  // namespace iwarp::enlarge

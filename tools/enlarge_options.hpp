@@ -1,0 +1,32 @@
+// The command-line options of the buffer-enlargement programs (rnic enlarge-demo,
+// rnic enlarge-bench): slot size and counts, threshold, enlarged sizes, policies, budget.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "enlarge/options.hpp"
+#include "tools/app_options.hpp"
+
+namespace iwarp::tools {
+
+struct EnlargeCli {
+  enlarge::Options opts;
+  std::string mode = "enlarge";
+  int idle_shrink_ms = 0;
+  int refusal_backoff_ms = 50;
+  std::uint64_t budget = 0;  // 0: none
+};
+
+// Registers --slot-size, --recv-slots, --send-slots, --threshold, --min-enlarged,
+// --max-enlarged, --free-small, --idle-shrink, --refusal-backoff, --mode, --budget.
+void add_enlarge_options(CLI::App& app, EnlargeCli& o);
+
+// The options with the CLI's values applied and the MPA options from `app` (--crc, --markers,
+// --wire, --pcap, ...). Returns the reason when they do not fit together.
+std::expected<enlarge::Options, std::string> enlarge_options(const EnlargeCli& o,
+                                                             const AppOptions& app);
+
+}  // namespace iwarp::tools
