@@ -136,6 +136,10 @@ Connection::Region* Connection::new_region(std::size_t data_bytes, std::uint32_t
 
 void Connection::retire(Region* r) {
   r->retired = true;
+  // Posted receives cannot be taken back: ask the peer for as many messages as it takes to
+  // consume them (receives complete in the order they were posted).
+  if (r->recv_posted > 0 && state_ == State::Established)
+    control_.push_back(Message{.credits = 0, .seq = 0, .body = Cycle{r->recv_posted}});
   maybe_free(r);
 }
 
@@ -270,10 +274,10 @@ void Connection::destroy_qp_and_id() {
     registered_ -= r->bytes;
   }
   regions_.clear();
-  for (auto& [k, mr] : rdv_mrs_) {
-    if (opts_.budget) opts_.budget->release(mr->length);
-    registered_ -= mr->length;
-    ibv_dereg_mr(mr);
+  for (auto& [k, src] : rdv_mrs_) {
+    if (opts_.budget) opts_.budget->release(src.mr->length);
+    registered_ -= src.mr->length;
+    ibv_dereg_mr(src.mr);
   }
   rdv_mrs_.clear();
 }
@@ -312,9 +316,11 @@ bool Connection::post_recv_slot() {
   const std::uint32_t i = r->free_slots.back();
   r->free_slots.pop_back();
   r->busy++;
+  r->recv_posted++;
   if (post_one_recv(qp_, r->slot(i), opts_.slot_size, r->mr->lkey,
                     make_wr_id(kRecv, r->rid, i)) != 0) {
     r->busy--;
+    r->recv_posted--;
     r->free_slots.push_back(i);
     fail("ibv_post_recv: " + ibv_last_error());
     return false;
@@ -390,7 +396,7 @@ std::expected<std::uint32_t, std::string> Connection::post(std::vector<Bytes> io
   Outgoing o;
   const std::uint32_t seq = next_seq_++;
   o.seq = seq;
-  o.iov = std::move(iov);
+  o.iov = std::make_shared<std::vector<Bytes>>(std::move(iov));
   o.total = static_cast<std::uint32_t>(total);
   queue_.push_back(std::move(o));
   pump();
@@ -428,7 +434,9 @@ std::uint32_t Connection::credit_threshold() const {
 void Connection::pump() {
   if (state_ != State::Established) return;
   while (!control_.empty()) {
-    if (!send_message(control_.front(), control_.front().type() == MsgType::Credit)) break;
+    // Only a Credit that returns credits may use the last one (see can_send).
+    const bool returns = control_.front().type() == MsgType::Credit && to_return_ > 0;
+    if (!send_message(control_.front(), returns)) break;
     control_.pop_front();
   }
   if (control_.empty()) {
@@ -443,17 +451,17 @@ void Connection::pump() {
 
 bool Connection::element_is_bulk(const Outgoing& o) const {
   if (opts_.mode == Mode::Pieces || peer_.mode == Mode::Pieces) return false;
-  if (o.iov[o.elem].size() <= threshold()) return false;  // claims 3-4: per element
+  if ((*o.iov)[o.elem].size() <= threshold()) return false;  // claims 3-4: per element
   return std::chrono::steady_clock::now() >= refused_until_;
 }
 
 bool Connection::pump_one() {
   Outgoing& o = queue_.front();
-  while (o.elem < o.iov.size() && o.elem_off == o.iov[o.elem].size()) {
+  while (o.elem < o.iov->size() && o.elem_off == (*o.iov)[o.elem].size()) {
     o.elem++;
     o.elem_off = 0;
   }
-  if (o.elem == o.iov.size() && (o.total > 0 || o.empty_sent)) {
+  if (o.elem == o.iov->size() && (o.total > 0 || o.empty_sent)) {
     stats_.messages_sent++;
     stats_.bytes_sent += o.total;
     queue_.pop_front();
@@ -475,8 +483,8 @@ bool Connection::send_piece(Outgoing& o) {
   ByteSpan data;
   std::size_t elem = o.elem, off = o.elem_off, taken = 0;
   scratch_.clear();
-  while (elem < o.iov.size() && taken < cap) {
-    const Bytes& e = o.iov[elem];
+  while (elem < o.iov->size() && taken < cap) {
+    const Bytes& e = (*o.iov)[elem];
     if (off == e.size()) {
       elem++;
       off = 0;
@@ -502,7 +510,7 @@ bool Connection::send_piece(Outgoing& o) {
 }
 
 bool Connection::send_bulk(Outgoing& o) {
-  Bytes& e = o.iov[o.elem];
+  Bytes& e = (*o.iov)[o.elem];
   const std::size_t remaining = e.size() - o.elem_off;
   if (opts_.mode == Mode::Rendezvous) {
     if (!remote_) {
@@ -531,7 +539,7 @@ bool Connection::send_bulk(Outgoing& o) {
     stats_.registrations++;
     stats_.peak_registered = std::max(stats_.peak_registered, registered_);
     const std::uint64_t key = next_rdv_++;
-    rdv_mrs_[key] = mr;
+    rdv_mrs_[key] = RdvSource{mr, o.iov};
     if (post_one(qp_, {.op = IBV_WR_RDMA_WRITE,
                        .addr = e.data() + o.elem_off,
                        .len = static_cast<std::uint32_t>(chunk),
@@ -785,6 +793,12 @@ void Connection::handle(const Message& m) {
       return on_release(std::get<Release>(m.body));
     case MsgType::Credit:
       return;
+    case MsgType::Cycle: {
+      const auto n = std::min(std::get<Cycle>(m.body).count, 2 * peer_.recv_slots);
+      for (std::uint32_t i = 0; i < n; ++i)
+        control_.push_back(Message{.credits = 0, .seq = 0, .body = Credit{}});
+      return;
+    }
   }
 }
 
@@ -807,10 +821,10 @@ void Connection::complete(const ibv_wc& wc) {
   if (kind == kRdvWrite) {
     auto it = rdv_mrs_.find(wc.wr_id & ((1ULL << 56) - 1));
     if (it != rdv_mrs_.end()) {
-      if (opts_.budget) opts_.budget->release(it->second->length);
-      registered_ -= it->second->length;
+      if (opts_.budget) opts_.budget->release(it->second.mr->length);
+      registered_ -= it->second.mr->length;
       stats_.deregistrations++;
-      ibv_dereg_mr(it->second);
+      ibv_dereg_mr(it->second.mr);
       rdv_mrs_.erase(it);
     }
     return;
@@ -829,6 +843,7 @@ void Connection::complete(const ibv_wc& wc) {
     }
     r = region(wr_rid(wc.wr_id));  // handling may have moved the slots, never freed this one
     r->busy--;
+    r->recv_posted--;
     r->free_slots.push_back(wr_slot(wc.wr_id));
     maybe_free(r);
     if (state_ == State::Established && post_recv_slot()) to_return_++;

@@ -131,6 +131,7 @@ class Connection {
     std::uint32_t slots = 0;     // slot_size_ each, after the data area
     std::vector<std::uint32_t> free_slots;
     std::uint32_t busy = 0;  // slots posted or in flight, and RDMA Writes from it
+    std::uint32_t recv_posted = 0;  // of those, receives posted (consumed only by messages)
     bool retired = false;    // no new use; freed once busy drops to 0
     bool small = false;      // the connection's original small buffer
     std::uint8_t* slot(std::uint32_t i) { return mem.get() + data_bytes + std::size_t{i} * slot_size; }
@@ -138,7 +139,8 @@ class Connection {
   };
   struct Outgoing {
     std::uint32_t seq = 0;
-    std::vector<Bytes> iov;
+    // Shared with Rendezvous writes, which read the source in place until they complete.
+    std::shared_ptr<std::vector<Bytes>> iov;
     std::uint32_t total = 0;
     std::size_t elem = 0;       // cursor: element, offset in it, offset in the message
     std::size_t elem_off = 0;
@@ -223,7 +225,11 @@ class Connection {
   std::chrono::steady_clock::time_point refused_until_{};
   std::chrono::steady_clock::time_point last_bulk_{};
 
-  std::map<std::uint64_t, verbs::ibv_mr*> rdv_mrs_;  // Rendezvous: sources registered in place
+  struct RdvSource {
+    verbs::ibv_mr* mr = nullptr;
+    std::shared_ptr<std::vector<Bytes>> keep;  // the message, alive until the Write completes
+  };
+  std::map<std::uint64_t, RdvSource> rdv_mrs_;  // Rendezvous: sources registered in place
   std::uint64_t next_rdv_ = 1;
 
   std::optional<Assembly> assembly_;

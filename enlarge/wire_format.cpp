@@ -24,6 +24,8 @@ const char* to_string(MsgType t) {
       return "Release";
     case MsgType::Credit:
       return "Credit";
+    case MsgType::Cycle:
+      return "Cycle";
   }
   return "?";
 }
@@ -54,7 +56,8 @@ std::size_t encoded_size(const Message& m) {
         if constexpr (std::is_same_v<T, EnlargeAck>) return kHeaderBytes + 16;
         if constexpr (std::is_same_v<T, EnlargeNak>) return kHeaderBytes + 8;
         if constexpr (std::is_same_v<T, Done>) return kHeaderBytes + 12;
-        if constexpr (std::is_same_v<T, Release>) return kHeaderBytes + 4;
+        if constexpr (std::is_same_v<T, Release> || std::is_same_v<T, Cycle>)
+          return kHeaderBytes + 4;
         return kHeaderBytes;  // Ready, Credit
       },
       m.body);
@@ -91,6 +94,8 @@ std::size_t encode(const Message& m, MutableByteSpan out) {
           store_be32(p + 8, b.length);
         } else if constexpr (std::is_same_v<T, Release>) {
           store_be32(p, b.stag);
+        } else if constexpr (std::is_same_v<T, Cycle>) {
+          store_be32(p, b.count);
         }
       },
       m.body);
@@ -181,6 +186,10 @@ std::expected<Message, DecodeError> decode(ByteSpan wire) {
       if (!fixed(0)) return wrong_size("Credit", 0);
       m.body = Credit{};
       return m;
+    case MsgType::Cycle:
+      if (!fixed(4)) return wrong_size("Cycle", 4);
+      m.body = Cycle{r.be32()};
+      return m;
   }
   return fail(fmt::format("unknown message type {} at octet 1", type));
 }
@@ -199,6 +208,7 @@ std::string describe(const Message& m) {
         if constexpr (std::is_same_v<T, Done>)
           return fmt::format(" total={} offset={} len={}", b.total, b.offset, b.length);
         if constexpr (std::is_same_v<T, Release>) return fmt::format(" stag={:#010x}", b.stag);
+        if constexpr (std::is_same_v<T, Cycle>) return fmt::format(" count={}", b.count);
         return "";
       },
       m.body);

@@ -33,6 +33,8 @@ enum class MsgType : std::uint8_t {
   Ready = 6,        // the enlarged buffer's contents were copied out: it may be written again
   Release = 7,      // the sender no longer uses the enlarged buffer: unregister and free it
   Credit = 8,       // receive slots reposted, with nothing else to carry the count
+  Cycle = 9,        // "send me this many Credits": receives posted in a buffer being freed
+                    // complete only when messages consume them
 };
 const char* to_string(MsgType t);
 
@@ -66,8 +68,12 @@ struct Release {
   std::uint32_t stag = 0;
 };
 struct Credit {};
+struct Cycle {
+  std::uint32_t count = 0;
+};
 
-using Body = std::variant<Piece, EnlargeReq, EnlargeAck, EnlargeNak, Done, Ready, Release, Credit>;
+using Body =
+    std::variant<Piece, EnlargeReq, EnlargeAck, EnlargeNak, Done, Ready, Release, Credit, Cycle>;
 
 struct Message {
   std::uint16_t credits = 0;

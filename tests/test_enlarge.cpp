@@ -2,9 +2,13 @@
 // process talking over 127.0.0.1: every phase, iovec thresholds, refusal, both directions.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cmath>
 #include <random>
+#include <thread>
 
 #include "enlarge/node.hpp"
+#include "verbs_shim/endpoint.hpp"
 
 namespace iwarp::enlarge {
 namespace {
@@ -86,6 +90,526 @@ TEST(Enlarge, LargeMessageEnlargesAndArrivesIntact) {
   EXPECT_EQ(p.c[0]->stats().enlargements, 1u);
   EXPECT_EQ(p.c[0]->stats().bulk_writes, 1u);
   EXPECT_GE(p.s[0]->rx_enlarged_size(), 70000u);
+}
+
+
+// --- wire format -------------------------------------------------------------------------
+
+TEST(EnlargeWire, EveryMessageRoundTrips) {
+  const Bytes data = pattern(100, 3);
+  const std::vector<Message> all = {
+      {.credits = 3, .seq = 7, .body = Piece{1000, 200, data}},
+      {.credits = 0, .seq = 8, .body = EnlargeReq{70000}},
+      {.credits = 1, .seq = 8, .body = EnlargeAck{70000, 0x12345678, 0x7f0000001000}},
+      {.credits = 2, .seq = 9, .body = EnlargeNak{NakReason::Budget, 4096}},
+      {.credits = 0, .seq = 8, .body = Done{70000, 0, 65536}},
+      {.credits = 4, .seq = 8, .body = Ready{}},
+      {.credits = 0, .seq = 0, .body = Release{0xabcdef01}},
+      {.credits = 5, .seq = 0, .body = Credit{}},
+      {.credits = 0, .seq = 0, .body = Cycle{4}}};
+  for (const auto& m : all) {
+    const Bytes wire = encode(m);
+    ASSERT_EQ(wire.size(), encoded_size(m));
+    EXPECT_EQ(wire[0], kVersion);
+    EXPECT_EQ(wire[1], static_cast<std::uint8_t>(m.type()));
+    auto back = decode(wire);
+    ASSERT_TRUE(back) << describe(m) << ": " << back.error().what;
+    EXPECT_EQ(describe(*back), describe(m));
+    EXPECT_EQ(encode(*back), wire);
+  }
+}
+
+TEST(EnlargeWire, FieldsAreBigEndianAtTheDocumentedOffsets) {
+  const Bytes w = encode(Message{.credits = 0x0102,
+                                 .seq = 0x03040506,
+                                 .body = EnlargeAck{0x0a0b0c0d, 0x11223344, 0x5566778899aabbccULL}});
+  const Bytes want = {1,    3,    0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x0a, 0x0b, 0x0c, 0x0d,
+                      0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc};
+  EXPECT_EQ(w, want);
+}
+
+TEST(EnlargeWire, BadBytesSayWhatIsWrong) {
+  auto err = [](Bytes b) {
+    auto m = decode(b);
+    return m ? std::string("decoded") : m.error().what;
+  };
+  EXPECT_NE(err({1, 1, 0}).find("shorter than the 8-octet header"), std::string::npos);
+  EXPECT_NE(err({2, 8, 0, 0, 0, 0, 0, 0}).find("version 2"), std::string::npos);
+  EXPECT_NE(err({1, 42, 0, 0, 0, 0, 0, 0}).find("unknown message type 42"), std::string::npos);
+  EXPECT_NE(err({1, 2, 0, 0, 0, 0, 0, 1, 0, 0}).find("EnlargeReq of 10 octets"),
+            std::string::npos);
+  EXPECT_NE(err({1, 2, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0}).find("0 octets"), std::string::npos);
+  // A Piece whose data runs past its message's total.
+  Bytes p = encode(Message{.credits = 0, .seq = 1, .body = Piece{10, 8, {}}});
+  p.push_back(1);
+  p.push_back(2);
+  p.push_back(3);
+  EXPECT_NE(err(p).find("runs past total 10"), std::string::npos);
+  EXPECT_NE(err({1, 4, 0, 0, 0, 0, 0, 1, 9, 0, 0, 0, 0, 0, 0, 0}).find("reason 9"),
+            std::string::npos);
+  EXPECT_NE(err(encode(Message{.credits = 0, .seq = 1, .body = Done{10, 5, 6}})).find("past total"),
+            std::string::npos);
+}
+
+TEST(EnlargeWire, HelloCarriesSlotsAndMode) {
+  const Bytes h = encode_hello(Hello{1500, 8, Mode::Rendezvous});
+  auto back = decode_hello(h);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->slot_size, 1500u);
+  EXPECT_EQ(back->recv_slots, 8u);
+  EXPECT_EQ(back->mode, Mode::Rendezvous);
+  EXPECT_FALSE(decode_hello(as_bytes(std::string("hello world!"))));
+  Bytes bad = h;
+  bad[5] = 7;
+  EXPECT_NE(decode_hello(bad).error().find("mode 7"), std::string::npos);
+}
+
+TEST(EnlargeBudget, ChargesUpToTheLimitOnly) {
+  Budget b(1000);
+  EXPECT_TRUE(b.try_charge(600));
+  EXPECT_FALSE(b.try_charge(500));
+  EXPECT_EQ(b.available(), 400u);
+  b.release(600);
+  EXPECT_TRUE(b.try_charge(1000));
+  EXPECT_FALSE(b.try_charge(1));
+}
+
+TEST(EnlargeOptions, OutOfRangeSizesAreRefusedWithTheReason) {
+  Options o;
+  o.recv_slots = 2;
+  EXPECT_NE(validate(o).find("receive slots"), std::string::npos);
+  o = {};
+  o.min_enlarged = 5000;
+  o.max_enlarged = 1000;
+  EXPECT_NE(validate(o).find("min <= max"), std::string::npos);
+  o = {};
+  o.free_small = true;
+  o.mode = Mode::Pieces;
+  EXPECT_FALSE(validate(o).empty());
+  EXPECT_FALSE(Node::create(o).has_value());
+}
+
+// --- the protocol over two nodes ----------------------------------------------------------
+
+// Seed 001 claims 1, 8, 15: only the connection that needed it gets a larger buffer.
+TEST(Enlarge, Claims001_1_8_15_OnlyTheConnectionThatNeededItGrows) {
+  Pair p({}, {}, 4);
+  std::vector<std::uint64_t> s_before, c_before;
+  for (int i = 0; i < 4; ++i) {
+    s_before.push_back(p.s[i]->registered_bytes());
+    c_before.push_back(p.c[i]->registered_bytes());
+    EXPECT_EQ(s_before[i], (4u + 4u) * 1024u);  // the small pre-registered buffer only
+  }
+  auto* dev_s = p.server->context()->dev.get();
+  const auto dev_before = dev_s->memory().registered_bytes();
+  auto msg = pattern(100000, 4);
+  ASSERT_TRUE(p.c[2]->post(msg));
+  auto got = p.collect(p.s[2], 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].data, msg);
+  for (int i = 0; i < 4; ++i) {
+    if (i == 2) continue;
+    EXPECT_EQ(p.s[i]->registered_bytes(), s_before[i]) << i;
+    EXPECT_EQ(p.c[i]->registered_bytes(), c_before[i]) << i;
+    EXPECT_EQ(p.s[i]->rx_enlarged_size(), 0u);
+  }
+  EXPECT_EQ(p.s[2]->registered_bytes(), s_before[2] + 100000);
+  EXPECT_EQ(p.c[2]->registered_bytes(), c_before[2] + 100000);
+  // The device's own table agrees: it grew by exactly the one enlarged buffer.
+  EXPECT_EQ(dev_s->memory().registered_bytes() - dev_before, 100000u);
+  EXPECT_EQ(p.s[2]->stats().buffers_provisioned, 1u);
+}
+
+// Seed 000 claims 1-3, 5, 7-10, 15-17, 19; seed 001 claims 2, 7, 9-13, 21: the whole exchange.
+TEST(Enlarge, Claims000_1_2_3_5_7_16_19_ControlAckWriteDoneCopyOut) {
+  Pair p;
+  std::vector<std::string> tx_events, rx_events;
+  p.c[0]->on_event = [&](const std::string& e) { tx_events.push_back(e); };
+  p.s[0]->on_event = [&](const std::string& e) { rx_events.push_back(e); };
+  auto msg = pattern(5000, 5);
+  ASSERT_TRUE(p.c[0]->post(msg));
+  auto got = p.collect(p.s[0], 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].data, msg);
+  auto find = [](const std::vector<std::string>& v, const std::string& what) {
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (v[i].starts_with(what)) return static_cast<int>(i);
+    return -1;
+  };
+  // Sender: request, acknowledgement (with TO and STag), then Done after the Write.
+  const int req = find(tx_events, "tx EnlargeReq seq=1 size=5000");
+  const int ack = find(tx_events, "rx EnlargeAck seq=1 size=5000 stag=");
+  const int done = find(tx_events, "tx Done seq=1 total=5000 offset=0 len=5000");
+  ASSERT_GE(req, 0);
+  ASSERT_GT(ack, req);
+  ASSERT_GT(done, ack);
+  EXPECT_NE(tx_events[ack].find(" to=0x"), std::string::npos);
+  // Receiver: provisioned during the communication phase, answered, copied out on Done.
+  const int prov = find(rx_events, "provisioned a 5000-byte buffer");
+  ASSERT_GE(prov, 0);
+  EXPECT_GT(find(rx_events, "tx EnlargeAck seq=1"), prov);
+  EXPECT_GT(find(rx_events, "tx Ready seq=1"), find(rx_events, "rx Done seq=1"));
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 1u);
+  EXPECT_EQ(p.c[0]->stats().pieces_sent, 0u);  // no data went eager
+  // Seed 000 claim 14: 100-2,000 byte pre-registered, 1,000-200,000 enlarged.
+  EXPECT_GE(p.s[0]->options().slot_size, 100u);
+  EXPECT_LE(p.s[0]->options().slot_size, 2000u);
+  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 5000u);
+}
+
+// Phases: reuse, re-enlarge (previous freed), larger than the maximum (in parts).
+TEST(Enlarge, PhasesReuseReEnlargeAndPartsBeyondTheMaximum) {
+  Pair p;
+  auto a = pattern(3000, 6), b = pattern(2500, 7), c = pattern(20000, 8), d = pattern(450000, 9);
+  ASSERT_TRUE(p.c[0]->post(a));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, a);
+  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 3000u);
+  // Reuse: a message that fits asks for nothing.
+  ASSERT_TRUE(p.c[0]->post(b));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, b);
+  EXPECT_EQ(p.c[0]->stats().enlarge_requests, 1u);
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 2u);
+  // Re-enlarge: the previous buffer is unregistered and freed.
+  ASSERT_TRUE(p.c[0]->post(c));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, c);
+  EXPECT_EQ(p.c[0]->stats().enlarge_requests, 2u);
+  EXPECT_EQ(p.s[0]->stats().buffers_freed, 1u);
+  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 20000u);
+  EXPECT_EQ(p.s[0]->registered_bytes(), 8u * 1024u + 20000u);
+  EXPECT_EQ(p.c[0]->registered_bytes(), 8u * 1024u + 20000u);
+  // Beyond the 200,000-byte maximum: the largest buffer, written in parts.
+  ASSERT_TRUE(p.c[0]->post(d));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, d);
+  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 200000u);
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 3u + 3u);  // 200,000 + 200,000 + 50,000
+}
+
+// Seed 000 claims 6 and 18: the small pre-registered buffer unregistered and freed.
+TEST(Enlarge, Claims000_6_18_FreeTheSmallBufferOnceEnlarged) {
+  Options o;
+  o.free_small = true;
+  Pair p(o, o);
+  auto big = pattern(10000, 10);
+  ASSERT_TRUE(p.c[0]->post(big));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, big);
+  // The small buffer goes once its receives posted before the enlargement have completed:
+  // a few small messages each way retire them.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(p.c[0]->post(pattern(10, i)));
+    ASSERT_TRUE(p.s[0]->post(pattern(10, i)));
+  }
+  EXPECT_EQ(p.collect(p.s[0], 6).size(), 6u);
+  EXPECT_EQ(p.collect(p.c[0], 6).size(), 6u);
+  p.drive([&] { return !p.s[0]->small_buffer_registered() && !p.c[0]->small_buffer_registered(); },
+          3s);
+  EXPECT_FALSE(p.s[0]->small_buffer_registered());
+  EXPECT_FALSE(p.c[0]->small_buffer_registered());
+  EXPECT_EQ(p.s[0]->stats().small_freed, 1u);
+  // Everything still works from the enlarged buffer's slots.
+  auto again = pattern(9000, 11);
+  ASSERT_TRUE(p.c[0]->post(again));
+  ASSERT_TRUE(p.c[0]->post(pattern(50, 12)));
+  auto got = p.collect(p.s[0], 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].data, again);
+  EXPECT_EQ(got[1].data, pattern(50, 12));
+  EXPECT_EQ(p.s[0]->registered_bytes(), 10000u + 8u * 1024u);  // enlarged buffer + its slots
+}
+
+// An idle connection shrinks back: the sender releases, the receiver unregisters and frees.
+TEST(Enlarge, IdleConnectionShrinksBack) {
+  Options o;
+  o.idle_shrink = 100ms;
+  o.free_small = true;
+  Pair p(o, o);
+  auto big = pattern(50000, 13);
+  ASSERT_TRUE(p.c[0]->post(big));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, big);
+  EXPECT_GT(p.s[0]->registered_bytes(), 50000u);
+  ASSERT_TRUE(p.drive([&] {
+    return p.s[0]->rx_enlarged_size() == 0 && p.s[0]->registered_bytes() == 8u * 1024u &&
+           p.c[0]->registered_bytes() == 8u * 1024u;
+  }, 5s)) << p.s[0]->registered_bytes() << " " << p.c[0]->registered_bytes();
+  EXPECT_EQ(p.c[0]->stats().releases_sent, 1u);
+  EXPECT_EQ(p.s[0]->stats().buffers_freed, 1u);
+  EXPECT_TRUE(p.s[0]->small_buffer_registered());
+  // And enlarges again when needed.
+  ASSERT_TRUE(p.c[0]->post(big));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, big);
+  EXPECT_EQ(p.c[0]->stats().enlarge_requests, 2u);
+}
+
+// Seed 000 claim 4 / 001 claim 4: each iovec element is compared with the threshold.
+TEST(Enlarge, Claims000_4_IovecElementsAreComparedOneByOne) {
+  Pair p;
+  std::vector<Bytes> iov = {pattern(100, 14), pattern(30000, 15), pattern(10, 16),
+                            pattern(40000, 17), pattern(700, 18)};
+  Bytes whole;
+  for (const auto& e : iov) whole.insert(whole.end(), e.begin(), e.end());
+  ASSERT_TRUE(p.c[0]->post(iov));
+  auto got = p.collect(p.s[0], 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].data, whole);
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 2u);   // the two large elements
+  EXPECT_EQ(p.c[0]->stats().pieces_sent, 3u);   // 100 B, 10 B, 700 B between the large ones
+  EXPECT_EQ(p.c[0]->stats().enlarge_requests, 2u);  // 30,000, then 60,000 for 40,000
+  // Many small elements add up past the threshold, yet none is above it: no enlargement.
+  std::vector<Bytes> small;
+  for (int i = 0; i < 50; ++i) small.push_back(pattern(900, 100 + i));
+  ASSERT_TRUE(p.c[0]->post(small));
+  got = p.collect(p.s[0], 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].data.size(), 45000u);
+  EXPECT_EQ(p.c[0]->stats().enlarge_requests, 2u);
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 2u);
+}
+
+// The threshold is an option: with 4,000, a 3,000-byte message goes in pieces.
+TEST(Enlarge, Claims000_3_ThresholdDecides) {
+  Options o;
+  o.threshold = 4000;
+  Pair p(o, o);
+  auto a = pattern(3000, 19), b = pattern(4001, 20);
+  ASSERT_TRUE(p.c[0]->post(a));
+  ASSERT_TRUE(p.c[0]->post(b));
+  auto got = p.collect(p.s[0], 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].data, a);
+  EXPECT_EQ(got[1].data, b);
+  EXPECT_EQ(p.c[0]->stats().pieces_sent, 3u);  // 3,000 bytes in 1,008-byte pieces
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 1u);
+}
+
+// A receiver over its budget refuses; the sender falls back to pieces; nothing is lost,
+// reordered or duplicated; after the back-off it asks again.
+TEST(Enlarge, RefusalFallsBackToPiecesInOrder) {
+  Options so, co;
+  so.budget = std::make_shared<Budget>(8 * 1024 + 25000);  // the small buffer and 25,000 more
+  co.refusal_backoff = 200ms;
+  Pair p(so, co);
+  std::vector<Bytes> sent;
+  for (int i = 0; i < 5; ++i) {
+    sent.push_back(pattern(i % 2 ? 300 : 30000, 30 + i));
+    ASSERT_TRUE(p.c[0]->post(sent.back()));
+  }
+  auto got = p.collect(p.s[0], 5);
+  ASSERT_EQ(got.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(got[i].seq, static_cast<std::uint32_t>(i + 1));
+    EXPECT_EQ(got[i].data, sent[i]);
+  }
+  EXPECT_EQ(p.c[0]->stats().refusals, 1u);  // one refusal; the back-off covers the rest
+  EXPECT_EQ(p.s[0]->stats().refusals_sent, 1u);
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 0u);
+  EXPECT_EQ(p.s[0]->registered_bytes(), 8u * 1024u);
+  // After the back-off it asks again, and a size the budget allows is granted.
+  std::this_thread::sleep_for(250ms);
+  auto fits = pattern(20000, 40);
+  ASSERT_TRUE(p.c[0]->post(fits));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, fits);
+  EXPECT_EQ(p.c[0]->stats().enlarge_requests, 2u);
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 1u);
+  EXPECT_EQ(so.budget->used(), 8u * 1024u + 20000u);
+}
+
+// The sender itself over budget after the acknowledgement: it releases the receiver's buffer
+// and sends in pieces.
+TEST(Enlarge, SenderOverBudgetReleasesThePeersBuffer) {
+  Options co;
+  co.budget = std::make_shared<Budget>(8 * 1024 + 100);
+  Pair p({}, co);
+  auto msg = pattern(30000, 41);
+  ASSERT_TRUE(p.c[0]->post(msg));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, msg);
+  p.drive([&] { return p.s[0]->rx_enlarged_size() == 0; }, 2s);
+  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 0u);
+  EXPECT_EQ(p.s[0]->stats().buffers_freed, 1u);
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 0u);
+}
+
+// Both directions enlarge at once, and messages posted during an enlargement keep order.
+TEST(Enlarge, BothDirectionsAtOnceKeepOrder) {
+  Pair p;
+  std::vector<Bytes> to_s, to_c;
+  for (int i = 0; i < 20; ++i) {
+    to_s.push_back(pattern(i % 3 == 0 ? 60000 + i * 1000 : 50 + i, 200 + i));
+    to_c.push_back(pattern(i % 4 == 1 ? 80000 + i * 500 : 10 * i, 300 + i));
+    ASSERT_TRUE(p.c[0]->post(to_s.back()));
+    ASSERT_TRUE(p.s[0]->post(to_c.back()));
+  }
+  std::vector<Received> at_s, at_c;
+  ASSERT_TRUE(p.drive([&] {
+    while (auto r = p.s[0]->try_recv()) at_s.push_back(std::move(*r));
+    while (auto r = p.c[0]->try_recv()) at_c.push_back(std::move(*r));
+    return at_s.size() == 20 && at_c.size() == 20;
+  })) << p.s[0]->error() << " / " << p.c[0]->error();
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(at_s[i].data, to_s[i]) << i;
+    EXPECT_EQ(at_c[i].data, to_c[i]) << i;
+  }
+  EXPECT_GE(p.c[0]->stats().enlargements, 1u);
+  EXPECT_GE(p.s[0]->stats().enlargements, 1u);
+  EXPECT_GT(p.s[0]->rx_enlarged_size(), 0u);
+  EXPECT_GT(p.c[0]->rx_enlarged_size(), 0u);
+}
+
+// The comparison schemes deliver the same bytes.
+TEST(Enlarge, PiecesAndRendezvousModesDeliverIntact) {
+  for (Mode m : {Mode::Pieces, Mode::Rendezvous}) {
+    Options o;
+    o.mode = m;
+    Pair p(o, o);
+    std::vector<Bytes> sent = {pattern(0, 1), pattern(100, 2), pattern(300000, 3),
+                               pattern(5000, 4)};
+    for (const auto& b : sent) ASSERT_TRUE(p.c[0]->post(b));
+    auto got = p.collect(p.s[0], sent.size());
+    ASSERT_EQ(got.size(), sent.size()) << to_string(m);
+    for (std::size_t i = 0; i < sent.size(); ++i) EXPECT_EQ(got[i].data, sent[i]);
+    if (m == Mode::Pieces) {
+      EXPECT_EQ(p.c[0]->stats().bulk_writes, 0u);
+    } else {
+      EXPECT_EQ(p.c[0]->stats().bulk_writes, 2u);
+      EXPECT_EQ(p.s[0]->stats().buffers_freed, 2u);  // one buffer per message, freed after it
+      EXPECT_EQ(p.s[0]->registered_bytes(), 8u * 1024u);
+    }
+  }
+}
+
+// Seeded random streams, sizes 0 - 1 MiB, random iovec splits, both ways at once.
+TEST(Enlarge, RandomStreamsArriveIntactAndInOrder) {
+  Options o;
+  o.slot_size = 512;
+  o.max_enlarged = 150000;
+  Pair p(o, o);
+  std::mt19937 g(77);
+  auto random_message = [&](std::vector<Bytes>& iov) {
+    const std::size_t size = std::uniform_int_distribution<int>(0, 20)(g) == 0
+                                 ? 1u << 20
+                                 : static_cast<std::size_t>(std::exp2(
+                                       std::uniform_real_distribution<double>(0, 20)(g)));
+    Bytes all = pattern(size, g());
+    std::size_t at = 0;
+    while (at < size) {
+      const std::size_t n =
+          std::min(size - at, std::size_t{1} << std::uniform_int_distribution<int>(0, 18)(g));
+      iov.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(at),
+                       all.begin() + static_cast<std::ptrdiff_t>(at + n));
+      at += n;
+    }
+    return all;
+  };
+  std::vector<Bytes> to_s, to_c;
+  for (int i = 0; i < 60; ++i) {
+    std::vector<Bytes> a, b;
+    to_s.push_back(random_message(a));
+    to_c.push_back(random_message(b));
+    ASSERT_TRUE(p.c[0]->post(std::move(a)));
+    ASSERT_TRUE(p.s[0]->post(std::move(b)));
+  }
+  std::vector<Received> at_s, at_c;
+  ASSERT_TRUE(p.drive([&] {
+    while (auto r = p.s[0]->try_recv()) at_s.push_back(std::move(*r));
+    while (auto r = p.c[0]->try_recv()) at_c.push_back(std::move(*r));
+    return at_s.size() == 60 && at_c.size() == 60;
+  }, 60s)) << at_s.size() << " " << at_c.size() << " " << p.s[0]->error() << p.c[0]->error();
+  for (int i = 0; i < 60; ++i) {
+    EXPECT_EQ(at_s[i].seq, static_cast<std::uint32_t>(i + 1));
+    EXPECT_EQ(at_s[i].data, to_s[i]) << i;
+    EXPECT_EQ(at_c[i].data, to_c[i]) << i;
+  }
+}
+
+// A peer that breaks the protocol: the connection fails with the reason, the QP goes to
+// error (the RNIC flushes), and the peer sees the disconnect. A peer without the hello is
+// rejected. The peer here is a bare verbs endpoint.
+TEST(Enlarge, ProtocolViolationFailsTheConnectionWithTheReason) {
+  auto server = std::move(*Node::create({}));
+  const std::uint16_t port = *server->listen("127.0.0.1", 0);
+  std::atomic<bool> stop{false};
+  std::thread driver([&] {
+    while (!stop) server->progress(2ms);
+  });
+  {
+    verbs::EndpointOptions eo;
+    const std::string not_hello = "not a hello";
+    eo.private_data.assign(not_hello.begin(), not_hello.end());
+    verbs::Endpoint bad(eo);
+    auto r = bad.connect("127.0.0.1", port);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().find("REJECTED"), std::string::npos) << r.error();
+  }
+  verbs::EndpointOptions eo;
+  eo.private_data = encode_hello(Hello{1024, 4, Mode::Enlarge});
+  verbs::Endpoint peer(eo);
+  ASSERT_TRUE(peer.connect("127.0.0.1", port));
+  Bytes junk = {1, 42, 0, 0, 0, 0, 0, 1};
+  auto* mr = peer.reg(junk.data(), junk.size(), verbs::IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(verbs::post_one(peer.qp(), {.op = verbs::IBV_WR_SEND,
+                                        .addr = junk.data(),
+                                        .len = 8,
+                                        .lkey = mr->lkey,
+                                        .remote_addr = 0,
+                                        .rkey = 0,
+                                        .flags = verbs::IBV_SEND_SIGNALED,
+                                        .wr_id = 1,
+                                        .imm = 0,
+                                        .compare_add = 0,
+                                        .swap = 0}),
+            0);
+  EXPECT_TRUE(peer.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
+  stop = true;
+  driver.join();
+  ASSERT_EQ(server->size(), 1u);
+  Connection& c = server->at(0);
+  EXPECT_EQ(c.state(), Connection::State::Failed);
+  EXPECT_EQ(c.error(), "protocol error from the peer: unknown message type 42 at octet 1");
+  EXPECT_FALSE(c.post(pattern(10, 1)));
+}
+
+// Data that claims more than the enlarged buffer holds is refused, not copied.
+TEST(Enlarge, DoneBeyondTheBufferIsAProtocolError) {
+  auto server = std::move(*Node::create({}));
+  const std::uint16_t port = *server->listen("127.0.0.1", 0);
+  std::atomic<bool> stop{false};
+  std::thread driver([&] {
+    while (!stop) server->progress(2ms);
+  });
+  verbs::EndpointOptions eo;
+  eo.private_data = encode_hello(Hello{1024, 4, Mode::Enlarge});
+  static std::uint8_t rx[4][1024];
+  eo.on_qp_created = [](verbs::Endpoint& ep) {
+    for (int i = 0; i < 4; ++i) {
+      auto* rmr = ep.reg(rx[i], 1024, verbs::IBV_ACCESS_LOCAL_WRITE);
+      verbs::post_one_recv(ep.qp(), rx[i], 1024, rmr->lkey, 100 + i);
+    }
+  };
+  verbs::Endpoint peer(eo);
+  ASSERT_TRUE(peer.connect("127.0.0.1", port));
+  Bytes out(64);
+  auto* mr = peer.reg(out.data(), out.size(), verbs::IBV_ACCESS_LOCAL_WRITE);
+  auto send = [&](const Message& m) {
+    const std::size_t n = encode(m, out);
+    return verbs::post_one(peer.qp(), {.op = verbs::IBV_WR_SEND,
+                                       .addr = out.data(),
+                                       .len = static_cast<std::uint32_t>(n),
+                                       .lkey = mr->lkey,
+                                       .remote_addr = 0,
+                                       .rkey = 0,
+                                       .flags = verbs::IBV_SEND_SIGNALED,
+                                       .wr_id = 1,
+                                       .imm = 0,
+                                       .compare_add = 0,
+                                       .swap = 0});
+  };
+  ASSERT_EQ(send({.credits = 0, .seq = 1, .body = EnlargeReq{2000}}), 0);
+  ASSERT_TRUE(peer.wait(peer.send_cq()));
+  ASSERT_EQ(send({.credits = 0, .seq = 1, .body = Done{5000, 0, 5000}}), 0);
+  EXPECT_TRUE(peer.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
+  stop = true;
+  driver.join();
+  Connection& c = server->at(0);
+  EXPECT_EQ(c.state(), Connection::State::Failed);
+  EXPECT_EQ(c.error(), "protocol error from the peer: Done of 5000 bytes into a 2000-byte buffer");
 }
 
 }  // namespace
