@@ -814,7 +814,11 @@ void Connection::drain_cq() {
 
 void Connection::complete(const ibv_wc& wc) {
   const std::uint64_t kind = wr_kind(wc.wr_id);
-  if (wc.status != IBV_WC_SUCCESS && state_ == State::Established)
+  // Flushed work requests follow a disconnect (or an error already reported): the
+  // connection is closed, not broken. Any other error status is the connection's failure.
+  if (wc.status == IBV_WC_WR_FLUSH_ERR && state_ == State::Established)
+    set_closed("the connection closed (work requests flushed)");
+  else if (wc.status != IBV_WC_SUCCESS && state_ == State::Established)
     fail(fmt::format("{} completion: {} (vendor_err {:#x})",
                      kind == kRecv ? "receive" : (kind == kSend ? "send" : "RDMA Write"),
                      ibv_wc_status_str(wc.status), wc.vendor_err));

@@ -1,8 +1,298 @@
-// PLACEHOLDER: rnic enlarge-demo (being written).
+// rnic enlarge-demo: the buffer-enlargement protocol between two processes. Both sides send
+// a seeded random stream of messages (sizes 0 - 1 MiB, split into random iovecs) to each
+// other at once on the first of --connections connections and check every message they
+// receive, byte for byte and in order, against the same seeded stream; the other connections
+// stay idle, to show that only the connection that needed it grew. --timeline draws each
+// protocol step as it happens.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "common/log.hpp"
+#include "enlarge/node.hpp"
+#include "tools/app_options.hpp"
 #include "tools/commands.hpp"
+#include "tools/enlarge_options.hpp"
+
 namespace iwarp::tools {
-Runner add_enlarge_demo_command(CLI::App& app) {
-  app.add_subcommand("enlarge-demo", "(being written)");
-  return [] { return 1; };
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct DemoOptions {
+  bool server = false;
+  std::string client;
+  std::string bind = "127.0.0.1";
+  int port = 7185;
+  std::string port_file;
+  int messages = 200;
+  std::uint64_t seed = 1;
+  std::size_t max_size = 1 << 20;
+  int connections = 3;
+  std::string direction = "both";
+  bool timeline = false;
+  bool quiet = false;
+  EnlargeCli enlarge;
+  AppOptions app;
+};
+
+// Message i of the stream a side sends: its size (log-uniform 0..max, 1 in 20 exactly max),
+// its bytes and its iovec split all follow from (seed, direction, i).
+std::vector<Bytes> stream_message(std::uint64_t seed, bool from_client, int i,
+                                  std::size_t max_size) {
+  std::mt19937_64 g(seed * 0x9e3779b97f4a7c15ULL + (from_client ? 0 : 0x5bd1e995) +
+                    static_cast<std::uint64_t>(i) * 0x100000001b3ULL);
+  const double bits = std::log2(static_cast<double>(max_size) + 1);
+  std::size_t size = std::uniform_int_distribution<int>(0, 19)(g) == 0
+                         ? max_size
+                         : static_cast<std::size_t>(
+                               std::exp2(std::uniform_real_distribution<double>(0, bits)(g)) - 1);
+  size = std::min(size, max_size);
+  std::vector<Bytes> iov;
+  std::size_t at = 0;
+  while (at < size || iov.empty()) {
+    const std::size_t n = std::min<std::size_t>(
+        size - at, std::size_t{1} << std::uniform_int_distribution<int>(4, 20)(g));
+    Bytes e(n);
+    for (auto& b : e) b = static_cast<std::uint8_t>(g() >> 56);
+    iov.push_back(std::move(e));
+    at += n;
+    if (size == 0) break;
+  }
+  return iov;
 }
+
+Bytes flatten(const std::vector<Bytes>& iov) {
+  Bytes all;
+  for (const auto& e : iov) all.insert(all.end(), e.begin(), e.end());
+  return all;
+}
+
+std::string human(std::uint64_t n) {
+  if (n >= (1u << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(n) / (1 << 20));
+  if (n >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(n) / 1024);
+  return fmt::format("{} B", n);
+}
+
+// One timeline line: this side on the left, the peer on the right.
+void draw(const std::string& me, Clock::time_point t0, const std::string& e) {
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const std::string peer = me == "client" ? "server" : "client";
+  if (e.starts_with("tx ")) {
+    std::cout << fmt::format("{:9.3f} ms  {} ──{:─^60}──▶ {}\n", ms, me, " " + e.substr(3) + " ",
+                             peer);
+  } else if (e.starts_with("rx ")) {
+    std::cout << fmt::format("{:9.3f} ms  {} ◀──{:─^60}── {}\n", ms, me, " " + e.substr(3) + " ",
+                             peer);
+  } else {
+    std::cout << fmt::format("{:9.3f} ms  {} ** {}\n", ms, me, e);
+  }
+}
+
+int run(DemoOptions& o) {
+  auto opts = enlarge_options(o.enlarge, o.app);
+  if (!opts) {
+    std::cerr << "rnic enlarge-demo: " << opts.error() << "\n";
+    return 2;
+  }
+  const std::string me = o.server ? "server" : "client";
+  auto node = enlarge::Node::create(*opts);
+  if (!node) {
+    std::cerr << "rnic enlarge-demo: " << node.error() << "\n";
+    return 2;
+  }
+  auto& n = **node;
+  std::vector<enlarge::Connection*> conns;
+  if (o.server) {
+    auto port = n.listen(o.bind, static_cast<std::uint16_t>(o.port));
+    if (!port) {
+      std::cerr << "rnic enlarge-demo: " << port.error() << "\n";
+      return 1;
+    }
+    if (!o.port_file.empty()) {
+      std::ofstream(o.port_file + ".tmp") << *port << "\n";
+      std::filesystem::rename(o.port_file + ".tmp", o.port_file);
+    }
+    if (!o.quiet)
+      std::cerr << fmt::format("server: listening on {}:{} for {} connection(s)\n", o.bind, *port,
+                               o.connections);
+    for (int i = 0; i < o.connections; ++i) {
+      auto c = n.accept(std::chrono::milliseconds(o.app.timeout_ms * 6));
+      if (!c) {
+        std::cerr << "rnic enlarge-demo: server: " << c.error() << "\n";
+        return 1;
+      }
+      conns.push_back(*c);
+    }
+  } else {
+    for (int i = 0; i < o.connections; ++i) {
+      auto c = n.connect(o.client, static_cast<std::uint16_t>(o.port),
+                         std::chrono::milliseconds(o.app.timeout_ms));
+      if (!c) {
+        std::cerr << "rnic enlarge-demo: client: " << c.error() << "\n";
+        return 1;
+      }
+      conns.push_back(*c);
+    }
+  }
+  enlarge::Connection& c = *conns[0];
+  const auto t0 = Clock::now();
+  if (o.timeline) c.on_event = [&](const std::string& e) { draw(me, t0, e); };
+  std::vector<std::uint64_t> idle_before;
+  for (auto* k : conns) idle_before.push_back(k->registered_bytes());
+
+  const bool i_send = o.direction == "both" || (o.direction == "to-server") != o.server;
+  const bool i_receive = o.direction == "both" || (o.direction == "to-server") == o.server;
+  const int to_send = i_send ? o.messages : 0;
+  const int to_receive = i_receive ? o.messages : 0;
+  int sent = 0, received = 0, last_report = -1;
+  std::uint64_t bytes_in = 0, bytes_out = 0;
+  const auto deadline_step = std::chrono::milliseconds(o.app.timeout_ms);
+  auto last_progress = Clock::now();
+  while (sent < to_send || received < to_receive || !c.tx_idle()) {
+    // Keep a few messages queued: enough to overlap, bounded memory.
+    while (sent < to_send && c.tx_queued() < 4) {
+      auto iov = stream_message(o.seed, !o.server, sent, o.max_size);
+      for (const auto& e : iov) bytes_out += e.size();
+      if (auto r = c.post(std::move(iov)); !r) {
+        std::cerr << fmt::format("rnic enlarge-demo: {}: message {}: {}\n", me, sent, r.error());
+        return 1;
+      }
+      sent++;
+      last_progress = Clock::now();
+    }
+    while (received < to_receive) {
+      auto m = c.try_recv();
+      if (!m) break;
+      const Bytes want = flatten(stream_message(o.seed, o.server, received, o.max_size));
+      if (m->data != want) {
+        std::size_t at = 0;
+        while (at < want.size() && at < m->data.size() && want[at] == m->data[at]) ++at;
+        std::cerr << fmt::format(
+            "rnic enlarge-demo: {}: message {} from the {} differs: {} bytes expected, {} "
+            "received, first difference at byte {}\n",
+            me, received, o.server ? "client" : "server", want.size(), m->data.size(), at);
+        return 1;
+      }
+      bytes_in += m->data.size();
+      received++;
+      last_progress = Clock::now();
+    }
+    if (c.state() != enlarge::Connection::State::Established) {
+      std::cerr << fmt::format("rnic enlarge-demo: {}: connection lost after {} sent, {} received: {}\n",
+                               me, sent, received, c.error());
+      return 1;
+    }
+    if (Clock::now() - last_progress > deadline_step) {
+      std::cerr << fmt::format("rnic enlarge-demo: {}: no progress for {} ms ({} of {} sent, {} "
+                               "of {} received)\n",
+                               me, o.app.timeout_ms, sent, to_send, received, to_receive);
+      return 1;
+    }
+    const int pct = (sent + received) * 10 / std::max(1, to_send + to_receive);
+    if (!o.quiet && !o.timeline && pct != last_report) {
+      std::cerr << fmt::format("{}: {}/{} sent, {}/{} received\n", me, sent, to_send, received,
+                               to_receive);
+      last_report = pct;
+    }
+    n.progress(10ms);
+  }
+  // The server says it has everything; the client waits for that before it closes.
+  if (o.server) {
+    (void)c.post(as_bytes(std::string("all received")));
+    (void)n.flush(c, deadline_step);
+    const auto until = Clock::now() + deadline_step;
+    while (c.state() == enlarge::Connection::State::Established && Clock::now() < until)
+      n.progress(20ms);
+  } else {
+    auto bye = n.recv(c, deadline_step);
+    if (!bye) {
+      std::cerr << "rnic enlarge-demo: client: no final word from the server: " << bye.error()
+                << "\n";
+      return 1;
+    }
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!o.quiet) {
+    const auto& s = c.stats();
+    std::cout << fmt::format(
+        "{}: {} messages ({}) sent, {} ({}) received and verified in order, {:.2f} s\n", me, sent,
+        human(bytes_out), received, human(bytes_in), secs);
+    std::cout << fmt::format(
+        "{}: sending side: {} pieces, {} RDMA Writes ({}), {} enlargement(s) asked, {} granted, "
+        "{} refused, {} release(s)\n",
+        me, s.pieces_sent, s.bulk_writes, human(s.bulk_bytes), s.enlarge_requests, s.enlargements,
+        s.refusals, s.releases_sent);
+    std::cout << fmt::format(
+        "{}: receiving side: {} buffer(s) provisioned, {} freed, {} refused; registered now {} "
+        "(peak {})\n",
+        me, s.buffers_provisioned, s.buffers_freed, s.refusals_sent, human(c.registered_bytes()),
+        human(s.peak_registered));
+    for (std::size_t i = 0; i < conns.size(); ++i)
+      std::cout << fmt::format("{}: connection {}: registered {} -> {}{}\n", me, i + 1,
+                               human(idle_before[i]), human(conns[i]->registered_bytes()),
+                               i == 0 ? " (carried the stream)" : " (idle)");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_enlarge_demo_command(CLI::App& app) {
+  auto o = std::make_shared<DemoOptions>();
+  auto* sub = app.add_subcommand(
+      "enlarge-demo",
+      "The buffer-enlargement protocol between two processes: small pre-registered buffers\n"
+      "per connection, enlarged for the one connection that needs it. Both sides send a seeded\n"
+      "random stream (sizes 0 - 1 MiB, random iovecs) and verify what they receive.\n"
+      "Run one side with --server and the other with --client ADDR (same --seed).");
+  auto* srv = sub->add_flag("--server,-s", o->server, "Listen for the client");
+  auto* cli = sub->add_option("--client,-c", o->client, "Connect to the server at ADDR");
+  srv->excludes(cli);
+  sub->add_option("--bind,-a", o->bind, "Address the server listens on")->capture_default_str();
+  sub->add_option("--port,-p", o->port, "TCP port (server: 0 picks one)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  sub->add_option("--port-file", o->port_file, "Server: write the port it listens on here");
+  sub->add_option("--messages,-n", o->messages, "Messages each way")
+      ->check(CLI::Range(0, 10000000))
+      ->capture_default_str();
+  sub->add_option("--seed", o->seed, "Seed of the random streams (both sides alike)")
+      ->capture_default_str();
+  sub->add_option("--max-size", o->max_size, "Largest message (bytes)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 30))
+      ->capture_default_str();
+  sub->add_option("--connections", o->connections,
+                  "Connections to open; the stream runs on the first, the others stay idle")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  sub->add_option("--direction", o->direction, "both, to-server or to-client")
+      ->check(CLI::IsMember({"both", "to-server", "to-client"}))
+      ->capture_default_str();
+  sub->add_flag("--timeline", o->timeline,
+                "Draw every protocol step of the first connection (Pieces included)");
+  sub->add_flag("--quiet,-q", o->quiet, "Print only errors");
+  add_enlarge_options(*sub, o->enlarge);
+  add_app_options(*sub, o->app);
+  return [o]() -> int {
+    if (!o->server && o->client.empty()) {
+      std::cerr << "rnic enlarge-demo: give --server or --client ADDR (see rnic enlarge-demo "
+                   "--help)\n";
+      return 2;
+    }
+    try {
+      return run(*o);
+    } catch (const std::exception& e) {
+      std::cerr << "rnic enlarge-demo: " << e.what() << "\n";
+      return 1;
+    }
+  };
+}
+
 }  // namespace iwarp::tools
