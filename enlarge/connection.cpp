@@ -18,11 +18,19 @@ constexpr std::uint64_t kRecv = 1, kSend = 2, kWrite = 3, kRdvWrite = 4;
 std::uint64_t make_wr_id(std::uint64_t kind, std::uint32_t rid, std::uint32_t slot) {
   return kind << 56 | std::uint64_t{rid} << 16 | slot;
 }
-std::uint64_t wr_kind(std::uint64_t id) { return id >> 56; }
-std::uint32_t wr_rid(std::uint64_t id) { return static_cast<std::uint32_t>((id >> 16) & 0xffffffffffULL); }
-std::uint32_t wr_slot(std::uint64_t id) { return static_cast<std::uint32_t>(id & 0xffff); }
+std::uint64_t wr_kind(std::uint64_t id) {
+  return id >> 56;
+}
+std::uint32_t wr_rid(std::uint64_t id) {
+  return static_cast<std::uint32_t>((id >> 16) & 0xffffffffffULL);
+}
+std::uint32_t wr_slot(std::uint64_t id) {
+  return static_cast<std::uint32_t>(id & 0xffff);
+}
 
-spdlog::logger& lg() { return log::layer("enlarge"); }
+spdlog::logger& lg() {
+  return log::layer("enlarge");
+}
 
 constexpr std::uint8_t kHelloMagic[4] = {'E', 'N', 'L', 'G'};
 constexpr std::size_t kHelloBytes = 12;
@@ -51,8 +59,7 @@ std::string validate(const Options& o) {
   if (o.send_slots < 2 || o.send_slots > 1024)
     return fmt::format("{} send slots: 2-1024", o.send_slots);
   if (o.min_enlarged == 0 || o.min_enlarged > o.max_enlarged)
-    return fmt::format("enlarged sizes {}-{}: need 0 < min <= max", o.min_enlarged,
-                       o.max_enlarged);
+    return fmt::format("enlarged sizes {}-{}: need 0 < min <= max", o.min_enlarged, o.max_enlarged);
   if (o.free_small && o.mode != Mode::Enlarge)
     return "freeing the small buffer goes with the enlarge mode only";
   return "";
@@ -317,8 +324,8 @@ bool Connection::post_recv_slot() {
   r->free_slots.pop_back();
   r->busy++;
   r->recv_posted++;
-  if (post_one_recv(qp_, r->slot(i), opts_.slot_size, r->mr->lkey,
-                    make_wr_id(kRecv, r->rid, i)) != 0) {
+  if (post_one_recv(qp_, r->slot(i), opts_.slot_size, r->mr->lkey, make_wr_id(kRecv, r->rid, i)) !=
+      0) {
     r->busy--;
     r->recv_posted--;
     r->free_slots.push_back(i);
@@ -391,8 +398,8 @@ std::expected<std::uint32_t, std::string> Connection::post(std::vector<Bytes> io
   std::uint64_t total = 0;
   for (const auto& e : iov) total += e.size();
   if (total > 0xffffffffULL)
-    return std::unexpected(fmt::format("message of {} bytes: the protocol carries up to 4 GiB - 1",
-                                       total));
+    return std::unexpected(
+        fmt::format("message of {} bytes: the protocol carries up to 4 GiB - 1", total));
   Outgoing o;
   const std::uint32_t seq = next_seq_++;
   o.seq = seq;
@@ -444,8 +451,10 @@ void Connection::pump() {
     }
     maybe_shrink();
   }
-  // Nothing else carried the reposted slots back: say it on its own.
-  if (control_.empty() && to_return_ >= credit_threshold())
+  // Nothing else carried the reposted slots back (nothing else could go, or nothing was
+  // waiting): say it on its own. This may use the last credit, so it goes even when control
+  // messages wait for a second one: two sides both down to one credit still make progress.
+  if (to_return_ >= credit_threshold())
     send_message(Message{.credits = 0, .seq = 0, .body = Credit{}}, true);
 }
 
@@ -515,7 +524,8 @@ bool Connection::send_bulk(Outgoing& o) {
   if (opts_.mode == Mode::Rendezvous) {
     if (!remote_) {
       if (awaiting_ack_) return false;
-      const auto want = static_cast<std::uint32_t>(std::min<std::size_t>(remaining, kMaxRendezvous));
+      const auto want =
+          static_cast<std::uint32_t>(std::min<std::size_t>(remaining, kMaxRendezvous));
       if (!send_message(Message{.credits = 0, .seq = o.seq, .body = EnlargeReq{want}}))
         return false;
       awaiting_ack_ = true;
@@ -554,6 +564,9 @@ bool Connection::send_bulk(Outgoing& o) {
       fail("ibv_post_send (RDMA Write): " + ibv_last_error());
       return false;
     }
+    if (on_event)
+      event(fmt::format("tx RDMA Write len={} stag={:#010x} to={:#x} (source registered in place)",
+                        chunk, remote_->stag, remote_->to));
     send_message(Message{.credits = 0,
                          .seq = o.seq,
                          .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk)}});
@@ -566,15 +579,15 @@ bool Connection::send_bulk(Outgoing& o) {
     return true;
   }
 
-  const auto want = static_cast<std::uint32_t>(std::min<std::size_t>(remaining, opts_.max_enlarged));
+  const auto want =
+      static_cast<std::uint32_t>(std::min<std::size_t>(remaining, opts_.max_enlarged));
   if (!remote_ || remote_->size < want) {
     if (awaiting_ack_) return false;
     // Grow at least twofold, so a stream of growing messages does not ask every time.
     std::uint64_t size = std::max<std::uint64_t>(want, remote_ ? 2ull * remote_->size : 0);
     size = std::clamp<std::uint64_t>(size, opts_.min_enlarged, opts_.max_enlarged);
-    if (!send_message(Message{.credits = 0,
-                              .seq = o.seq,
-                              .body = EnlargeReq{static_cast<std::uint32_t>(size)}}))
+    if (!send_message(Message{
+            .credits = 0, .seq = o.seq, .body = EnlargeReq{static_cast<std::uint32_t>(size)}}))
       return false;
     awaiting_ack_ = true;
     stats_.enlarge_requests++;
@@ -601,6 +614,9 @@ bool Connection::send_bulk(Outgoing& o) {
   }
   b->busy++;
   writes_in_flight_++;
+  if (on_event)
+    event(fmt::format("tx RDMA Write len={} stag={:#010x} to={:#x}", chunk, remote_->stag,
+                      remote_->to));
   // Completion by message: the Done follows the Write on the same QP, and RDMAP completes it
   // only after the Write is placed (RFC 5040 §5.5), so the receiver never polls data.
   send_message(Message{.credits = 0,
@@ -622,8 +638,8 @@ void Connection::maybe_shrink() {
   if (std::chrono::steady_clock::now() - last_bulk_ < opts_.idle_shrink) return;
   if (!send_message(Message{.credits = 0, .seq = 0, .body = Release{remote_->stag}})) return;
   stats_.releases_sent++;
-  event(fmt::format("idle for {} ms: released the peer's {}-byte buffer",
-                    opts_.idle_shrink.count(), remote_->size));
+  event(fmt::format("idle for {} ms: released the peer's {}-byte buffer", opts_.idle_shrink.count(),
+                    remote_->size));
   remote_.reset();
   token_ = false;
   const std::uint32_t old = tx_bulk_rid_;
@@ -660,8 +676,8 @@ void Connection::deliver_part(std::uint32_t seq, std::uint32_t total, std::uint3
 
 void Connection::on_enlarge_req(std::uint32_t seq, const EnlargeReq& r) {
   const bool rendezvous = peer_.mode == Mode::Rendezvous;
-  const std::uint32_t size = rendezvous ? std::min(r.size, kMaxRendezvous)
-                                        : std::min(r.size, opts_.max_enlarged);
+  const std::uint32_t size =
+      rendezvous ? std::min(r.size, kMaxRendezvous) : std::min(r.size, opts_.max_enlarged);
   // Claims 000/15-17, 001/15-17: allocate and register during the communication phase,
   // for this connection only.
   std::string why;
@@ -674,8 +690,9 @@ void Connection::on_enlarge_req(std::uint32_t seq, const EnlargeReq& r) {
     control_.push_back(Message{
         .credits = 0,
         .seq = seq,
-        .body = EnlargeNak{budget ? NakReason::Budget : NakReason::Register,
-                           static_cast<std::uint32_t>(std::min<std::uint64_t>(avail, 0xffffffff))}});
+        .body =
+            EnlargeNak{budget ? NakReason::Budget : NakReason::Register,
+                       static_cast<std::uint32_t>(std::min<std::uint64_t>(avail, 0xffffffff))}});
     stats_.refusals_sent++;
     event(fmt::format("refused a {}-byte buffer: {}", size, why));
     return;
@@ -690,8 +707,8 @@ void Connection::on_enlarge_req(std::uint32_t seq, const EnlargeReq& r) {
     release_if_unused(old);
     stats_.buffers_freed++;
   }
-  event(fmt::format("provisioned a {}-byte buffer (stag {:#010x}) for seq {}", size,
-                    n->mr->rkey, seq));
+  event(fmt::format("provisioned a {}-byte buffer (stag {:#010x}) for seq {}", size, n->mr->rkey,
+                    seq));
   control_.push_back(Message{
       .credits = 0,
       .seq = seq,
@@ -737,8 +754,8 @@ void Connection::on_done(std::uint32_t seq, const Done& d) {
   auto* b = region(rx_bulk_rid_);
   if (!b) return protocol_error(fmt::format("Done for seq {} with no enlarged buffer", seq));
   if (d.length > b->data_bytes)
-    return protocol_error(fmt::format("Done of {} bytes into a {}-byte buffer", d.length,
-                                      b->data_bytes));
+    return protocol_error(
+        fmt::format("Done of {} bytes into a {}-byte buffer", d.length, b->data_bytes));
   // Claim 000/19: copy the data from the provisioned buffer to its destination.
   deliver_part(seq, d.total, d.offset, ByteSpan(b->mem.get(), d.length));
   if (state_ != State::Established) return;
@@ -755,8 +772,8 @@ void Connection::on_done(std::uint32_t seq, const Done& d) {
 void Connection::on_release(const Release& r) {
   auto* b = region(rx_bulk_rid_);
   if (!b || b->mr->rkey != r.stag)
-    return protocol_error(fmt::format("Release of stag {:#010x}, which is not this side's buffer",
-                                      r.stag));
+    return protocol_error(
+        fmt::format("Release of stag {:#010x}, which is not this side's buffer", r.stag));
   const std::uint32_t old = rx_bulk_rid_;
   rx_bulk_rid_ = 0;
   relocate_slots_from(old);

@@ -40,15 +40,15 @@ struct Stats {
   std::uint64_t messages_sent = 0, messages_received = 0;
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   std::uint64_t pieces_sent = 0, pieces_received = 0;
-  std::uint64_t bulk_writes = 0, bulk_bytes = 0;    // RDMA Writes into the peer's buffer
-  std::uint64_t enlarge_requests = 0;               // EnlargeReq sent
-  std::uint64_t enlargements = 0;                   // EnlargeAck received (sender side)
-  std::uint64_t refusals = 0;                       // EnlargeNak received
-  std::uint64_t releases_sent = 0;                  // idle shrink (sender side)
-  std::uint64_t buffers_provisioned = 0;            // receiver side: enlarged buffers made
-  std::uint64_t buffers_freed = 0;                  // receiver side: enlarged buffers freed
-  std::uint64_t refusals_sent = 0;                  // receiver side: EnlargeNak sent
-  std::uint64_t small_freed = 0;                    // small buffers unregistered and freed
+  std::uint64_t bulk_writes = 0, bulk_bytes = 0;  // RDMA Writes into the peer's buffer
+  std::uint64_t enlarge_requests = 0;             // EnlargeReq sent
+  std::uint64_t enlargements = 0;                 // EnlargeAck received (sender side)
+  std::uint64_t refusals = 0;                     // EnlargeNak received
+  std::uint64_t releases_sent = 0;                // idle shrink (sender side)
+  std::uint64_t buffers_provisioned = 0;          // receiver side: enlarged buffers made
+  std::uint64_t buffers_freed = 0;                // receiver side: enlarged buffers freed
+  std::uint64_t refusals_sent = 0;                // receiver side: EnlargeNak sent
+  std::uint64_t small_freed = 0;                  // small buffers unregistered and freed
   std::uint64_t credit_messages = 0;
   std::uint64_t registrations = 0, deregistrations = 0;
   std::uint64_t peak_registered = 0;
@@ -60,8 +60,8 @@ struct Received {
 };
 
 // The hello each side puts in the MPA private data (12 octets: "ENLG", version, mode, slot
-// size be32, receive slots be16): protocol version, slot size, receive slots and mode, so each side knows how much the other's slots hold and how many credits
-// it starts with.
+// size be32, receive slots be16): protocol version, slot size, receive slots and mode, so each side
+// knows how much the other's slots hold and how many credits it starts with.
 struct Hello {
   std::uint32_t slot_size = 0;
   std::uint32_t recv_slots = 0;
@@ -130,11 +130,13 @@ class Connection {
     std::size_t data_bytes = 0;  // bulk data area at the start
     std::uint32_t slots = 0;     // slot_size_ each, after the data area
     std::vector<std::uint32_t> free_slots;
-    std::uint32_t busy = 0;  // slots posted or in flight, and RDMA Writes from it
+    std::uint32_t busy = 0;         // slots posted or in flight, and RDMA Writes from it
     std::uint32_t recv_posted = 0;  // of those, receives posted (consumed only by messages)
-    bool retired = false;    // no new use; freed once busy drops to 0
-    bool small = false;      // the connection's original small buffer
-    std::uint8_t* slot(std::uint32_t i) { return mem.get() + data_bytes + std::size_t{i} * slot_size; }
+    bool retired = false;           // no new use; freed once busy drops to 0
+    bool small = false;             // the connection's original small buffer
+    std::uint8_t* slot(std::uint32_t i) {
+      return mem.get() + data_bytes + std::size_t{i} * slot_size;
+    }
     std::uint32_t slot_size = 0;
   };
   struct Outgoing {
@@ -142,7 +144,7 @@ class Connection {
     // Shared with Rendezvous writes, which read the source in place until they complete.
     std::shared_ptr<std::vector<Bytes>> iov;
     std::uint32_t total = 0;
-    std::size_t elem = 0;       // cursor: element, offset in it, offset in the message
+    std::size_t elem = 0;  // cursor: element, offset in it, offset in the message
     std::size_t elem_off = 0;
     std::uint32_t msg_off = 0;
     bool empty_sent = false;  // a 0-byte message goes as one empty Piece
@@ -219,7 +221,7 @@ class Connection {
   std::deque<Outgoing> queue_;
   std::uint32_t next_seq_ = 1;
   std::optional<Remote> remote_;
-  bool token_ = false;          // the peer's enlarged buffer may be written
+  bool token_ = false;  // the peer's enlarged buffer may be written
   bool awaiting_ack_ = false;
   std::uint32_t writes_in_flight_ = 0;
   std::chrono::steady_clock::time_point refused_until_{};

@@ -12,7 +12,9 @@ namespace iwarp::enlarge {
 using namespace iwarp::verbs;
 
 namespace {
-spdlog::logger& lg() { return log::layer("enlarge"); }
+spdlog::logger& lg() {
+  return log::layer("enlarge");
+}
 using Clock = std::chrono::steady_clock;
 std::chrono::milliseconds left_until(Clock::time_point deadline) {
   return std::max(std::chrono::milliseconds(0),
@@ -72,8 +74,7 @@ Connection* Node::connect_async(const std::string& host, std::uint16_t port) {
   return c;
 }
 
-std::expected<Connection*, std::string> Node::connect(const std::string& host,
-                                                      std::uint16_t port,
+std::expected<Connection*, std::string> Node::connect(const std::string& host, std::uint16_t port,
                                                       std::chrono::milliseconds timeout) {
   Connection* c = connect_async(host, port);
   const auto deadline = Clock::now() + timeout;
@@ -175,8 +176,9 @@ void Node::handle_cm_event(rdma_cm_event* ev) {
 }
 
 void Node::progress(std::chrono::milliseconds timeout) {
-  // Timers (idle shrink, refusal back-off) need a look now and then even with no traffic.
-  const bool timers = opts_.idle_shrink.count() > 0 || opts_.refusal_backoff.count() > 0;
+  // The idle-shrink timer needs a look now and then even with no traffic. (The refusal
+  // back-off needs none: data waits for nothing while it runs, it goes in pieces.)
+  const bool timers = opts_.idle_shrink.count() > 0;
   if (timers) timeout = std::min(timeout, std::chrono::milliseconds(5));
   pollfd fds[2] = {{channel_->fd(), POLLIN, 0}, {ech_->fd(), POLLIN, 0}};
   ::poll(fds, 2, static_cast<int>(timeout.count()));

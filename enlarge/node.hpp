@@ -31,9 +31,9 @@ class Node {
   // Starts a connection; it is Established (or Failed) after some progress().
   Connection* connect_async(const std::string& host, std::uint16_t port);
   // Connects and waits for it to be established.
-  std::expected<Connection*, std::string> connect(const std::string& host, std::uint16_t port,
-                                                  std::chrono::milliseconds timeout =
-                                                      std::chrono::seconds(10));
+  std::expected<Connection*, std::string> connect(
+      const std::string& host, std::uint16_t port,
+      std::chrono::milliseconds timeout = std::chrono::seconds(10));
   // The next connection a peer made to this node's listener, once established.
   std::expected<Connection*, std::string> accept(std::chrono::milliseconds timeout);
 

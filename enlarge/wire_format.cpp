@@ -111,8 +111,8 @@ Bytes encode(const Message& m) {
 std::expected<Message, DecodeError> decode(ByteSpan wire) {
   auto fail = [](std::string w) { return std::unexpected(DecodeError{std::move(w)}); };
   if (wire.size() < kHeaderBytes)
-    return fail(fmt::format("message of {} octets is shorter than the {}-octet header",
-                            wire.size(), kHeaderBytes));
+    return fail(fmt::format("message of {} octets is shorter than the {}-octet header", wire.size(),
+                            kHeaderBytes));
   ByteReader r(wire);
   const std::uint8_t version = r.u8();
   const std::uint8_t type = r.u8();
@@ -124,7 +124,8 @@ std::expected<Message, DecodeError> decode(ByteSpan wire) {
   // Fixed-size bodies must be exactly their size: trailing octets mean a framing mismatch.
   auto fixed = [&](std::size_t body) -> bool { return wire.size() == kHeaderBytes + body; };
   auto wrong_size = [&](const char* name, std::size_t body) {
-    return fail(fmt::format("{} of {} octets (expected {})", name, wire.size(), kHeaderBytes + body));
+    return fail(
+        fmt::format("{} of {} octets (expected {})", name, wire.size(), kHeaderBytes + body));
   };
   switch (static_cast<MsgType>(type)) {
     case MsgType::Piece: {
@@ -169,8 +170,8 @@ std::expected<Message, DecodeError> decode(ByteSpan wire) {
       d.offset = r.be32();
       d.length = r.be32();
       if (std::uint64_t{d.offset} + d.length > d.total)
-        return fail(fmt::format("Done offset {} + length {} runs past total {}", d.offset,
-                                d.length, d.total));
+        return fail(fmt::format("Done offset {} + length {} runs past total {}", d.offset, d.length,
+                                d.total));
       m.body = d;
       return m;
     }

@@ -25,16 +25,16 @@ inline constexpr std::size_t kPieceHeaderBytes = kHeaderBytes + 8;
 inline constexpr std::size_t kMaxControlBytes = kHeaderBytes + 16;
 
 enum class MsgType : std::uint8_t {
-  Piece = 1,        // eager data copied into the pre-registered buffer (claims 000/3: below)
-  EnlargeReq = 2,   // "provision a larger buffer for this connection" (000/2, 001/1)
-  EnlargeAck = 3,   // provisioned: TO, STag and size of the buffer (000/16, 001/2, 001/21)
-  EnlargeNak = 4,   // cannot allocate or register: send in pieces instead
-  Done = 5,         // the RDMA Write of a bulk part is complete: copy it out (000/19)
-  Ready = 6,        // the enlarged buffer's contents were copied out: it may be written again
-  Release = 7,      // the sender no longer uses the enlarged buffer: unregister and free it
-  Credit = 8,       // receive slots reposted, with nothing else to carry the count
-  Cycle = 9,        // "send me this many Credits": receives posted in a buffer being freed
-                    // complete only when messages consume them
+  Piece = 1,       // eager data copied into the pre-registered buffer (claims 000/3: below)
+  EnlargeReq = 2,  // "provision a larger buffer for this connection" (000/2, 001/1)
+  EnlargeAck = 3,  // provisioned: TO, STag and size of the buffer (000/16, 001/2, 001/21)
+  EnlargeNak = 4,  // cannot allocate or register: send in pieces instead
+  Done = 5,        // the RDMA Write of a bulk part is complete: copy it out (000/19)
+  Ready = 6,       // the enlarged buffer's contents were copied out: it may be written again
+  Release = 7,     // the sender no longer uses the enlarged buffer: unregister and free it
+  Credit = 8,      // receive slots reposted, with nothing else to carry the count
+  Cycle = 9,       // "send me this many Credits": receives posted in a buffer being freed
+                   // complete only when messages consume them
 };
 const char* to_string(MsgType t);
 

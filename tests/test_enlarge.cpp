@@ -92,7 +92,6 @@ TEST(Enlarge, LargeMessageEnlargesAndArrivesIntact) {
   EXPECT_GE(p.s[0]->rx_enlarged_size(), 70000u);
 }
 
-
 // --- wire format -------------------------------------------------------------------------
 
 TEST(EnlargeWire, EveryMessageRoundTrips) {
@@ -120,9 +119,10 @@ TEST(EnlargeWire, EveryMessageRoundTrips) {
 }
 
 TEST(EnlargeWire, FieldsAreBigEndianAtTheDocumentedOffsets) {
-  const Bytes w = encode(Message{.credits = 0x0102,
-                                 .seq = 0x03040506,
-                                 .body = EnlargeAck{0x0a0b0c0d, 0x11223344, 0x5566778899aabbccULL}});
+  const Bytes w =
+      encode(Message{.credits = 0x0102,
+                     .seq = 0x03040506,
+                     .body = EnlargeAck{0x0a0b0c0d, 0x11223344, 0x5566778899aabbccULL}});
   const Bytes want = {1,    3,    0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x0a, 0x0b, 0x0c, 0x0d,
                       0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc};
   EXPECT_EQ(w, want);
@@ -136,8 +136,7 @@ TEST(EnlargeWire, BadBytesSayWhatIsWrong) {
   EXPECT_NE(err({1, 1, 0}).find("shorter than the 8-octet header"), std::string::npos);
   EXPECT_NE(err({2, 8, 0, 0, 0, 0, 0, 0}).find("version 2"), std::string::npos);
   EXPECT_NE(err({1, 42, 0, 0, 0, 0, 0, 0}).find("unknown message type 42"), std::string::npos);
-  EXPECT_NE(err({1, 2, 0, 0, 0, 0, 0, 1, 0, 0}).find("EnlargeReq of 10 octets"),
-            std::string::npos);
+  EXPECT_NE(err({1, 2, 0, 0, 0, 0, 0, 1, 0, 0}).find("EnlargeReq of 10 octets"), std::string::npos);
   EXPECT_NE(err({1, 2, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0}).find("0 octets"), std::string::npos);
   // A Piece whose data runs past its message's total.
   Bytes p = encode(Message{.credits = 0, .seq = 1, .body = Piece{10, 8, {}}});
@@ -326,10 +325,13 @@ TEST(Enlarge, IdleConnectionShrinksBack) {
   ASSERT_TRUE(p.c[0]->post(big));
   ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, big);
   EXPECT_GT(p.s[0]->registered_bytes(), 50000u);
-  ASSERT_TRUE(p.drive([&] {
-    return p.s[0]->rx_enlarged_size() == 0 && p.s[0]->registered_bytes() == 8u * 1024u &&
-           p.c[0]->registered_bytes() == 8u * 1024u;
-  }, 5s)) << p.s[0]->registered_bytes() << " " << p.c[0]->registered_bytes();
+  ASSERT_TRUE(p.drive(
+      [&] {
+        return p.s[0]->rx_enlarged_size() == 0 && p.s[0]->registered_bytes() == 8u * 1024u &&
+               p.c[0]->registered_bytes() == 8u * 1024u;
+      },
+      5s))
+      << p.s[0]->registered_bytes() << " " << p.c[0]->registered_bytes();
   EXPECT_EQ(p.c[0]->stats().releases_sent, 1u);
   EXPECT_EQ(p.s[0]->stats().buffers_freed, 1u);
   EXPECT_TRUE(p.s[0]->small_buffer_registered());
@@ -350,8 +352,8 @@ TEST(Enlarge, Claims000_4_IovecElementsAreComparedOneByOne) {
   auto got = p.collect(p.s[0], 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].data, whole);
-  EXPECT_EQ(p.c[0]->stats().bulk_writes, 2u);   // the two large elements
-  EXPECT_EQ(p.c[0]->stats().pieces_sent, 3u);   // 100 B, 10 B, 700 B between the large ones
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 2u);       // the two large elements
+  EXPECT_EQ(p.c[0]->stats().pieces_sent, 3u);       // 100 B, 10 B, 700 B between the large ones
   EXPECT_EQ(p.c[0]->stats().enlarge_requests, 2u);  // 30,000, then 60,000 for 40,000
   // Many small elements add up past the threshold, yet none is above it: no enlargement.
   std::vector<Bytes> small;
@@ -442,7 +444,8 @@ TEST(Enlarge, BothDirectionsAtOnceKeepOrder) {
     while (auto r = p.s[0]->try_recv()) at_s.push_back(std::move(*r));
     while (auto r = p.c[0]->try_recv()) at_c.push_back(std::move(*r));
     return at_s.size() == 20 && at_c.size() == 20;
-  })) << p.s[0]->error() << " / " << p.c[0]->error();
+  })) << p.s[0]->error()
+      << " / " << p.c[0]->error();
   for (int i = 0; i < 20; ++i) {
     EXPECT_EQ(at_s[i].data, to_s[i]) << i;
     EXPECT_EQ(at_c[i].data, to_c[i]) << i;
@@ -483,10 +486,10 @@ TEST(Enlarge, RandomStreamsArriveIntactAndInOrder) {
   Pair p(o, o);
   std::mt19937 g(77);
   auto random_message = [&](std::vector<Bytes>& iov) {
-    const std::size_t size = std::uniform_int_distribution<int>(0, 20)(g) == 0
-                                 ? 1u << 20
-                                 : static_cast<std::size_t>(std::exp2(
-                                       std::uniform_real_distribution<double>(0, 20)(g)));
+    const std::size_t size =
+        std::uniform_int_distribution<int>(0, 20)(g) == 0
+            ? 1u << 20
+            : static_cast<std::size_t>(std::exp2(std::uniform_real_distribution<double>(0, 20)(g)));
     Bytes all = pattern(size, g());
     std::size_t at = 0;
     while (at < size) {
@@ -507,15 +510,73 @@ TEST(Enlarge, RandomStreamsArriveIntactAndInOrder) {
     ASSERT_TRUE(p.s[0]->post(std::move(b)));
   }
   std::vector<Received> at_s, at_c;
-  ASSERT_TRUE(p.drive([&] {
-    while (auto r = p.s[0]->try_recv()) at_s.push_back(std::move(*r));
-    while (auto r = p.c[0]->try_recv()) at_c.push_back(std::move(*r));
-    return at_s.size() == 60 && at_c.size() == 60;
-  }, 60s)) << at_s.size() << " " << at_c.size() << " " << p.s[0]->error() << p.c[0]->error();
+  ASSERT_TRUE(p.drive(
+      [&] {
+        while (auto r = p.s[0]->try_recv()) at_s.push_back(std::move(*r));
+        while (auto r = p.c[0]->try_recv()) at_c.push_back(std::move(*r));
+        return at_s.size() == 60 && at_c.size() == 60;
+      },
+      60s))
+      << at_s.size() << " " << at_c.size() << " " << p.s[0]->error() << p.c[0]->error();
   for (int i = 0; i < 60; ++i) {
     EXPECT_EQ(at_s[i].seq, static_cast<std::uint32_t>(i + 1));
     EXPECT_EQ(at_s[i].data, to_s[i]) << i;
     EXPECT_EQ(at_c[i].data, to_c[i]) << i;
+  }
+}
+
+// Flow control under pressure: the fewest and smallest slots, both ways, region churn
+// (free the small buffer, shrink after 1 ms idle, grow again): nothing stalls or is lost.
+TEST(Enlarge, TinySlotsAndBufferChurnNeverStall) {
+  for (bool churn : {false, true}) {
+    Options o;
+    o.slot_size = 64;
+    o.recv_slots = 4;
+    o.send_slots = 2;
+    o.min_enlarged = 100;
+    o.max_enlarged = 3000;
+    if (churn) {
+      o.free_small = true;
+      o.idle_shrink = 1ms;
+    }
+    Pair p(o, o);
+    std::mt19937 g(churn ? 5 : 6);
+    std::vector<Bytes> to_s, to_c;
+    std::vector<Received> at_s, at_c;
+    auto size = [&] {
+      return std::uniform_int_distribution<int>(0, 9)(g) < 7
+                 ? std::uniform_int_distribution<std::size_t>(0, 60)(g)
+                 : std::uniform_int_distribution<std::size_t>(61, 8000)(g);
+    };
+    // Batches of 30 each way; between batches the connection idles past the shrink time.
+    for (int batch = 0; batch < 10; ++batch) {
+      for (int i = 0; i < 30; ++i) {
+        to_s.push_back(pattern(size(), 1000 + batch * 30 + i));
+        to_c.push_back(pattern(size(), 2000 + batch * 30 + i));
+        ASSERT_TRUE(p.c[0]->post(to_s.back()));
+        ASSERT_TRUE(p.s[0]->post(to_c.back()));
+      }
+      const std::size_t want = to_s.size();
+      ASSERT_TRUE(p.drive(
+          [&] {
+            while (auto r = p.s[0]->try_recv()) at_s.push_back(std::move(*r));
+            while (auto r = p.c[0]->try_recv()) at_c.push_back(std::move(*r));
+            return at_s.size() == want && at_c.size() == want;
+          },
+          30s))
+          << "churn " << churn << ": " << at_s.size() << " / " << at_c.size() << " "
+          << p.s[0]->error() << p.c[0]->error();
+      if (churn) p.drive([] { return false; }, 5ms);
+    }
+    for (std::size_t i = 0; i < to_s.size(); ++i) {
+      ASSERT_EQ(at_s[i].data, to_s[i]) << i;
+      ASSERT_EQ(at_c[i].data, to_c[i]) << i;
+    }
+    if (churn) {
+      EXPECT_GE(p.c[0]->stats().releases_sent, 3u);
+      EXPECT_GE(p.s[0]->stats().small_freed, 3u);
+    }
+    EXPECT_GT(p.c[0]->stats().credit_messages + p.s[0]->stats().credit_messages, 0u);
   }
 }
 

@@ -34,14 +34,23 @@ class EnlargeDemo : public ::testing::TestWithParam<DemoCase> {};
 TEST_P(EnlargeDemo, RandomStreamsBothWaysArriveIntactAndInOrder) {
   const auto& c = GetParam();
   const auto pf = test::port_file(std::string("enl_") + c.name);
-  std::vector<std::string> sargs = {"enlarge-demo", "--server", "--port", "0", "--port-file", pf,
-                                    "--messages", std::to_string(c.messages), "--seed", "7"};
+  std::vector<std::string> sargs = {
+      "enlarge-demo", "--server", "--port",     "0",
+      "--port-file",  pf,         "--messages", std::to_string(c.messages),
+      "--seed",       "7"};
   sargs.insert(sargs.end(), c.extra.begin(), c.extra.end());
   Process server(sargs, std::string("enl_s_") + c.name);
   const auto port = test::read_port(pf);
   ASSERT_FALSE(port.empty()) << server.output();
-  std::vector<std::string> cargs = {"enlarge-demo", "--client", "127.0.0.1", "--port", port,
-                                    "--messages", std::to_string(c.messages), "--seed", "7"};
+  std::vector<std::string> cargs = {"enlarge-demo",
+                                    "--client",
+                                    "127.0.0.1",
+                                    "--port",
+                                    port,
+                                    "--messages",
+                                    std::to_string(c.messages),
+                                    "--seed",
+                                    "7"};
   cargs.insert(cargs.end(), c.extra.begin(), c.extra.end());
   Process client(cargs, std::string("enl_c_") + c.name);
   ASSERT_EQ(client.wait(std::chrono::seconds(300)), 0) << client.output() << server.output();
@@ -69,15 +78,16 @@ TEST_P(EnlargeDemo, RandomStreamsBothWaysArriveIntactAndInOrder) {
 
 INSTANTIATE_TEST_SUITE_P(
     Enlarge, EnlargeDemo,
-    ::testing::Values(DemoCase{"default", {}},
-                      DemoCase{"free_small_shrink", {"--free-small", "--idle-shrink", "5"}},
-                      // A budget that refuses most enlargements: pieces carry the rest.
-                      DemoCase{"tight_budget", {"--budget", "300000", "--refusal-backoff", "20"}, 120, true},
-                      // The segment path: holes, duplicates, CRC and markers.
-                      DemoCase{"impaired_wire",
-                               {"--crc", "required", "--markers", "required", "--wire",
-                                "reorder=0.2,dup=0.05,seed=3"},
-                               40}),
+    ::testing::Values(
+        DemoCase{"default", {}},
+        DemoCase{"free_small_shrink", {"--free-small", "--idle-shrink", "5"}},
+        // A budget that refuses most enlargements: pieces carry the rest.
+        DemoCase{"tight_budget", {"--budget", "300000", "--refusal-backoff", "20"}, 120, true},
+        // The segment path: holes, duplicates, CRC and markers.
+        DemoCase{
+            "impaired_wire",
+            {"--crc", "required", "--markers", "required", "--wire", "reorder=0.2,dup=0.05,seed=3"},
+            40}),
     [](const auto& p) { return std::string(p.param.name); });
 
 TEST(EnlargeDemoCli, BadFlagsSayWhatIsWrong) {

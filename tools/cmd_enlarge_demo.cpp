@@ -185,14 +185,16 @@ int run(DemoOptions& o) {
       last_progress = Clock::now();
     }
     if (c.state() != enlarge::Connection::State::Established) {
-      std::cerr << fmt::format("rnic enlarge-demo: {}: connection lost after {} sent, {} received: {}\n",
-                               me, sent, received, c.error());
+      std::cerr << fmt::format(
+          "rnic enlarge-demo: {}: connection lost after {} sent, {} received: {}\n", me, sent,
+          received, c.error());
       return 1;
     }
     if (Clock::now() - last_progress > deadline_step) {
-      std::cerr << fmt::format("rnic enlarge-demo: {}: no progress for {} ms ({} of {} sent, {} "
-                               "of {} received)\n",
-                               me, o.app.timeout_ms, sent, to_send, received, to_receive);
+      std::cerr << fmt::format(
+          "rnic enlarge-demo: {}: no progress for {} ms ({} of {} sent, {} "
+          "of {} received)\n",
+          me, o.app.timeout_ms, sent, to_send, received, to_receive);
       return 1;
     }
     const int pct = (sent + received) * 10 / std::max(1, to_send + to_receive);
