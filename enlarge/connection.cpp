@@ -655,15 +655,21 @@ void Connection::deliver_part(std::uint32_t seq, std::uint32_t total, std::uint3
       return protocol_error(fmt::format("message seq {} where {} was next", seq, expected_rx_seq_));
     if (offset != 0)
       return protocol_error(fmt::format("message seq {} starts at offset {}", seq, offset));
+    if (total > opts_.max_message)
+      return protocol_error(fmt::format("message seq {} of {} bytes: this side takes at most {}",
+                                        seq, total, opts_.max_message));
     assembly_.emplace();
     assembly_->seq = seq;
-    assembly_->data.resize(total);
-  } else if (assembly_->seq != seq || assembly_->data.size() != total || offset != assembly_->got) {
+    assembly_->total = total;
+    // Grows with the data that arrives, so a claimed total alone allocates little.
+    assembly_->data.reserve(std::min<std::uint32_t>(total, 1u << 20));
+  } else if (assembly_->seq != seq || assembly_->total != total || offset != assembly_->got) {
     return protocol_error(fmt::format(
         "part of seq {} (total {}, offset {}) while seq {} (total {}) expects offset {}", seq,
-        total, offset, assembly_->seq, assembly_->data.size(), assembly_->got));
+        total, offset, assembly_->seq, assembly_->total, assembly_->got));
   }
-  if (!data.empty()) std::memcpy(assembly_->data.data() + offset, data.data(), data.size());
+  // Parts arrive at exactly the next offset (checked above), so they append.
+  assembly_->data.insert(assembly_->data.end(), data.begin(), data.end());
   assembly_->got += static_cast<std::uint32_t>(data.size());
   if (assembly_->got == total) {
     stats_.messages_received++;

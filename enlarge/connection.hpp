@@ -156,6 +156,7 @@ class Connection {
   };
   struct Assembly {
     std::uint32_t seq = 0;
+    std::uint32_t total = 0;
     Bytes data;
     std::uint32_t got = 0;
   };

@@ -43,6 +43,8 @@ struct Options {
   // After a refusal, data above the threshold goes in pieces for this long before asking
   // again.
   std::chrono::milliseconds refusal_backoff{50};
+  // The largest message this side accepts; a peer announcing more is a protocol error.
+  std::uint32_t max_message = 1u << 30;
   Mode mode = Mode::Enlarge;
   // The per-process registered-memory budget every registration is charged to (null: none).
   std::shared_ptr<Budget> budget;

@@ -580,97 +580,188 @@ TEST(Enlarge, TinySlotsAndBufferChurnNeverStall) {
   }
 }
 
+// A node driven by its own thread, for tests whose peer is a bare verbs endpoint.
+struct DrivenNode {
+  std::unique_ptr<Node> node = std::move(*Node::create({}));
+  std::uint16_t port = *node->listen("127.0.0.1", 0);
+  std::atomic<bool> stop{false};
+  std::thread driver{[this] {
+    while (!stop) node->progress(2ms);
+  }};
+  // Stops the thread; the node may be inspected afterwards.
+  Node& stopped() {
+    if (!stop.exchange(true)) driver.join();
+    return *node;
+  }
+  ~DrivenNode() { stopped(); }
+};
+
+// The peer side written with the verbs shim alone: the hello, eight receives, raw messages.
+struct RawPeer {
+  static inline std::uint8_t rx[8][1024];
+  verbs::Endpoint ep;
+  Bytes out = Bytes(1024);
+  verbs::ibv_mr* mr = nullptr;
+
+  static verbs::EndpointOptions options(Bytes hello) {
+    verbs::EndpointOptions eo;
+    eo.private_data = std::move(hello);
+    eo.timeout = 2s;
+    eo.on_qp_created = [](verbs::Endpoint& e) {
+      for (int i = 0; i < 8; ++i) {
+        auto* rmr = e.reg(rx[i], 1024, verbs::IBV_ACCESS_LOCAL_WRITE);
+        verbs::post_one_recv(e.qp(), rx[i], 1024, rmr->lkey, 100 + i);
+      }
+    };
+    return eo;
+  }
+  explicit RawPeer(Bytes hello = encode_hello(Hello{1024, 4, Mode::Enlarge}))
+      : ep(options(std::move(hello))) {
+    mr = ep.reg(out.data(), out.size(), verbs::IBV_ACCESS_LOCAL_WRITE);
+  }
+  // Sends the first `n` octets of `out` and waits for the send completion.
+  bool send_raw(std::size_t n) {
+    if (verbs::post_one(ep.qp(), {.op = verbs::IBV_WR_SEND,
+                                  .addr = out.data(),
+                                  .len = static_cast<std::uint32_t>(n),
+                                  .lkey = mr->lkey,
+                                  .remote_addr = 0,
+                                  .rkey = 0,
+                                  .flags = verbs::IBV_SEND_SIGNALED,
+                                  .wr_id = 1,
+                                  .imm = 0,
+                                  .compare_add = 0,
+                                  .swap = 0}) != 0)
+      return false;
+    auto wc = ep.wait(ep.send_cq());
+    return wc && wc->status == verbs::IBV_WC_SUCCESS;
+  }
+  bool send(const Message& m) { return send_raw(encode(m, out)); }
+};
+
 // A peer that breaks the protocol: the connection fails with the reason, the QP goes to
 // error (the RNIC flushes), and the peer sees the disconnect. A peer without the hello is
-// rejected. The peer here is a bare verbs endpoint.
+// rejected.
 TEST(Enlarge, ProtocolViolationFailsTheConnectionWithTheReason) {
-  auto server = std::move(*Node::create({}));
-  const std::uint16_t port = *server->listen("127.0.0.1", 0);
-  std::atomic<bool> stop{false};
-  std::thread driver([&] {
-    while (!stop) server->progress(2ms);
-  });
+  DrivenNode server;
   {
-    verbs::EndpointOptions eo;
     const std::string not_hello = "not a hello";
-    eo.private_data.assign(not_hello.begin(), not_hello.end());
-    verbs::Endpoint bad(eo);
-    auto r = bad.connect("127.0.0.1", port);
+    RawPeer bad(Bytes(not_hello.begin(), not_hello.end()));
+    auto r = bad.ep.connect("127.0.0.1", server.port);
     ASSERT_FALSE(r);
     EXPECT_NE(r.error().find("REJECTED"), std::string::npos) << r.error();
   }
-  verbs::EndpointOptions eo;
-  eo.private_data = encode_hello(Hello{1024, 4, Mode::Enlarge});
-  verbs::Endpoint peer(eo);
-  ASSERT_TRUE(peer.connect("127.0.0.1", port));
-  Bytes junk = {1, 42, 0, 0, 0, 0, 0, 1};
-  auto* mr = peer.reg(junk.data(), junk.size(), verbs::IBV_ACCESS_LOCAL_WRITE);
-  ASSERT_EQ(verbs::post_one(peer.qp(), {.op = verbs::IBV_WR_SEND,
-                                        .addr = junk.data(),
-                                        .len = 8,
-                                        .lkey = mr->lkey,
-                                        .remote_addr = 0,
-                                        .rkey = 0,
-                                        .flags = verbs::IBV_SEND_SIGNALED,
-                                        .wr_id = 1,
-                                        .imm = 0,
-                                        .compare_add = 0,
-                                        .swap = 0}),
-            0);
-  EXPECT_TRUE(peer.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
-  stop = true;
-  driver.join();
-  ASSERT_EQ(server->size(), 1u);
-  Connection& c = server->at(0);
+  RawPeer peer;
+  ASSERT_TRUE(peer.ep.connect("127.0.0.1", server.port));
+  const Bytes junk = {1, 42, 0, 0, 0, 0, 0, 1};
+  std::ranges::copy(junk, peer.out.begin());
+  ASSERT_TRUE(peer.send_raw(junk.size()));
+  EXPECT_TRUE(peer.ep.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
+  Node& node = server.stopped();
+  ASSERT_EQ(node.size(), 1u);
+  Connection& c = node.at(0);
   EXPECT_EQ(c.state(), Connection::State::Failed);
   EXPECT_EQ(c.error(), "protocol error from the peer: unknown message type 42 at octet 1");
   EXPECT_FALSE(c.post(pattern(10, 1)));
 }
 
-// Data that claims more than the enlarged buffer holds is refused, not copied.
-TEST(Enlarge, DoneBeyondTheBufferIsAProtocolError) {
-  auto server = std::move(*Node::create({}));
-  const std::uint16_t port = *server->listen("127.0.0.1", 0);
-  std::atomic<bool> stop{false};
-  std::thread driver([&] {
-    while (!stop) server->progress(2ms);
-  });
-  verbs::EndpointOptions eo;
-  eo.private_data = encode_hello(Hello{1024, 4, Mode::Enlarge});
-  static std::uint8_t rx[4][1024];
-  eo.on_qp_created = [](verbs::Endpoint& ep) {
-    for (int i = 0; i < 4; ++i) {
-      auto* rmr = ep.reg(rx[i], 1024, verbs::IBV_ACCESS_LOCAL_WRITE);
-      verbs::post_one_recv(ep.qp(), rx[i], 1024, rmr->lkey, 100 + i);
+// Claims the receiver cannot honour are refused before anything is copied or allocated: a
+// Done larger than the enlarged buffer, a message larger than this side takes.
+TEST(Enlarge, DoneBeyondTheBufferAndHugeMessagesAreProtocolErrors) {
+  DrivenNode server;
+  {
+    RawPeer peer;
+    ASSERT_TRUE(peer.ep.connect("127.0.0.1", server.port));
+    ASSERT_TRUE(peer.send({.credits = 0, .seq = 1, .body = EnlargeReq{2000}}));
+    ASSERT_TRUE(peer.send({.credits = 0, .seq = 1, .body = Done{5000, 0, 5000}}));
+    EXPECT_TRUE(peer.ep.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
+  }
+  {
+    RawPeer peer;
+    ASSERT_TRUE(peer.ep.connect("127.0.0.1", server.port));
+    ASSERT_TRUE(peer.send({.credits = 0, .seq = 1, .body = Piece{0xffffffff, 0, {}}}));
+    EXPECT_TRUE(peer.ep.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
+  }
+  Node& node = server.stopped();
+  ASSERT_EQ(node.size(), 2u);
+  EXPECT_EQ(node.at(0).state(), Connection::State::Failed);
+  EXPECT_EQ(node.at(0).error(),
+            "protocol error from the peer: Done of 5000 bytes into a 2000-byte buffer");
+  EXPECT_EQ(node.at(1).error(),
+            "protocol error from the peer: message seq 1 of 4294967295 bytes: this side takes "
+            "at most 1073741824");
+}
+
+// A hostile peer: seeded random sequences of protocol messages, valid and not (wrong seqs,
+// offsets past totals, unsolicited acknowledgements, Done without a buffer, truncations,
+// unknown types). The node never crashes or hangs, writes nothing outside its buffers (the
+// sanitizer build checks), and each connection either carries on or fails with the reason.
+TEST(Enlarge, HostilePeerNeverBreaksTheNode) {
+  const int runs = 80;
+  DrivenNode server;
+  std::mt19937 g(2024);
+  auto rnd = [&](std::uint32_t hi) {
+    return std::uniform_int_distribution<std::uint32_t>(0, hi)(g);
+  };
+  for (int run = 0; run < runs; ++run) {
+    RawPeer peer;
+    ASSERT_TRUE(peer.ep.connect("127.0.0.1", server.port));
+    const int count = 1 + static_cast<int>(rnd(3));
+    for (int k = 0; k < count; ++k) {
+      Message m;
+      m.seq = rnd(3) == 0 ? rnd(0xffffffff) : 1 + rnd(2);
+      m.credits = static_cast<std::uint16_t>(rnd(3));
+      const std::uint32_t total = rnd(4) == 0 ? rnd(0xffffffff) : rnd(5000);
+      const Bytes data(rnd(900));
+      switch (rnd(8)) {
+        case 0:
+          m.body = Piece{total, rnd(3) ? 0 : rnd(6000), data};
+          break;
+        case 1:
+          m.body = EnlargeReq{rnd(3) ? 1 + rnd(300000) : 0xffffffff};
+          break;
+        case 2:
+          m.body = EnlargeAck{rnd(100000), rnd(0xffffffff), rnd(0xffffffff)};
+          break;
+        case 3:
+          m.body = EnlargeNak{NakReason::Budget, rnd(100)};
+          break;
+        case 4:
+          m.body = Done{total, rnd(3) ? 0 : rnd(6000), rnd(300000)};
+          break;
+        case 5:
+          m.body = Ready{};
+          break;
+        case 6:
+          m.body = Release{rnd(0xffffffff)};
+          break;
+        case 7:
+          m.body = Cycle{rnd(3) ? rnd(8) : 0xffffffff};
+          break;
+        default:
+          m.body = Credit{};
+          break;
+      }
+      std::size_t n = encode(m, peer.out);
+      if (rnd(5) == 0) n = rnd(static_cast<std::uint32_t>(n));                  // truncated
+      if (rnd(9) == 0) peer.out[1] = static_cast<std::uint8_t>(10 + rnd(200));  // unknown type
+      if (!peer.send_raw(n)) break;
     }
-  };
-  verbs::Endpoint peer(eo);
-  ASSERT_TRUE(peer.connect("127.0.0.1", port));
-  Bytes out(64);
-  auto* mr = peer.reg(out.data(), out.size(), verbs::IBV_ACCESS_LOCAL_WRITE);
-  auto send = [&](const Message& m) {
-    const std::size_t n = encode(m, out);
-    return verbs::post_one(peer.qp(), {.op = verbs::IBV_WR_SEND,
-                                       .addr = out.data(),
-                                       .len = static_cast<std::uint32_t>(n),
-                                       .lkey = mr->lkey,
-                                       .remote_addr = 0,
-                                       .rkey = 0,
-                                       .flags = verbs::IBV_SEND_SIGNALED,
-                                       .wr_id = 1,
-                                       .imm = 0,
-                                       .compare_add = 0,
-                                       .swap = 0});
-  };
-  ASSERT_EQ(send({.credits = 0, .seq = 1, .body = EnlargeReq{2000}}), 0);
-  ASSERT_TRUE(peer.wait(peer.send_cq()));
-  ASSERT_EQ(send({.credits = 0, .seq = 1, .body = Done{5000, 0, 5000}}), 0);
-  EXPECT_TRUE(peer.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
-  stop = true;
-  driver.join();
-  Connection& c = server->at(0);
-  EXPECT_EQ(c.state(), Connection::State::Failed);
-  EXPECT_EQ(c.error(), "protocol error from the peer: Done of 5000 bytes into a 2000-byte buffer");
+    std::this_thread::sleep_for(2ms);
+  }
+  std::this_thread::sleep_for(100ms);  // the last disconnects
+  Node& node = server.stopped();
+  ASSERT_EQ(node.size(), static_cast<std::size_t>(runs));
+  int failed = 0;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    Connection& c = node.at(i);
+    if (c.state() == Connection::State::Failed) {
+      failed++;
+      EXPECT_TRUE(c.error().starts_with("protocol error from the peer: ")) << c.error();
+    }
+    EXPECT_LE(c.registered_bytes(), 8u * 1024u + 200000u);
+  }
+  EXPECT_GT(failed, runs / 2);  // most random sequences break a rule, and are caught
 }
 
 }  // namespace
