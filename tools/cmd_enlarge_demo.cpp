@@ -80,6 +80,34 @@ std::string human(std::uint64_t n) {
   return fmt::format("{} B", n);
 }
 
+// The run's parameters, sent by the client as its first message (big-endian): connections
+// (4), messages (4), seed (8), largest size (8), direction (1: 0 both, 1 to-server,
+// 2 to-client).
+Bytes encode_run(const DemoOptions& o) {
+  Bytes b(25);
+  store_be32(b.data(), static_cast<std::uint32_t>(o.connections));
+  store_be32(b.data() + 4, static_cast<std::uint32_t>(o.messages));
+  store_be64(b.data() + 8, o.seed);
+  store_be64(b.data() + 16, o.max_size);
+  b[24] = o.direction == "both" ? 0 : o.direction == "to-server" ? 1 : 2;
+  return b;
+}
+
+std::string decode_run(const Bytes& b, DemoOptions& o) {
+  if (b.size() != 25) return fmt::format("{} octets instead of 25", b.size());
+  const std::uint32_t conns = load_be32(b.data()), msgs = load_be32(b.data() + 4);
+  const std::uint64_t max = load_be64(b.data() + 16);
+  if (conns < 1 || conns > 10000 || msgs > 10000000 || max > (1u << 30) || b[24] > 2)
+    return fmt::format("out of range ({} connections, {} messages, {} bytes, direction {})", conns,
+                       msgs, max, b[24]);
+  o.connections = static_cast<int>(conns);
+  o.messages = static_cast<int>(msgs);
+  o.seed = load_be64(b.data() + 8);
+  o.max_size = max;
+  o.direction = b[24] == 0 ? "both" : b[24] == 1 ? "to-server" : "to-client";
+  return "";
+}
+
 // One timeline line: this side on the left, the peer on the right.
 void draw(const std::string& me, Clock::time_point t0, const std::string& e) {
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -119,17 +147,38 @@ int run(DemoOptions& o) {
       std::ofstream(o.port_file + ".tmp") << *port << "\n";
       std::filesystem::rename(o.port_file + ".tmp", o.port_file);
     }
-    if (!o.quiet)
-      std::cerr << fmt::format("server: listening on {}:{} for {} connection(s)\n", o.bind, *port,
-                               o.connections);
-    for (int i = 0; i < o.connections; ++i) {
-      auto c = n.accept(std::chrono::milliseconds(o.app.timeout_ms * 6));
+    if (!o.quiet) std::cerr << fmt::format("server: listening on {}:{}\n", o.bind, *port);
+    // The client's first message on the first connection says what the run is (how many
+    // connections, messages, seed, sizes, direction), so the server needs no options.
+    auto first = n.accept(std::chrono::milliseconds(o.app.timeout_ms * 6));
+    if (!first) {
+      std::cerr << "rnic enlarge-demo: server: " << first.error() << "\n";
+      return 1;
+    }
+    conns.push_back(*first);
+    auto params = n.recv(**first, std::chrono::milliseconds(o.app.timeout_ms));
+    if (!params) {
+      std::cerr << "rnic enlarge-demo: server: no run parameters from the client: "
+                << params.error() << "\n";
+      return 1;
+    }
+    if (auto why = decode_run(params->data, o); !why.empty()) {
+      std::cerr << "rnic enlarge-demo: server: the client's run parameters: " << why << "\n";
+      return 1;
+    }
+    for (int i = 1; i < o.connections; ++i) {
+      auto c = n.accept(std::chrono::milliseconds(o.app.timeout_ms));
       if (!c) {
         std::cerr << "rnic enlarge-demo: server: " << c.error() << "\n";
         return 1;
       }
       conns.push_back(*c);
     }
+    if (!o.quiet)
+      std::cerr << fmt::format(
+          "server: {} connection(s); the client asks for {} message(s) {}, "
+          "seed {}, up to {} bytes\n",
+          o.connections, o.messages, o.direction, o.seed, o.max_size);
   } else {
     for (int i = 0; i < o.connections; ++i) {
       auto c = n.connect(o.client, static_cast<std::uint16_t>(o.port),
@@ -139,6 +188,10 @@ int run(DemoOptions& o) {
         return 1;
       }
       conns.push_back(*c);
+    }
+    if (auto r = conns[0]->post(encode_run(o)); !r) {
+      std::cerr << "rnic enlarge-demo: client: " << r.error() << "\n";
+      return 1;
     }
   }
   enlarge::Connection& c = *conns[0];
@@ -253,7 +306,8 @@ Runner add_enlarge_demo_command(CLI::App& app) {
       "The buffer-enlargement protocol between two processes: small pre-registered buffers\n"
       "per connection, enlarged for the one connection that needs it. Both sides send a seeded\n"
       "random stream (sizes 0 - 1 MiB, random iovecs) and verify what they receive.\n"
-      "Run one side with --server and the other with --client ADDR (same --seed).");
+      "Run one side with --server and the other with --client ADDR; the client's --messages,\n"
+      "--seed, --max-size, --direction and --connections apply to both.");
   auto* srv = sub->add_flag("--server,-s", o->server, "Listen for the client");
   auto* cli = sub->add_option("--client,-c", o->client, "Connect to the server at ADDR");
   srv->excludes(cli);
@@ -262,19 +316,19 @@ Runner add_enlarge_demo_command(CLI::App& app) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   sub->add_option("--port-file", o->port_file, "Server: write the port it listens on here");
-  sub->add_option("--messages,-n", o->messages, "Messages each way")
+  sub->add_option("--messages,-n", o->messages, "Messages each way (client)")
       ->check(CLI::Range(0, 10000000))
       ->capture_default_str();
-  sub->add_option("--seed", o->seed, "Seed of the random streams (both sides alike)")
-      ->capture_default_str();
-  sub->add_option("--max-size", o->max_size, "Largest message (bytes)")
+  sub->add_option("--seed", o->seed, "Seed of the random streams (client)")->capture_default_str();
+  sub->add_option("--max-size", o->max_size, "Largest message (bytes; client)")
       ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 30))
       ->capture_default_str();
-  sub->add_option("--connections", o->connections,
-                  "Connections to open; the stream runs on the first, the others stay idle")
+  sub->add_option(
+         "--connections", o->connections,
+         "Connections to open (client); the stream runs on the first, the others stay idle")
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
-  sub->add_option("--direction", o->direction, "both, to-server or to-client")
+  sub->add_option("--direction", o->direction, "both, to-server or to-client (client)")
       ->check(CLI::IsMember({"both", "to-server", "to-client"}))
       ->capture_default_str();
   sub->add_flag("--timeline", o->timeline,
