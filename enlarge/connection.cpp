@@ -237,9 +237,13 @@ void Connection::set_peer(const Hello& h) {
 }
 
 void Connection::set_established() {
-  if (state_ == State::Connecting) state_ = State::Established;
+  if (state_ != State::Connecting) return;
+  state_ = State::Established;
   event(fmt::format("established: peer slots {} x {} bytes, peer mode {}", peer_.recv_slots,
                     peer_.slot_size, to_string(peer_.mode)));
+  auto early = std::move(early_);
+  early_.clear();
+  for (const auto& wc : early) complete(wc);
 }
 
 void Connection::fail(std::string why) {
@@ -837,6 +841,13 @@ void Connection::drain_cq() {
 
 void Connection::complete(const ibv_wc& wc) {
   const std::uint64_t kind = wr_kind(wc.wr_id);
+  // The peer may send as soon as its side is established, and its first message can complete
+  // here before our ESTABLISHED event is handled (and, on the client, before the peer's hello
+  // is known): keep it until then.
+  if (state_ == State::Connecting && kind == kRecv && wc.status == IBV_WC_SUCCESS) {
+    early_.push_back(wc);
+    return;
+  }
   // Flushed work requests follow a disconnect (or an error already reported): the
   // connection is closed, not broken. Any other error status is the connection's failure.
   if (wc.status == IBV_WC_WR_FLUSH_ERR && state_ == State::Established)

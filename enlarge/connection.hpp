@@ -235,6 +235,7 @@ class Connection {
   std::map<std::uint64_t, RdvSource> rdv_mrs_;  // Rendezvous: sources registered in place
   std::uint64_t next_rdv_ = 1;
 
+  std::vector<verbs::ibv_wc> early_;  // receives completed before ESTABLISHED was handled
   std::optional<Assembly> assembly_;
   std::uint32_t expected_rx_seq_ = 1;
   std::deque<Received> delivered_;

@@ -580,6 +580,33 @@ TEST(Enlarge, TinySlotsAndBufferChurnNeverStall) {
   }
 }
 
+// The client may send the moment it is established; its first message can complete at the
+// server before the server has handled its own ESTABLISHED event. It is kept, not dropped.
+TEST(Enlarge, FirstMessageBeforeTheServersEstablishedEventIsKept) {
+  auto server = std::move(*Node::create({}));
+  auto client = std::move(*Node::create({}));
+  const std::uint16_t port = *server->listen("127.0.0.1", 0);
+  Connection* c = client->connect_async("127.0.0.1", port);
+  // Let the server accept the request (rdma_accept), then stop driving it.
+  for (int i = 0; i < 5000 && server->size() == 0; ++i) {
+    client->progress(1ms);
+    server->progress(1ms);
+  }
+  ASSERT_EQ(server->size(), 1u);
+  for (int i = 0; i < 5000 && c->state() == Connection::State::Connecting; ++i)
+    client->progress(1ms);
+  ASSERT_EQ(c->state(), Connection::State::Established) << c->error();
+  auto msg = pattern(300, 77);
+  ASSERT_TRUE(c->post(msg));
+  for (int i = 0; i < 20; ++i) client->progress(1ms);
+  // Now the server finds the receive completion and its ESTABLISHED event in one go.
+  auto sc = server->accept(5s);
+  ASSERT_TRUE(sc) << sc.error();
+  auto got = server->recv(**sc, 5s);
+  ASSERT_TRUE(got) << got.error();
+  EXPECT_EQ(got->data, msg);
+}
+
 // A node driven by its own thread, for tests whose peer is a bare verbs endpoint.
 struct DrivenNode {
   std::unique_ptr<Node> node = std::move(*Node::create({}));
