@@ -68,7 +68,19 @@ TEST_P(EnlargeDemo, RandomStreamsBothWaysArriveIntactAndInOrder) {
         << out;
     EXPECT_EQ(out.find("warning"), std::string::npos) << out;
   }
-  const long refused = number_before(client.output(), "client: sending side:", " refused");
+  const auto out = client.output();
+  const long refused = number_before(out, "client: sending side:", " refused");
+  // Phases: enlarged more than once (re-enlarge) and reused (more Writes than enlargements).
+  const long granted = number_before(out, "client: sending side:", " granted");
+  const long writes = number_before(out, "client: sending side:", " RDMA Writes");
+  if (std::string(c.name) != "tight_budget") {
+    EXPECT_GE(granted, 2) << out;
+    EXPECT_GT(writes, granted) << out;
+  }
+  if (std::string(c.name) == "free_small_shrink") {
+    EXPECT_GE(number_before(out, "client: sending side:", " release(s)"), 1) << out;
+    EXPECT_GE(number_before(out, "client: receiving side:", " time(s)"), 1) << out;
+  }
   if (c.expect_refusals) {
     EXPECT_GT(refused, 0) << client.output();
   } else {
@@ -80,7 +92,7 @@ INSTANTIATE_TEST_SUITE_P(
     Enlarge, EnlargeDemo,
     ::testing::Values(
         DemoCase{"default", {}},
-        DemoCase{"free_small_shrink", {"--free-small", "--idle-shrink", "5"}},
+        DemoCase{"free_small_shrink", {"--free-small", "--idle-shrink", "5", "--pause", "30"}},
         // A budget that refuses most enlargements: pieces carry the rest.
         DemoCase{"tight_budget", {"--budget", "300000", "--refusal-backoff", "20"}, 120, true},
         // The segment path: holes, duplicates, CRC and markers.

@@ -38,6 +38,7 @@ struct DemoOptions {
   std::string direction = "both";
   bool timeline = false;
   bool quiet = false;
+  int pause_ms = 0;
   EnlargeCli enlarge;
   AppOptions app;
 };
@@ -208,9 +209,17 @@ int run(DemoOptions& o) {
   std::uint64_t bytes_in = 0, bytes_out = 0;
   const auto deadline_step = std::chrono::milliseconds(o.app.timeout_ms);
   auto last_progress = Clock::now();
+  int paused_at = 0;
+  auto pause_until = Clock::now();
   while (sent < to_send || received < to_receive || !c.tx_idle()) {
     // Keep a few messages queued: enough to overlap, bounded memory.
-    while (sent < to_send && c.tx_queued() < 4) {
+    // --pause: every 20 messages, let the sending side go idle for a while (--idle-shrink).
+    if (o.pause_ms > 0 && sent > 0 && sent % 20 == 0 && paused_at != sent && c.tx_idle()) {
+      paused_at = sent;
+      pause_until = Clock::now() + std::chrono::milliseconds(o.pause_ms);
+    }
+    while (sent < to_send && c.tx_queued() < 4 && Clock::now() >= pause_until &&
+           !(o.pause_ms > 0 && sent > 0 && sent % 20 == 0 && paused_at != sent)) {
       auto iov = stream_message(o.seed, !o.server, sent, o.max_size);
       for (const auto& e : iov) bytes_out += e.size();
       if (auto r = c.post(std::move(iov)); !r) {
@@ -285,10 +294,10 @@ int run(DemoOptions& o) {
         me, s.pieces_sent, s.bulk_writes, human(s.bulk_bytes), s.enlarge_requests, s.enlargements,
         s.refusals, s.releases_sent);
     std::cout << fmt::format(
-        "{}: receiving side: {} buffer(s) provisioned, {} freed, {} refused; registered now {} "
-        "(peak {})\n",
-        me, s.buffers_provisioned, s.buffers_freed, s.refusals_sent, human(c.registered_bytes()),
-        human(s.peak_registered));
+        "{}: receiving side: {} buffer(s) provisioned, {} freed, {} refused; small buffer freed "
+        "{} time(s); registered now {} (peak {})\n",
+        me, s.buffers_provisioned, s.buffers_freed, s.refusals_sent, s.small_freed,
+        human(c.registered_bytes()), human(s.peak_registered));
     for (std::size_t i = 0; i < conns.size(); ++i)
       std::cout << fmt::format("{}: connection {}: registered {} -> {}{}\n", me, i + 1,
                                human(idle_before[i]), human(conns[i]->registered_bytes()),
@@ -330,6 +339,10 @@ Runner add_enlarge_demo_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--direction", o->direction, "both, to-server or to-client (client)")
       ->check(CLI::IsMember({"both", "to-server", "to-client"}))
+      ->capture_default_str();
+  sub->add_option("--pause", o->pause_ms,
+                  "Every 20 messages, stop sending for this many ms (watch --idle-shrink)")
+      ->check(CLI::Range(0, 60000))
       ->capture_default_str();
   sub->add_flag("--timeline", o->timeline,
                 "Draw every protocol step of the first connection (Pieces included)");
