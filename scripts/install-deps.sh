@@ -21,6 +21,7 @@ PKGS=(
   nlohmann-json3-dev                 # --json output
   libbenchmark-dev                   # benchmarks
   tshark                             # verifies the pcaps we write
+  gnuplot-nox                        # rnic enlarge-bench's plot
   python3
 )
 
