@@ -110,9 +110,9 @@ Connection::Region* Connection::region(std::uint32_t rid) {
 }
 
 Connection::Region* Connection::new_region(std::size_t data_bytes, std::uint32_t slots,
-                                           bool charge_budget, std::string* why) {
+                                           bool remote_write, std::string* why) {
   const std::size_t bytes = data_bytes + std::size_t{slots} * opts_.slot_size;
-  if (charge_budget && opts_.budget && !opts_.budget->try_charge(bytes)) {
+  if (opts_.budget && !opts_.budget->try_charge(bytes)) {
     *why = fmt::format("registering {} bytes would pass the budget ({} of {} used)", bytes,
                        opts_.budget->used(), opts_.budget->limit());
     return nullptr;
@@ -124,12 +124,18 @@ Connection::Region* Connection::new_region(std::size_t data_bytes, std::uint32_t
   r->data_bytes = data_bytes;
   r->slots = slots;
   r->slot_size = opts_.slot_size;
-  // Enlarged buffers take the peer's RDMA Writes; slots are local only.
-  const int access = IBV_ACCESS_LOCAL_WRITE | (data_bytes ? IBV_ACCESS_REMOTE_WRITE : 0);
-  r->mr = ibv_reg_mr(pd_, r->mem.get(), bytes, access);
-  if (!r->mr) {
-    if (charge_budget && opts_.budget) opts_.budget->release(bytes);
+  // A receiver's enlarged buffer takes the peer's RDMA Writes; everything else is local.
+  if (data_bytes)
+    r->data_mr = ibv_reg_mr(pd_, r->mem.get(), data_bytes,
+                            IBV_ACCESS_LOCAL_WRITE | (remote_write ? IBV_ACCESS_REMOTE_WRITE : 0));
+  if (slots)
+    r->slot_mr =
+        ibv_reg_mr(pd_, r->mem.get() + data_bytes, bytes - data_bytes, IBV_ACCESS_LOCAL_WRITE);
+  if ((data_bytes && !r->data_mr) || (slots && !r->slot_mr)) {
     *why = fmt::format("ibv_reg_mr of {} bytes failed: {}", bytes, ibv_last_error());
+    if (r->data_mr) ibv_dereg_mr(r->data_mr);
+    if (r->slot_mr) ibv_dereg_mr(r->slot_mr);
+    if (opts_.budget) opts_.budget->release(bytes);
     return nullptr;
   }
   for (std::uint32_t i = slots; i-- > 0;) r->free_slots.push_back(i);
@@ -150,11 +156,17 @@ void Connection::retire(Region* r) {
   maybe_free(r);
 }
 
+void Connection::deregister(Region& r) {
+  if (r.data_mr) ibv_dereg_mr(r.data_mr);
+  if (r.slot_mr) ibv_dereg_mr(r.slot_mr);
+  r.data_mr = r.slot_mr = nullptr;
+  if (opts_.budget) opts_.budget->release(r.bytes);
+  registered_ -= r.bytes;
+}
+
 void Connection::maybe_free(Region* r) {
   if (!r->retired || r->busy != 0) return;
-  ibv_dereg_mr(r->mr);
-  if (opts_.budget) opts_.budget->release(r->bytes);
-  registered_ -= r->bytes;
+  deregister(*r);
   stats_.deregistrations++;
   if (r->small) stats_.small_freed++;
   event(fmt::format("unregistered and freed the {} of {} bytes",
@@ -193,7 +205,7 @@ void Connection::relocate_slots_from(std::uint32_t old) {
     if (rid && rid != old && region(rid)->slots > 0) target = rid;
   if (!target) {
     std::string why;
-    auto* s = new_region(0, opts_.recv_slots + opts_.send_slots, true, &why);
+    auto* s = new_region(0, opts_.recv_slots + opts_.send_slots, false, &why);
     if (!s) {
       event("keeps its slots in the enlarged buffer: " + why);
       return;
@@ -222,7 +234,7 @@ std::string Connection::setup(rdma_cm_id* id) {
   qp_ = id->qp;
   ibv_req_notify_cq(cq_, 0);
   std::string why;
-  auto* small = new_region(0, opts_.recv_slots + opts_.send_slots, true, &why);
+  auto* small = new_region(0, opts_.recv_slots + opts_.send_slots, false, &why);
   if (!small) return "cannot register the small buffer: " + why;
   small->small = true;
   rx_slots_rid_ = tx_slots_rid_ = small->rid;
@@ -244,16 +256,21 @@ void Connection::set_established() {
   auto early = std::move(early_);
   early_.clear();
   for (const auto& wc : early) complete(wc);
+  // RFC 5044 §7.1.2: the responder sends no FPDU before the initiator's first. An initiator
+  // with nothing to say says so (a Credit returning nothing), so a server can send first.
+  if (!server_side && queue_.empty())
+    control_.push_back(Message{.credits = 0, .seq = 0, .body = Credit{}});
 }
 
-void Connection::fail(std::string why) {
+void Connection::fail(std::string why, bool disconnect) {
   if (state_ == State::Failed || state_ == State::Closed) return;
   state_ = State::Failed;
   error_ = std::move(why);
   lg().warn("conn {}: {}", id_, error_);
   event("failed: " + error_);
   if (qp_) ibv_modify_qp_to_err(qp_);
-  if (cm_id_) rdma_disconnect(cm_id_);
+  if (cm_id_ && disconnect) rdma_disconnect(cm_id_);
+  reclaim();
 }
 
 void Connection::protocol_error(std::string why) {
@@ -265,6 +282,9 @@ void Connection::set_closed(std::string why) {
   state_ = State::Closed;
   error_ = std::move(why);
   event("closed: " + error_);
+  // Flush what is still posted, so every buffer can be given back (reclaim).
+  if (qp_) ibv_modify_qp_to_err(qp_);
+  reclaim();
 }
 
 void Connection::disconnect() {
@@ -279,11 +299,7 @@ void Connection::destroy_qp_and_id() {
     cm_id_ = nullptr;
     qp_ = nullptr;
   }
-  for (auto& [rid, r] : regions_) {
-    ibv_dereg_mr(r->mr);
-    if (opts_.budget) opts_.budget->release(r->bytes);
-    registered_ -= r->bytes;
-  }
+  for (auto& [rid, r] : regions_) deregister(*r);
   regions_.clear();
   for (auto& [k, src] : rdv_mrs_) {
     if (opts_.budget) opts_.budget->release(src.mr->length);
@@ -328,8 +344,8 @@ bool Connection::post_recv_slot() {
   r->free_slots.pop_back();
   r->busy++;
   r->recv_posted++;
-  if (post_one_recv(qp_, r->slot(i), opts_.slot_size, r->mr->lkey, make_wr_id(kRecv, r->rid, i)) !=
-      0) {
+  if (post_one_recv(qp_, r->slot(i), opts_.slot_size, r->slot_mr->lkey,
+                    make_wr_id(kRecv, r->rid, i)) != 0) {
     r->busy--;
     r->recv_posted--;
     r->free_slots.push_back(i);
@@ -375,7 +391,7 @@ bool Connection::send_message(const Message& msg, bool is_credit) {
   if (post_one(qp_, {.op = IBV_WR_SEND,
                      .addr = r->slot(i),
                      .len = static_cast<std::uint32_t>(n),
-                     .lkey = r->mr->lkey,
+                     .lkey = r->slot_mr->lkey,
                      .remote_addr = 0,
                      .rkey = 0,
                      .flags = IBV_SEND_SIGNALED,
@@ -462,9 +478,27 @@ void Connection::pump() {
     send_message(Message{.credits = 0, .seq = 0, .body = Credit{}}, true);
 }
 
+void Connection::refuse_head() {
+  if (!queue_.empty()) queue_.front().refused_elem = queue_.front().elem;
+  refused_until_ = std::chrono::steady_clock::now() + opts_.refusal_backoff;
+}
+
+void Connection::reclaim() {
+  if (reclaimed_ || (state_ != State::Closed && state_ != State::Failed) || !rdv_mrs_.empty())
+    return;
+  for (const auto& [rid, r] : regions_)
+    if (r->busy != 0) return;  // flushed completions still to come
+  for (auto& [rid, r] : regions_) deregister(*r);
+  regions_.clear();
+  rx_slots_rid_ = tx_slots_rid_ = rx_bulk_rid_ = tx_bulk_rid_ = 0;
+  reclaimed_ = true;
+  event("over: every buffer unregistered and freed");
+}
+
 bool Connection::element_is_bulk(const Outgoing& o) const {
   if (opts_.mode == Mode::Pieces || peer_.mode == Mode::Pieces) return false;
   if ((*o.iov)[o.elem].size() <= threshold()) return false;  // claims 3-4: per element
+  if (o.refused_elem == o.elem) return false;
   return std::chrono::steady_clock::now() >= refused_until_;
 }
 
@@ -529,10 +563,11 @@ bool Connection::send_bulk(Outgoing& o) {
     if (!remote_) {
       if (awaiting_ack_) return false;
       const auto want =
-          static_cast<std::uint32_t>(std::min<std::size_t>(remaining, kMaxRendezvous));
+          static_cast<std::uint32_t>(std::min<std::size_t>({remaining, kMaxRendezvous, peer_cap_}));
       if (!send_message(Message{.credits = 0, .seq = o.seq, .body = EnlargeReq{want}}))
         return false;
       awaiting_ack_ = true;
+      requested_ = want;
       stats_.enlarge_requests++;
       return true;
     }
@@ -540,7 +575,12 @@ bool Connection::send_bulk(Outgoing& o) {
     const std::size_t chunk = std::min<std::size_t>(remaining, remote_->size);
     // Register-per-message: the source itself, in place.
     if (opts_.budget && !opts_.budget->try_charge(chunk)) {
-      refused_until_ = std::chrono::steady_clock::now() + opts_.refusal_backoff;
+      // This side cannot register the source: pieces, and the peer's buffer goes back.
+      event(fmt::format("cannot register {} bytes of the message: over the budget; pieces", chunk));
+      control_.push_back(Message{.credits = 0, .seq = 0, .body = Release{remote_->stag}});
+      remote_.reset();
+      token_ = false;
+      refuse_head();
       return true;
     }
     auto* mr = ibv_reg_mr(pd_, e.data() + o.elem_off, chunk, IBV_ACCESS_LOCAL_WRITE);
@@ -583,17 +623,19 @@ bool Connection::send_bulk(Outgoing& o) {
     return true;
   }
 
-  const auto want =
-      static_cast<std::uint32_t>(std::min<std::size_t>(remaining, opts_.max_enlarged));
+  // The largest buffer worth asking for: ours, or less when the peer granted less before.
+  const std::uint32_t cap = std::min(opts_.max_enlarged, peer_cap_);
+  const auto want = static_cast<std::uint32_t>(std::min<std::size_t>(remaining, cap));
   if (!remote_ || remote_->size < want) {
     if (awaiting_ack_) return false;
     // Grow at least twofold, so a stream of growing messages does not ask every time.
     std::uint64_t size = std::max<std::uint64_t>(want, remote_ ? 2ull * remote_->size : 0);
-    size = std::clamp<std::uint64_t>(size, opts_.min_enlarged, opts_.max_enlarged);
+    size = std::clamp<std::uint64_t>(size, std::min(opts_.min_enlarged, cap), cap);
     if (!send_message(Message{
             .credits = 0, .seq = o.seq, .body = EnlargeReq{static_cast<std::uint32_t>(size)}}))
       return false;
     awaiting_ack_ = true;
+    requested_ = static_cast<std::uint32_t>(size);
     stats_.enlarge_requests++;
     return true;
   }
@@ -605,7 +647,7 @@ bool Connection::send_bulk(Outgoing& o) {
   if (post_one(qp_, {.op = IBV_WR_RDMA_WRITE,
                      .addr = b->mem.get(),
                      .len = static_cast<std::uint32_t>(chunk),
-                     .lkey = b->mr->lkey,
+                     .lkey = b->data_mr->lkey,
                      .remote_addr = remote_->to,
                      .rkey = remote_->stag,
                      .flags = IBV_SEND_SIGNALED,
@@ -685,15 +727,17 @@ void Connection::deliver_part(std::uint32_t seq, std::uint32_t total, std::uint3
 }
 
 void Connection::on_enlarge_req(std::uint32_t seq, const EnlargeReq& r) {
-  const bool rendezvous = peer_.mode == Mode::Rendezvous;
-  const std::uint32_t size =
-      rendezvous ? std::min(r.size, kMaxRendezvous) : std::min(r.size, opts_.max_enlarged);
+  // This side's limit decides, whatever the request says (both sides run one mode: the
+  // hello of a peer in another mode is refused).
+  const bool rendezvous = opts_.mode == Mode::Rendezvous;
+  const std::uint32_t size = rendezvous ? std::min({r.size, kMaxRendezvous, opts_.max_message})
+                                        : std::min(r.size, opts_.max_enlarged);
   // Claims 000/15-17, 001/15-17: allocate and register during the communication phase,
   // for this connection only.
   std::string why;
   const std::uint32_t slots =
       opts_.free_small && !rendezvous ? opts_.recv_slots + opts_.send_slots : 0;
-  auto* n = new_region(size, slots, true, &why);
+  auto* n = new_region(size, slots, /*remote_write=*/true, &why);
   if (!n) {
     const bool budget = why.find("budget") != std::string::npos;
     const std::uint64_t avail = opts_.budget ? opts_.budget->available() : 0;
@@ -717,18 +761,23 @@ void Connection::on_enlarge_req(std::uint32_t seq, const EnlargeReq& r) {
     release_if_unused(old);
     stats_.buffers_freed++;
   }
-  event(fmt::format("provisioned a {}-byte buffer (stag {:#010x}) for seq {}", size, n->mr->rkey,
-                    seq));
+  event(fmt::format("provisioned a {}-byte buffer (stag {:#010x}) for seq {}", size,
+                    n->data_mr->rkey, seq));
   control_.push_back(Message{
       .credits = 0,
       .seq = seq,
-      .body = EnlargeAck{size, n->mr->rkey, reinterpret_cast<std::uint64_t>(n->mem.get())}});
+      .body = EnlargeAck{size, n->data_mr->rkey, reinterpret_cast<std::uint64_t>(n->mem.get())}});
 }
 
 void Connection::on_enlarge_ack(const EnlargeAck& a) {
   if (!awaiting_ack_) return protocol_error("EnlargeAck without an EnlargeReq");
+  if (a.size == 0 || a.size > requested_)
+    return protocol_error(
+        fmt::format("EnlargeAck of {} bytes for a request of {}", a.size, requested_));
   awaiting_ack_ = false;
   stats_.enlargements++;
+  // Less than asked: the peer's largest. Later data goes through it in parts.
+  if (a.size < requested_) peer_cap_ = a.size;
   if (opts_.mode == Mode::Rendezvous) {
     remote_ = Remote{a.to, a.stag, a.size};
     token_ = true;
@@ -738,14 +787,19 @@ void Connection::on_enlarge_ack(const EnlargeAck& a) {
   // connection.
   std::string why;
   const std::uint32_t slots = opts_.free_small ? opts_.recv_slots + opts_.send_slots : 0;
-  auto* n = new_region(a.size, slots, true, &why);
+  auto* n = new_region(a.size, slots, /*remote_write=*/false, &why);
   if (!n) {
     event("cannot provision the sending side's buffer: " + why + "; releasing the peer's");
     control_.push_back(Message{.credits = 0, .seq = 0, .body = Release{a.stag}});
-    refused_until_ = std::chrono::steady_clock::now() + opts_.refusal_backoff;
     remote_.reset();
     token_ = false;
     stats_.refusals++;
+    refuse_head();
+    // The peer freed its previous buffer for this one: ours has nothing to pair with.
+    const std::uint32_t old = tx_bulk_rid_;
+    tx_bulk_rid_ = 0;
+    relocate_slots_from(old);
+    release_if_unused(old);
     return;
   }
   const std::uint32_t old = tx_bulk_rid_;
@@ -781,7 +835,7 @@ void Connection::on_done(std::uint32_t seq, const Done& d) {
 
 void Connection::on_release(const Release& r) {
   auto* b = region(rx_bulk_rid_);
-  if (!b || b->mr->rkey != r.stag)
+  if (!b || b->data_mr->rkey != r.stag)
     return protocol_error(
         fmt::format("Release of stag {:#010x}, which is not this side's buffer", r.stag));
   const std::uint32_t old = rx_bulk_rid_;
@@ -808,7 +862,7 @@ void Connection::handle(const Message& m) {
       if (!awaiting_ack_) return protocol_error("EnlargeNak without an EnlargeReq");
       awaiting_ack_ = false;
       stats_.refusals++;
-      refused_until_ = std::chrono::steady_clock::now() + opts_.refusal_backoff;
+      refuse_head();
       return;
     case MsgType::Done:
       return on_done(m.seq, std::get<Done>(m.body));
@@ -837,6 +891,7 @@ void Connection::drain_cq() {
     for (int k = 0; k < n; ++k) complete(wcs[k]);
   }
   pump();
+  reclaim();
 }
 
 void Connection::complete(const ibv_wc& wc) {
@@ -870,7 +925,8 @@ void Connection::complete(const ibv_wc& wc) {
   auto* r = region(wr_rid(wc.wr_id));
   if (!r) return;
   if (kind == kRecv) {
-    if (wc.status == IBV_WC_SUCCESS && state_ == State::Established) {
+    // A message that arrived before the disconnect was seen is still delivered.
+    if (wc.status == IBV_WC_SUCCESS && (state_ == State::Established || state_ == State::Closed)) {
       auto m = decode(ByteSpan(r->slot(wr_slot(wc.wr_id)), wc.byte_len));
       if (!m) {
         protocol_error(m.error().what);

@@ -109,7 +109,7 @@ class Connection {
   std::string setup(verbs::rdma_cm_id* id);  // PD, CQ, QP, small buffer, receives; "" or why
   void set_peer(const Hello& h);
   void set_established();
-  void fail(std::string why);
+  void fail(std::string why, bool disconnect = true);
   void set_closed(std::string why);
   void drain_cq();  // handles every completion on the CQ
   void pump();      // sends what can go, runs the idle timer
@@ -126,7 +126,11 @@ class Connection {
     std::uint32_t rid = 0;
     std::unique_ptr<std::uint8_t[]> mem;
     std::size_t bytes = 0;
-    verbs::ibv_mr* mr = nullptr;
+    // Two registrations of one allocation: the data area (remote write only on a receiver's
+    // enlarged buffer) and the slots (local only), so an STag given to the peer never covers
+    // posted receives or staged Sends.
+    verbs::ibv_mr* data_mr = nullptr;
+    verbs::ibv_mr* slot_mr = nullptr;
     std::size_t data_bytes = 0;  // bulk data area at the start
     std::uint32_t slots = 0;     // slot_size_ each, after the data area
     std::vector<std::uint32_t> free_slots;
@@ -147,7 +151,8 @@ class Connection {
     std::size_t elem = 0;  // cursor: element, offset in it, offset in the message
     std::size_t elem_off = 0;
     std::uint32_t msg_off = 0;
-    bool empty_sent = false;  // a 0-byte message goes as one empty Piece
+    bool empty_sent = false;              // a 0-byte message goes as one empty Piece
+    std::size_t refused_elem = SIZE_MAX;  // the element an enlargement was refused for
   };
   struct Remote {
     std::uint64_t to = 0;
@@ -161,8 +166,11 @@ class Connection {
     std::uint32_t got = 0;
   };
 
-  Region* new_region(std::size_t data_bytes, std::uint32_t slots, bool charge_budget,
+  Region* new_region(std::size_t data_bytes, std::uint32_t slots, bool remote_write,
                      std::string* why);
+  void deregister(Region& r);
+  void reclaim();      // a connection that is over gives back all it registered
+  void refuse_head();  // the head element goes in pieces; back off for the next ones
   void retire(Region* r);
   void maybe_free(Region* r);
   Region* region(std::uint32_t rid);
@@ -224,6 +232,9 @@ class Connection {
   std::optional<Remote> remote_;
   bool token_ = false;  // the peer's enlarged buffer may be written
   bool awaiting_ack_ = false;
+  std::uint32_t requested_ = 0;          // the size the outstanding EnlargeReq asked for
+  std::uint32_t peer_cap_ = 0xffffffff;  // the largest buffer the peer grants
+  bool reclaimed_ = false;
   std::uint32_t writes_in_flight_ = 0;
   std::chrono::steady_clock::time_point refused_until_{};
   std::chrono::steady_clock::time_point last_bulk_{};

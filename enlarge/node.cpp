@@ -101,13 +101,17 @@ std::expected<Connection*, std::string> Node::accept(std::chrono::milliseconds t
   return c;
 }
 
-void Node::accept_request(rdma_cm_event* ev) {
+// Returns an id to destroy once the event is acknowledged (librdmacm waits in
+// rdma_destroy_id for its events' acknowledgements), or nullptr.
+rdma_cm_id* Node::accept_request(rdma_cm_event* ev) {
   auto hello = decode_hello(ev->private_data_storage);
+  if (hello && hello->mode != opts_.mode)
+    hello = std::unexpected(fmt::format("the peer runs the {} mode, this node {}",
+                                        to_string(hello->mode), to_string(opts_.mode)));
   if (!hello) {
     lg().warn("rejected a connection: {}", hello.error());
     rdma_reject(ev->id, nullptr, 0);
-    rdma_destroy_id(ev->id);
-    return;
+    return ev->id;
   }
   conns_.push_back(std::make_unique<Connection>(ctx_, channel_, opts_, next_id_++));
   Connection* c = conns_.back().get();
@@ -116,8 +120,8 @@ void Node::accept_request(rdma_cm_event* ev) {
   if (auto why = c->setup(ev->id); !why.empty()) {
     lg().warn("rejected a connection: {}", why);
     rdma_reject(ev->id, nullptr, 0);
-    c->fail(why);
-    return;
+    c->fail(why, /*disconnect=*/false);
+    return nullptr;
   }
   rdma_conn_param p;
   p.private_data = hello_.data();
@@ -125,16 +129,22 @@ void Node::accept_request(rdma_cm_event* ev) {
   p.responder_resources = 1;  // the protocol uses no RDMA Read
   p.initiator_depth = 1;
   if (rdma_accept(ev->id, &p) != 0) c->fail("rdma_accept failed: " + ibv_last_error());
+  return nullptr;
 }
 
-void Node::handle_cm_event(rdma_cm_event* ev) {
+rdma_cm_id* Node::handle_cm_event(rdma_cm_event* ev) {
   if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) return accept_request(ev);
   auto* c = ev->id ? static_cast<Connection*>(ev->id->context) : nullptr;
   if (!c) {
     // An id made for a connection that failed before it was offered to us.
-    if (ev->id && ev->id != listen_id_) rdma_destroy_id(ev->id);
-    return;
+    return ev->id && ev->id != listen_id_ ? ev->id : nullptr;
   }
+  handle_connection_event(*c, ev);
+  return nullptr;
+}
+
+void Node::handle_connection_event(Connection& conn, rdma_cm_event* ev) {
+  Connection* c = &conn;
   switch (ev->event) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
       rdma_resolve_route(ev->id, 2000);
@@ -154,6 +164,9 @@ void Node::handle_cm_event(rdma_cm_event* ev) {
       if (client) {
         auto hello = decode_hello(ev->private_data_storage);
         if (!hello) return c->fail("the server's reply: " + hello.error());
+        if (hello->mode != opts_.mode)
+          return c->fail(fmt::format("the server runs the {} mode, this side {}",
+                                     to_string(hello->mode), to_string(opts_.mode)));
         c->set_peer(*hello);
       }
       c->set_established();
@@ -162,6 +175,7 @@ void Node::handle_cm_event(rdma_cm_event* ev) {
       return;
     }
     case RDMA_CM_EVENT_DISCONNECTED:
+      c->drain_cq();  // what arrived before the disconnect is delivered first
       return c->set_closed("the peer disconnected" + (ev->detail.empty() ? "" : ": " + ev->detail));
     case RDMA_CM_EVENT_REJECTED:
     case RDMA_CM_EVENT_UNREACHABLE:
@@ -202,8 +216,9 @@ void Node::progress(std::chrono::milliseconds timeout) {
   for (;;) {
     rdma_cm_event* ev = nullptr;
     if (rdma_get_cm_event(ech_, &ev, 0) != 0) break;
-    handle_cm_event(ev);
+    rdma_cm_id* dead = handle_cm_event(ev);
     rdma_ack_cm_event(ev);
+    if (dead) rdma_destroy_id(dead);
   }
   if (timers)
     for (auto& c : conns_)

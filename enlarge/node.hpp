@@ -53,8 +53,9 @@ class Node {
 
  private:
   explicit Node(Options opts);
-  void handle_cm_event(verbs::rdma_cm_event* ev);
-  void accept_request(verbs::rdma_cm_event* ev);
+  verbs::rdma_cm_id* handle_cm_event(verbs::rdma_cm_event* ev);
+  void handle_connection_event(Connection& c, verbs::rdma_cm_event* ev);
+  verbs::rdma_cm_id* accept_request(verbs::rdma_cm_event* ev);
 
   Options opts_;
   verbs::ibv_context* ctx_ = nullptr;

@@ -1,5 +1,6 @@
 // The buffer-enlargement protocol (seeds 000-002) over the verbs shim, two nodes in this
 // process talking over 127.0.0.1: every phase, iovec thresholds, refusal, both directions.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -52,7 +53,7 @@ struct Pair {
     while (!done()) {
       if (std::chrono::steady_clock::now() > deadline) return false;
       server->progress(1ms);
-      client->progress(1ms);
+      if (client) client->progress(1ms);
     }
     return true;
   }
@@ -580,6 +581,125 @@ TEST(Enlarge, TinySlotsAndBufferChurnNeverStall) {
   }
 }
 
+// Seed 000 claim 14: enlarged buffers stay within 1,000-200,000 bytes (what a small element
+// asks for is raised to the minimum; a large one is capped at the maximum and sent in parts).
+TEST(Enlarge, Claims000_14_EnlargedSizesStayWithinTheSeedsRange) {
+  Options o;
+  o.threshold = 200;
+  Pair p(o, o);
+  auto small = pattern(500, 50), big = pattern(450000, 51);
+  ASSERT_TRUE(p.c[0]->post(small));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, small);
+  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 1000u);
+  ASSERT_TRUE(p.c[0]->post(big));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, big);
+  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 200000u);
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 1u + 3u);
+}
+
+// The server sends first and the client never sends: the client node's first FPDU (a Credit
+// returning nothing) opens the way, as RFC 5044 §7.1.2 makes the responder wait for it.
+TEST(Enlarge, ServerMaySendFirst) {
+  Pair p;
+  auto msg = pattern(50000, 60);
+  ASSERT_TRUE(p.s[0]->post(msg));
+  auto got = p.collect(p.c[0], 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].data, msg);
+  EXPECT_EQ(p.c[0]->stats().messages_sent, 0u);
+}
+
+// Two sides with different maximums: the receiver grants its own, the sender writes in parts
+// of that size (and does not ask again and again).
+TEST(Enlarge, SmallerMaximumAtTheReceiverMeansParts) {
+  Options so;
+  so.max_enlarged = 50000;
+  Pair p(so, {});
+  auto a = pattern(100000, 52), b = pattern(120000, 53);
+  ASSERT_TRUE(p.c[0]->post(a));
+  ASSERT_TRUE(p.c[0]->post(b));
+  auto got = p.collect(p.s[0], 2);
+  ASSERT_EQ(got.size(), 2u) << p.c[0]->error() << p.s[0]->error();
+  EXPECT_EQ(got[0].data, a);
+  EXPECT_EQ(got[1].data, b);
+  EXPECT_EQ(p.c[0]->stats().enlarge_requests, 1u);
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 2u + 3u);
+  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 50000u);
+}
+
+// A refusal with no back-off at all: the refused element still goes (in pieces), once.
+TEST(Enlarge, RefusalWithoutBackoffStillSendsThePieces) {
+  Options so, co;
+  so.budget = std::make_shared<Budget>(8 * 1024 + 1000);
+  co.refusal_backoff = 0ms;
+  Pair p(so, co);
+  std::vector<Bytes> sent = {pattern(30000, 54), pattern(20000, 55), pattern(10, 56)};
+  for (const auto& m : sent) ASSERT_TRUE(p.c[0]->post(m));
+  auto got = p.collect(p.s[0], 3);
+  ASSERT_EQ(got.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i].data, sent[i]);
+  EXPECT_EQ(p.c[0]->stats().refusals, 2u);  // asked once per large element
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 0u);
+}
+
+// Register-per-message with a sender over its own budget: the receiver's buffer goes back and
+// the message goes in pieces.
+TEST(Enlarge, RendezvousSenderOverBudgetFallsBackToPieces) {
+  Options so, co;
+  so.mode = co.mode = Mode::Rendezvous;
+  co.budget = std::make_shared<Budget>(8 * 1024 + 100);
+  co.refusal_backoff = 0ms;
+  Pair p(so, co);
+  auto msg = pattern(30000, 57);
+  ASSERT_TRUE(p.c[0]->post(msg));
+  ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, msg);
+  ASSERT_TRUE(p.drive([&] { return p.s[0]->registered_bytes() == 8u * 1024u; }, 2s));
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 0u);
+  EXPECT_EQ(co.budget->used(), 8u * 1024u);
+}
+
+// Both sides must run the same mode: a connection between two modes is refused with the
+// reason, from the node and from a bare peer alike.
+TEST(Enlarge, PeersInAnotherModeAreRefused) {
+  Options so, co;
+  co.mode = Mode::Rendezvous;
+  auto server = std::move(*Node::create(so));
+  auto client = std::move(*Node::create(co));
+  const std::uint16_t port = *server->listen("127.0.0.1", 0);
+  Connection* c = client->connect_async("127.0.0.1", port);
+  for (int i = 0; i < 5000 && c->state() == Connection::State::Connecting; ++i) {
+    client->progress(1ms);
+    server->progress(1ms);
+  }
+  EXPECT_EQ(c->state(), Connection::State::Failed);
+  EXPECT_NE(c->error().find("REJECTED"), std::string::npos) << c->error();
+  EXPECT_EQ(server->size(), 0u);
+}
+
+// A connection that is over gives back everything it registered, budget included.
+TEST(Enlarge, ClosedConnectionGivesItsMemoryBack) {
+  Options so;
+  so.budget = std::make_shared<Budget>();
+  auto p = std::make_unique<Pair>(so, Options{}, 2);
+  auto msg = pattern(150000, 58);
+  ASSERT_TRUE(p->c[0]->post(msg));
+  ASSERT_EQ(p->collect(p->s[0], 1).at(0).data, msg);
+  EXPECT_EQ(so.budget->used(), 2u * 8u * 1024u + 150000u);
+  auto* s0 = p->s[0];
+  auto* s1 = p->s[1];
+  p->client.reset();  // the client process goes away: both connections close
+  ASSERT_TRUE(p->drive(
+      [&] {
+        p->server->progress(1ms);
+        return s0->state() != Connection::State::Established &&
+               s1->state() != Connection::State::Established && so.budget->used() == 0;
+      },
+      5s))
+      << so.budget->used();
+  EXPECT_EQ(s0->registered_bytes(), 0u);
+  EXPECT_EQ(p->server->registered_bytes(), 0u);
+}
+
 // The client may send the moment it is established; its first message can complete at the
 // server before the server has handled its own ESTABLISHED event. It is kept, not dropped.
 TEST(Enlarge, FirstMessageBeforeTheServersEstablishedEventIsKept) {
@@ -717,6 +837,44 @@ TEST(Enlarge, DoneBeyondTheBufferAndHugeMessagesAreProtocolErrors) {
   EXPECT_EQ(node.at(1).error(),
             "protocol error from the peer: message seq 1 of 4294967295 bytes: this side takes "
             "at most 1073741824");
+}
+
+// The peer acknowledges what was not asked: nothing, or far more than asked (which would
+// make the sender register gigabytes). Both are protocol errors; nothing is registered.
+TEST(Enlarge, AcknowledgementsOfTheWrongSizeAreProtocolErrors) {
+  for (std::uint32_t size : {0u, 0xF0000000u}) {
+    DrivenNode server;
+    RawPeer peer;
+    ASSERT_TRUE(peer.ep.connect("127.0.0.1", server.port));
+    Connection* c = nullptr;
+    for (int i = 0; i < 500 && !c; ++i) {
+      std::this_thread::sleep_for(2ms);
+      if (server.node->size() == 1 && server.node->at(0).state() == Connection::State::Established)
+        c = &server.node->at(0);
+    }
+    ASSERT_NE(c, nullptr);
+    // The initiator speaks first (RFC 5044 §7.1.2), then the node may send.
+    ASSERT_TRUE(peer.send({.credits = 0, .seq = 0, .body = Credit{}}));
+    // The node posts from its own thread only: stop it, post, start driving again.
+    Node& node = server.stopped();
+    ASSERT_TRUE(c->post(pattern(30000, 59)));
+    std::atomic<bool> stop{false};
+    std::thread driver([&] {
+      while (!stop) node.progress(2ms);
+    });
+    auto req = peer.ep.wait(peer.ep.recv_cq());  // the node's EnlargeReq
+    EXPECT_TRUE(req && req->status == verbs::IBV_WC_SUCCESS)
+        << (req ? verbs::ibv_wc_status_str(req->status) : req.error());
+    ASSERT_TRUE(peer.send({.credits = 1, .seq = 1, .body = EnlargeAck{size, 0x1234, 0x1000}}));
+    EXPECT_TRUE(peer.ep.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
+    stop = true;
+    driver.join();
+    EXPECT_EQ(c->state(), Connection::State::Failed);
+    EXPECT_EQ(c->error(), fmt::format("protocol error from the peer: EnlargeAck of {} bytes for a "
+                                      "request of 30000",
+                                      size));
+    EXPECT_LE(c->stats().peak_registered, 8u * 1024u);
+  }
 }
 
 // A hostile peer: seeded random sequences of protocol messages, valid and not (wrong seqs,

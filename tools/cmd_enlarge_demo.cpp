@@ -267,8 +267,15 @@ int run(DemoOptions& o) {
     }
     n.progress(10ms);
   }
+  // What every connection holds at the end of the run (a closed connection gives it all back).
+  std::vector<std::uint64_t> final_registered;
+  auto snapshot = [&] {
+    final_registered.clear();
+    for (auto* k : conns) final_registered.push_back(k->registered_bytes());
+  };
   // The server says it has everything; the client waits for that before it closes.
   if (o.server) {
+    snapshot();  // before the client hears from us and closes
     (void)c.post(as_bytes(std::string("all received")));
     (void)n.flush(c, deadline_step);
     const auto until = Clock::now() + deadline_step;
@@ -281,6 +288,7 @@ int run(DemoOptions& o) {
                 << "\n";
       return 1;
     }
+    snapshot();
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!o.quiet) {
@@ -297,10 +305,10 @@ int run(DemoOptions& o) {
         "{}: receiving side: {} buffer(s) provisioned, {} freed, {} refused; small buffer freed "
         "{} time(s); registered now {} (peak {})\n",
         me, s.buffers_provisioned, s.buffers_freed, s.refusals_sent, s.small_freed,
-        human(c.registered_bytes()), human(s.peak_registered));
+        human(final_registered[0]), human(s.peak_registered));
     for (std::size_t i = 0; i < conns.size(); ++i)
       std::cout << fmt::format("{}: connection {}: registered {} -> {}{}\n", me, i + 1,
-                               human(idle_before[i]), human(conns[i]->registered_bytes()),
+                               human(idle_before[i]), human(final_registered[i]),
                                i == 0 ? " (carried the stream)" : " (idle)");
   }
   return 0;
