@@ -60,6 +60,7 @@ std::string validate(const Options& o) {
     return fmt::format("{} send slots: 2-1024", o.send_slots);
   if (o.min_enlarged == 0 || o.min_enlarged > o.max_enlarged)
     return fmt::format("enlarged sizes {}-{}: need 0 < min <= max", o.min_enlarged, o.max_enlarged);
+  if (o.depth < 1 || o.depth > 64) return fmt::format("depth {}: 1-64", o.depth);
   if (o.free_small && o.mode != Mode::Enlarge)
     return "freeing the small buffer goes with the enlarge mode only";
   return "";
@@ -613,7 +614,7 @@ bool Connection::send_bulk(Outgoing& o) {
                         chunk, remote_->stag, remote_->to));
     send_message(Message{.credits = 0,
                          .seq = o.seq,
-                         .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk)}});
+                         .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk), 0}});
     remote_.reset();
     token_ = false;
     stats_.bulk_writes++;
@@ -628,8 +629,10 @@ bool Connection::send_bulk(Outgoing& o) {
   const auto want = static_cast<std::uint32_t>(std::min<std::size_t>(remaining, cap));
   if (!remote_ || remote_->size < want) {
     if (awaiting_ack_) return false;
-    // Grow at least twofold, so a stream of growing messages does not ask every time.
-    std::uint64_t size = std::max<std::uint64_t>(want, remote_ ? 2ull * remote_->size : 0);
+    // Room for `depth` of these at once, and at least twice the old buffer, so a stream of
+    // growing messages does not ask every time.
+    std::uint64_t size = std::max<std::uint64_t>(std::uint64_t{want} * opts_.depth,
+                                                 remote_ ? 2ull * remote_->size : 0);
     size = std::clamp<std::uint64_t>(size, std::min(opts_.min_enlarged, cap), cap);
     if (!send_message(Message{
             .credits = 0, .seq = o.seq, .body = EnlargeReq{static_cast<std::uint32_t>(size)}}))
@@ -639,16 +642,22 @@ bool Connection::send_bulk(Outgoing& o) {
     stats_.enlarge_requests++;
     return true;
   }
-  if (!token_ || writes_in_flight_ > 0 || !can_send(false)) return false;
+  if (!can_send(false)) return false;
   auto* b = region(tx_bulk_rid_);
-  const std::size_t chunk = std::min<std::size_t>({remaining, remote_->size, b->data_bytes});
+  // The peer's buffer is used as a ring: chunks go at successive offsets and each Ready frees
+  // the oldest, so several Writes are in flight. An element larger than the buffer goes in
+  // halves, so that one half is copied out while the next is written.
+  const std::size_t size = std::min<std::size_t>(remote_->size, b->data_bytes);
+  const std::size_t chunk = remaining <= size ? remaining : std::max<std::size_t>(size / 2, 1);
+  std::uint32_t at = 0;
+  if (!ring_place(chunk, size, &at)) return false;
   // Claim 7: copy from the source into the larger registered buffer, then RDMA Write it.
-  std::memcpy(b->mem.get(), e.data() + o.elem_off, chunk);
+  std::memcpy(b->mem.get() + at, e.data() + o.elem_off, chunk);
   if (post_one(qp_, {.op = IBV_WR_RDMA_WRITE,
-                     .addr = b->mem.get(),
+                     .addr = b->mem.get() + at,
                      .len = static_cast<std::uint32_t>(chunk),
                      .lkey = b->data_mr->lkey,
-                     .remote_addr = remote_->to,
+                     .remote_addr = remote_->to + at,
                      .rkey = remote_->stag,
                      .flags = IBV_SEND_SIGNALED,
                      .wr_id = make_wr_id(kWrite, b->rid, 0),
@@ -660,15 +669,18 @@ bool Connection::send_bulk(Outgoing& o) {
   }
   b->busy++;
   writes_in_flight_++;
+  ring_.push_back(Chunk{at, static_cast<std::uint32_t>(chunk)});
+  ring_head_ = at + static_cast<std::uint32_t>(chunk);
+  stats_.most_writes_unanswered =
+      std::max<std::uint64_t>(stats_.most_writes_unanswered, ring_.size());
   if (on_event)
     event(fmt::format("tx RDMA Write len={} stag={:#010x} to={:#x}", chunk, remote_->stag,
-                      remote_->to));
+                      remote_->to + at));
   // Completion by message: the Done follows the Write on the same QP, and RDMAP completes it
   // only after the Write is placed (RFC 5040 §5.5), so the receiver never polls data.
   send_message(Message{.credits = 0,
                        .seq = o.seq,
-                       .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk)}});
-  token_ = false;
+                       .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk), at}});
   last_bulk_ = std::chrono::steady_clock::now();
   stats_.bulk_writes++;
   stats_.bulk_bytes += chunk;
@@ -677,8 +689,28 @@ bool Connection::send_bulk(Outgoing& o) {
   return true;
 }
 
+// Where a chunk of n bytes goes in the peer's buffer of `size` bytes, if it fits now: after
+// the newest chunk, or at the start when the end is too short and the start is free.
+bool Connection::ring_place(std::size_t n, std::size_t size, std::uint32_t* at) const {
+  if (ring_.empty()) {
+    *at = 0;
+    return n <= size;
+  }
+  const std::size_t oldest = ring_.front().at;
+  if (ring_head_ > oldest) {  // free: [head, size) and [0, oldest)
+    if (ring_head_ + n <= size) {
+      *at = ring_head_;
+      return true;
+    }
+    *at = 0;
+    return n <= oldest;
+  }
+  *at = ring_head_;  // wrapped: free [head, oldest)
+  return ring_head_ + n <= oldest;
+}
+
 void Connection::maybe_shrink() {
-  if (opts_.mode != Mode::Enlarge || opts_.idle_shrink.count() == 0 || !remote_ || !token_ ||
+  if (opts_.mode != Mode::Enlarge || opts_.idle_shrink.count() == 0 || !remote_ || !ring_.empty() ||
       awaiting_ack_ || writes_in_flight_ > 0 || !queue_.empty())
     return;
   if (std::chrono::steady_clock::now() - last_bulk_ < opts_.idle_shrink) return;
@@ -687,7 +719,6 @@ void Connection::maybe_shrink() {
   event(fmt::format("idle for {} ms: released the peer's {}-byte buffer", opts_.idle_shrink.count(),
                     remote_->size));
   remote_.reset();
-  token_ = false;
   const std::uint32_t old = tx_bulk_rid_;
   tx_bulk_rid_ = 0;
   relocate_slots_from(old);
@@ -783,6 +814,10 @@ void Connection::on_enlarge_ack(const EnlargeAck& a) {
     token_ = true;
     return;
   }
+  // The receiver answers every Done before it acts on a later EnlargeReq (it frees the old
+  // buffer then), so nothing written to the old buffer is still unanswered.
+  if (!ring_.empty())
+    return protocol_error(fmt::format("EnlargeAck while {} Done(s) are unanswered", ring_.size()));
   // Claim 001/1: the sender provisions and registers its own larger buffer for this
   // connection.
   std::string why;
@@ -792,7 +827,6 @@ void Connection::on_enlarge_ack(const EnlargeAck& a) {
     event("cannot provision the sending side's buffer: " + why + "; releasing the peer's");
     control_.push_back(Message{.credits = 0, .seq = 0, .body = Release{a.stag}});
     remote_.reset();
-    token_ = false;
     stats_.refusals++;
     refuse_head();
     // The peer freed its previous buffer for this one: ours has nothing to pair with.
@@ -810,18 +844,18 @@ void Connection::on_enlarge_ack(const EnlargeAck& a) {
     release_if_unused(old);
   }
   remote_ = Remote{a.to, a.stag, a.size};
-  token_ = true;
+  ring_head_ = 0;
   last_bulk_ = std::chrono::steady_clock::now();
 }
 
 void Connection::on_done(std::uint32_t seq, const Done& d) {
   auto* b = region(rx_bulk_rid_);
   if (!b) return protocol_error(fmt::format("Done for seq {} with no enlarged buffer", seq));
-  if (d.length > b->data_bytes)
+  if (std::uint64_t{d.at} + d.length > b->data_bytes)
     return protocol_error(
-        fmt::format("Done of {} bytes into a {}-byte buffer", d.length, b->data_bytes));
+        fmt::format("Done of {} bytes at {} of a {}-byte buffer", d.length, d.at, b->data_bytes));
   // Claim 000/19: copy the data from the provisioned buffer to its destination.
-  deliver_part(seq, d.total, d.offset, ByteSpan(b->mem.get(), d.length));
+  deliver_part(seq, d.total, d.offset, ByteSpan(b->mem.get() + d.at, d.length));
   if (state_ != State::Established) return;
   if (peer_.mode == Mode::Rendezvous) {
     const std::uint32_t old = rx_bulk_rid_;
@@ -830,7 +864,13 @@ void Connection::on_done(std::uint32_t seq, const Done& d) {
     stats_.buffers_freed++;
     return;
   }
-  control_.push_back(Message{.credits = 0, .seq = seq, .body = Ready{}});
+  // Copied out: that part of the buffer is free. Readys still waiting to go are merged.
+  if (!control_.empty() && control_.back().type() == MsgType::Ready) {
+    std::get<Ready>(control_.back().body).count++;
+    control_.back().seq = seq;
+  } else {
+    control_.push_back(Message{.credits = 0, .seq = seq, .body = Ready{1}});
+  }
 }
 
 void Connection::on_release(const Release& r) {
@@ -866,10 +906,14 @@ void Connection::handle(const Message& m) {
       return;
     case MsgType::Done:
       return on_done(m.seq, std::get<Done>(m.body));
-    case MsgType::Ready:
-      if (!remote_ || token_) return protocol_error("Ready while no write was outstanding");
-      token_ = true;
+    case MsgType::Ready: {
+      const std::uint32_t n = std::get<Ready>(m.body).count;
+      if (n > ring_.size())
+        return protocol_error(
+            fmt::format("Ready for {} Done(s) while {} are unanswered", n, ring_.size()));
+      ring_.erase(ring_.begin(), ring_.begin() + n);
       return;
+    }
     case MsgType::Release:
       return on_release(std::get<Release>(m.body));
     case MsgType::Credit:

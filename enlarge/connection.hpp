@@ -41,6 +41,7 @@ struct Stats {
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   std::uint64_t pieces_sent = 0, pieces_received = 0;
   std::uint64_t bulk_writes = 0, bulk_bytes = 0;  // RDMA Writes into the peer's buffer
+  std::uint64_t most_writes_unanswered = 0;       // the ring's deepest: Writes awaiting Ready
   std::uint64_t enlarge_requests = 0;             // EnlargeReq sent
   std::uint64_t enlargements = 0;                 // EnlargeAck received (sender side)
   std::uint64_t refusals = 0;                     // EnlargeNak received
@@ -194,6 +195,7 @@ class Connection {
   bool element_is_bulk(const Outgoing& o) const;
   bool send_piece(Outgoing& o);
   bool send_bulk(Outgoing& o);
+  bool ring_place(std::size_t n, std::size_t size, std::uint32_t* at) const;
   void maybe_shrink();
   void protocol_error(std::string why);
   void event(const std::string& what);
@@ -230,7 +232,13 @@ class Connection {
   std::deque<Outgoing> queue_;
   std::uint32_t next_seq_ = 1;
   std::optional<Remote> remote_;
-  bool token_ = false;  // the peer's enlarged buffer may be written
+  bool token_ = false;  // Rendezvous: the peer's one-message buffer may be written
+  // Enlarge: the peer's buffer as a ring of written, unanswered chunks (oldest first).
+  struct Chunk {
+    std::uint32_t at = 0, len = 0;
+  };
+  std::deque<Chunk> ring_;
+  std::uint32_t ring_head_ = 0;  // where the newest chunk ends
   bool awaiting_ack_ = false;
   std::uint32_t requested_ = 0;          // the size the outstanding EnlargeReq asked for
   std::uint32_t peer_cap_ = 0xffffffff;  // the largest buffer the peer grants

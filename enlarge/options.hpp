@@ -32,7 +32,10 @@ struct Options {
   // Data (a message, or an iovec element) larger than this goes through an enlarged buffer;
   // 0 means "what fits in one slot" (slot_size minus the 16-octet Piece header).
   std::uint32_t threshold = 0;
-  std::uint32_t min_enlarged = 1000;    // the smallest buffer an enlargement asks for
+  std::uint32_t min_enlarged = 1000;  // the smallest buffer an enlargement asks for
+  // An enlargement asks for room for this many pieces of the data that needed it (within
+  // min/max): the buffer is a ring, so that many RDMA Writes can be in flight at once.
+  std::uint32_t depth = 4;
   std::uint32_t max_enlarged = 200000;  // the largest; bigger data goes through it in parts
   // Once enlarged, move the connection's slots into the enlarged buffer and unregister and
   // free the small pre-registered buffer (seed 000 claims 6 and 18).

@@ -55,8 +55,9 @@ std::size_t encoded_size(const Message& m) {
         if constexpr (std::is_same_v<T, EnlargeReq>) return kHeaderBytes + 4;
         if constexpr (std::is_same_v<T, EnlargeAck>) return kHeaderBytes + 16;
         if constexpr (std::is_same_v<T, EnlargeNak>) return kHeaderBytes + 8;
-        if constexpr (std::is_same_v<T, Done>) return kHeaderBytes + 12;
-        if constexpr (std::is_same_v<T, Release> || std::is_same_v<T, Cycle>)
+        if constexpr (std::is_same_v<T, Done>) return kHeaderBytes + 16;
+        if constexpr (std::is_same_v<T, Release> || std::is_same_v<T, Cycle> ||
+                      std::is_same_v<T, Ready>)
           return kHeaderBytes + 4;
         return kHeaderBytes;  // Ready, Credit
       },
@@ -92,6 +93,9 @@ std::size_t encode(const Message& m, MutableByteSpan out) {
           store_be32(p, b.total);
           store_be32(p + 4, b.offset);
           store_be32(p + 8, b.length);
+          store_be32(p + 12, b.at);
+        } else if constexpr (std::is_same_v<T, Ready>) {
+          store_be32(p, b.count);
         } else if constexpr (std::is_same_v<T, Release>) {
           store_be32(p, b.stag);
         } else if constexpr (std::is_same_v<T, Cycle>) {
@@ -164,11 +168,12 @@ std::expected<Message, DecodeError> decode(ByteSpan wire) {
       return m;
     }
     case MsgType::Done: {
-      if (!fixed(12)) return wrong_size("Done", 12);
+      if (!fixed(16)) return wrong_size("Done", 16);
       Done d;
       d.total = r.be32();
       d.offset = r.be32();
       d.length = r.be32();
+      d.at = r.be32();
       if (std::uint64_t{d.offset} + d.length > d.total)
         return fail(fmt::format("Done offset {} + length {} runs past total {}", d.offset, d.length,
                                 d.total));
@@ -176,8 +181,9 @@ std::expected<Message, DecodeError> decode(ByteSpan wire) {
       return m;
     }
     case MsgType::Ready:
-      if (!fixed(0)) return wrong_size("Ready", 0);
-      m.body = Ready{};
+      if (!fixed(4)) return wrong_size("Ready", 4);
+      m.body = Ready{r.be32()};
+      if (std::get<Ready>(m.body).count == 0) return fail("Ready for 0 Dones");
       return m;
     case MsgType::Release:
       if (!fixed(4)) return wrong_size("Release", 4);
@@ -207,7 +213,8 @@ std::string describe(const Message& m) {
         if constexpr (std::is_same_v<T, EnlargeNak>)
           return fmt::format(" reason=\"{}\" limit={}", to_string(b.reason), b.limit);
         if constexpr (std::is_same_v<T, Done>)
-          return fmt::format(" total={} offset={} len={}", b.total, b.offset, b.length);
+          return fmt::format(" total={} offset={} len={} at={}", b.total, b.offset, b.length, b.at);
+        if constexpr (std::is_same_v<T, Ready>) return fmt::format(" count={}", b.count);
         if constexpr (std::is_same_v<T, Release>) return fmt::format(" stag={:#010x}", b.stag);
         if constexpr (std::is_same_v<T, Cycle>) return fmt::format(" count={}", b.count);
         return "";

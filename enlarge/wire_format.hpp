@@ -30,7 +30,7 @@ enum class MsgType : std::uint8_t {
   EnlargeAck = 3,  // provisioned: TO, STag and size of the buffer (000/16, 001/2, 001/21)
   EnlargeNak = 4,  // cannot allocate or register: send in pieces instead
   Done = 5,        // the RDMA Write of a bulk part is complete: copy it out (000/19)
-  Ready = 6,       // the enlarged buffer's contents were copied out: it may be written again
+  Ready = 6,       // Dones copied out: their part of the enlarged buffer may be written again
   Release = 7,     // the sender no longer uses the enlarged buffer: unregister and free it
   Credit = 8,      // receive slots reposted, with nothing else to carry the count
   Cycle = 9,       // "send me this many Credits": receives posted in a buffer being freed
@@ -61,9 +61,12 @@ struct EnlargeNak {
 struct Done {
   std::uint32_t total = 0;   // the whole message's length
   std::uint32_t offset = 0;  // where the written bytes go in the message
-  std::uint32_t length = 0;  // bytes written at the buffer's start
+  std::uint32_t length = 0;  // bytes written
+  std::uint32_t at = 0;      // where in the enlarged buffer they were written
 };
-struct Ready {};
+struct Ready {
+  std::uint32_t count = 1;  // Dones copied out (the oldest first): their space is free again
+};
 struct Release {
   std::uint32_t stag = 0;
 };

@@ -102,8 +102,8 @@ TEST(EnlargeWire, EveryMessageRoundTrips) {
       {.credits = 0, .seq = 8, .body = EnlargeReq{70000}},
       {.credits = 1, .seq = 8, .body = EnlargeAck{70000, 0x12345678, 0x7f0000001000}},
       {.credits = 2, .seq = 9, .body = EnlargeNak{NakReason::Budget, 4096}},
-      {.credits = 0, .seq = 8, .body = Done{70000, 0, 65536}},
-      {.credits = 4, .seq = 8, .body = Ready{}},
+      {.credits = 0, .seq = 8, .body = Done{70000, 0, 65536, 4096}},
+      {.credits = 4, .seq = 8, .body = Ready{3}},
       {.credits = 0, .seq = 0, .body = Release{0xabcdef01}},
       {.credits = 5, .seq = 0, .body = Credit{}},
       {.credits = 0, .seq = 0, .body = Cycle{4}}};
@@ -147,8 +147,9 @@ TEST(EnlargeWire, BadBytesSayWhatIsWrong) {
   EXPECT_NE(err(p).find("runs past total 10"), std::string::npos);
   EXPECT_NE(err({1, 4, 0, 0, 0, 0, 0, 1, 9, 0, 0, 0, 0, 0, 0, 0}).find("reason 9"),
             std::string::npos);
-  EXPECT_NE(err(encode(Message{.credits = 0, .seq = 1, .body = Done{10, 5, 6}})).find("past total"),
-            std::string::npos);
+  EXPECT_NE(
+      err(encode(Message{.credits = 0, .seq = 1, .body = Done{10, 5, 6, 0}})).find("past total"),
+      std::string::npos);
 }
 
 TEST(EnlargeWire, HelloCarriesSlotsAndMode) {
@@ -213,10 +214,11 @@ TEST(Enlarge, Claims001_1_8_15_OnlyTheConnectionThatNeededItGrows) {
     EXPECT_EQ(p.c[i]->registered_bytes(), c_before[i]) << i;
     EXPECT_EQ(p.s[i]->rx_enlarged_size(), 0u);
   }
-  EXPECT_EQ(p.s[2]->registered_bytes(), s_before[2] + 100000);
-  EXPECT_EQ(p.c[2]->registered_bytes(), c_before[2] + 100000);
+  // Room for 4 such messages, capped at 200,000 bytes, on both sides of that connection.
+  EXPECT_EQ(p.s[2]->registered_bytes(), s_before[2] + 200000);
+  EXPECT_EQ(p.c[2]->registered_bytes(), c_before[2] + 200000);
   // The device's own table agrees: it grew by exactly the one enlarged buffer.
-  EXPECT_EQ(dev_s->memory().registered_bytes() - dev_before, 100000u);
+  EXPECT_EQ(dev_s->memory().registered_bytes() - dev_before, 200000u);
   EXPECT_EQ(p.s[2]->stats().buffers_provisioned, 1u);
 }
 
@@ -237,15 +239,15 @@ TEST(Enlarge, Claims000_1_2_3_5_7_16_19_ControlAckWriteDoneCopyOut) {
     return -1;
   };
   // Sender: request, acknowledgement (with TO and STag), then Done after the Write.
-  const int req = find(tx_events, "tx EnlargeReq seq=1 size=5000");
-  const int ack = find(tx_events, "rx EnlargeAck seq=1 size=5000 stag=");
+  const int req = find(tx_events, "tx EnlargeReq seq=1 size=20000");  // room for 4
+  const int ack = find(tx_events, "rx EnlargeAck seq=1 size=20000 stag=");
   const int done = find(tx_events, "tx Done seq=1 total=5000 offset=0 len=5000");
   ASSERT_GE(req, 0);
   ASSERT_GT(ack, req);
   ASSERT_GT(done, ack);
   EXPECT_NE(tx_events[ack].find(" to=0x"), std::string::npos);
   // Receiver: provisioned during the communication phase, answered, copied out on Done.
-  const int prov = find(rx_events, "provisioned a 5000-byte buffer");
+  const int prov = find(rx_events, "provisioned a 20000-byte buffer");
   ASSERT_GE(prov, 0);
   EXPECT_GT(find(rx_events, "tx EnlargeAck seq=1"), prov);
   EXPECT_GT(find(rx_events, "tx Ready seq=1"), find(rx_events, "rx Done seq=1"));
@@ -254,7 +256,7 @@ TEST(Enlarge, Claims000_1_2_3_5_7_16_19_ControlAckWriteDoneCopyOut) {
   // Seed 000 claim 14: 100-2,000 byte pre-registered, 1,000-200,000 enlarged.
   EXPECT_GE(p.s[0]->options().slot_size, 100u);
   EXPECT_LE(p.s[0]->options().slot_size, 2000u);
-  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 5000u);
+  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 20000u);
 }
 
 // Phases: reuse, re-enlarge (previous freed), larger than the maximum (in parts).
@@ -263,7 +265,7 @@ TEST(Enlarge, PhasesReuseReEnlargeAndPartsBeyondTheMaximum) {
   auto a = pattern(3000, 6), b = pattern(2500, 7), c = pattern(20000, 8), d = pattern(450000, 9);
   ASSERT_TRUE(p.c[0]->post(a));
   ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, a);
-  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 3000u);
+  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 12000u);  // room for 4 such
   // Reuse: a message that fits asks for nothing.
   ASSERT_TRUE(p.c[0]->post(b));
   ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, b);
@@ -274,14 +276,34 @@ TEST(Enlarge, PhasesReuseReEnlargeAndPartsBeyondTheMaximum) {
   ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, c);
   EXPECT_EQ(p.c[0]->stats().enlarge_requests, 2u);
   EXPECT_EQ(p.s[0]->stats().buffers_freed, 1u);
-  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 20000u);
-  EXPECT_EQ(p.s[0]->registered_bytes(), 8u * 1024u + 20000u);
-  EXPECT_EQ(p.c[0]->registered_bytes(), 8u * 1024u + 20000u);
+  EXPECT_EQ(p.s[0]->rx_enlarged_size(), 80000u);
+  EXPECT_EQ(p.s[0]->registered_bytes(), 8u * 1024u + 80000u);
+  EXPECT_EQ(p.c[0]->registered_bytes(), 8u * 1024u + 80000u);
   // Beyond the 200,000-byte maximum: the largest buffer, written in parts.
   ASSERT_TRUE(p.c[0]->post(d));
   ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, d);
   EXPECT_EQ(p.s[0]->rx_enlarged_size(), 200000u);
-  EXPECT_EQ(p.c[0]->stats().bulk_writes, 3u + 3u);  // 200,000 + 200,000 + 50,000
+  EXPECT_EQ(p.c[0]->stats().bulk_writes,
+            3u + 4u);  // halves until the rest fits: 3 x 100,000 + 150,000
+}
+
+// The enlarged buffer is a ring: a stream of medium messages keeps several Writes in flight
+// and wraps around the buffer many times, every byte in its place.
+TEST(Enlarge, EnlargedBufferIsARingWithSeveralWritesInFlight) {
+  Options o;
+  o.recv_slots = 16;  // enough credits for many Dones at once
+  o.max_enlarged = 50000;
+  Pair p(o, o);
+  std::vector<Bytes> sent;
+  for (int i = 0; i < 60; ++i) {
+    sent.push_back(pattern(9000 + 517 * (i % 7), 400 + i));
+    ASSERT_TRUE(p.c[0]->post(sent.back()));
+  }
+  auto got = p.collect(p.s[0], sent.size());
+  ASSERT_EQ(got.size(), sent.size()) << p.c[0]->error() << p.s[0]->error();
+  for (std::size_t i = 0; i < sent.size(); ++i) EXPECT_EQ(got[i].data, sent[i]) << i;
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 60u);
+  EXPECT_GE(p.c[0]->stats().most_writes_unanswered, 2u);
 }
 
 // Seed 000 claims 6 and 18: the small pre-registered buffer unregistered and freed.
@@ -313,7 +335,7 @@ TEST(Enlarge, Claims000_6_18_FreeTheSmallBufferOnceEnlarged) {
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].data, again);
   EXPECT_EQ(got[1].data, pattern(50, 12));
-  EXPECT_EQ(p.s[0]->registered_bytes(), 10000u + 8u * 1024u);  // enlarged buffer + its slots
+  EXPECT_EQ(p.s[0]->registered_bytes(), 40000u + 8u * 1024u);  // enlarged buffer + its slots
 }
 
 // An idle connection shrinks back: the sender releases, the receiver unregisters and frees.
@@ -355,7 +377,7 @@ TEST(Enlarge, Claims000_4_IovecElementsAreComparedOneByOne) {
   EXPECT_EQ(got[0].data, whole);
   EXPECT_EQ(p.c[0]->stats().bulk_writes, 2u);       // the two large elements
   EXPECT_EQ(p.c[0]->stats().pieces_sent, 3u);       // 100 B, 10 B, 700 B between the large ones
-  EXPECT_EQ(p.c[0]->stats().enlarge_requests, 2u);  // 30,000, then 60,000 for 40,000
+  EXPECT_EQ(p.c[0]->stats().enlarge_requests, 1u);  // room for 4 x 30,000 takes 40,000 too
   // Many small elements add up past the threshold, yet none is above it: no enlargement.
   std::vector<Bytes> small;
   for (int i = 0; i < 50; ++i) small.push_back(pattern(900, 100 + i));
@@ -363,7 +385,7 @@ TEST(Enlarge, Claims000_4_IovecElementsAreComparedOneByOne) {
   got = p.collect(p.s[0], 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].data.size(), 45000u);
-  EXPECT_EQ(p.c[0]->stats().enlarge_requests, 2u);
+  EXPECT_EQ(p.c[0]->stats().enlarge_requests, 1u);
   EXPECT_EQ(p.c[0]->stats().bulk_writes, 2u);
 }
 
@@ -387,7 +409,7 @@ TEST(Enlarge, Claims000_3_ThresholdDecides) {
 // reordered or duplicated; after the back-off it asks again.
 TEST(Enlarge, RefusalFallsBackToPiecesInOrder) {
   Options so, co;
-  so.budget = std::make_shared<Budget>(8 * 1024 + 25000);  // the small buffer and 25,000 more
+  so.budget = std::make_shared<Budget>(8 * 1024 + 100000);  // the small buffer and 100,000 more
   co.refusal_backoff = 200ms;
   Pair p(so, co);
   std::vector<Bytes> sent;
@@ -412,7 +434,7 @@ TEST(Enlarge, RefusalFallsBackToPiecesInOrder) {
   ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, fits);
   EXPECT_EQ(p.c[0]->stats().enlarge_requests, 2u);
   EXPECT_EQ(p.c[0]->stats().bulk_writes, 1u);
-  EXPECT_EQ(so.budget->used(), 8u * 1024u + 20000u);
+  EXPECT_EQ(so.budget->used(), 8u * 1024u + 80000u);  // room for 4 x 20,000
 }
 
 // The sender itself over budget after the acknowledgement: it releases the receiver's buffer
@@ -587,14 +609,14 @@ TEST(Enlarge, Claims000_14_EnlargedSizesStayWithinTheSeedsRange) {
   Options o;
   o.threshold = 200;
   Pair p(o, o);
-  auto small = pattern(500, 50), big = pattern(450000, 51);
+  auto small = pattern(210, 50), big = pattern(450000, 51);
   ASSERT_TRUE(p.c[0]->post(small));
   ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, small);
   EXPECT_EQ(p.s[0]->rx_enlarged_size(), 1000u);
   ASSERT_TRUE(p.c[0]->post(big));
   ASSERT_EQ(p.collect(p.s[0], 1).at(0).data, big);
   EXPECT_EQ(p.s[0]->rx_enlarged_size(), 200000u);
-  EXPECT_EQ(p.c[0]->stats().bulk_writes, 1u + 3u);
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 1u + 4u);  // 450,000: 3 halves of the buffer + the rest
 }
 
 // The server sends first and the client never sends: the client node's first FPDU (a Credit
@@ -623,7 +645,7 @@ TEST(Enlarge, SmallerMaximumAtTheReceiverMeansParts) {
   EXPECT_EQ(got[0].data, a);
   EXPECT_EQ(got[1].data, b);
   EXPECT_EQ(p.c[0]->stats().enlarge_requests, 1u);
-  EXPECT_EQ(p.c[0]->stats().bulk_writes, 2u + 3u);
+  EXPECT_EQ(p.c[0]->stats().bulk_writes, 3u + 4u);  // halves of 25,000 until the rest fits
   EXPECT_EQ(p.s[0]->rx_enlarged_size(), 50000u);
 }
 
@@ -684,7 +706,7 @@ TEST(Enlarge, ClosedConnectionGivesItsMemoryBack) {
   auto msg = pattern(150000, 58);
   ASSERT_TRUE(p->c[0]->post(msg));
   ASSERT_EQ(p->collect(p->s[0], 1).at(0).data, msg);
-  EXPECT_EQ(so.budget->used(), 2u * 8u * 1024u + 150000u);
+  EXPECT_EQ(so.budget->used(), 2u * 8u * 1024u + 200000u);
   auto* s0 = p->s[0];
   auto* s1 = p->s[1];
   p->client.reset();  // the client process goes away: both connections close
@@ -820,7 +842,7 @@ TEST(Enlarge, DoneBeyondTheBufferAndHugeMessagesAreProtocolErrors) {
     RawPeer peer;
     ASSERT_TRUE(peer.ep.connect("127.0.0.1", server.port));
     ASSERT_TRUE(peer.send({.credits = 0, .seq = 1, .body = EnlargeReq{2000}}));
-    ASSERT_TRUE(peer.send({.credits = 0, .seq = 1, .body = Done{5000, 0, 5000}}));
+    ASSERT_TRUE(peer.send({.credits = 0, .seq = 1, .body = Done{5000, 0, 1000, 1500}}));
     EXPECT_TRUE(peer.ep.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
   }
   {
@@ -833,7 +855,7 @@ TEST(Enlarge, DoneBeyondTheBufferAndHugeMessagesAreProtocolErrors) {
   ASSERT_EQ(node.size(), 2u);
   EXPECT_EQ(node.at(0).state(), Connection::State::Failed);
   EXPECT_EQ(node.at(0).error(),
-            "protocol error from the peer: Done of 5000 bytes into a 2000-byte buffer");
+            "protocol error from the peer: Done of 1000 bytes at 1500 of a 2000-byte buffer");
   EXPECT_EQ(node.at(1).error(),
             "protocol error from the peer: message seq 1 of 4294967295 bytes: this side takes "
             "at most 1073741824");
@@ -871,7 +893,7 @@ TEST(Enlarge, AcknowledgementsOfTheWrongSizeAreProtocolErrors) {
     driver.join();
     EXPECT_EQ(c->state(), Connection::State::Failed);
     EXPECT_EQ(c->error(), fmt::format("protocol error from the peer: EnlargeAck of {} bytes for a "
-                                      "request of 30000",
+                                      "request of 120000",  // room for 4 x 30,000
                                       size));
     EXPECT_LE(c->stats().peak_registered, 8u * 1024u);
   }
@@ -912,10 +934,10 @@ TEST(Enlarge, HostilePeerNeverBreaksTheNode) {
           m.body = EnlargeNak{NakReason::Budget, rnd(100)};
           break;
         case 4:
-          m.body = Done{total, rnd(3) ? 0 : rnd(6000), rnd(300000)};
+          m.body = Done{total, rnd(3) ? 0 : rnd(6000), rnd(300000), rnd(3) ? 0 : rnd(0xffffffff)};
           break;
         case 5:
-          m.body = Ready{};
+          m.body = Ready{rnd(3)};
           break;
         case 6:
           m.body = Release{rnd(0xffffffff)};

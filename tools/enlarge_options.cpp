@@ -28,6 +28,12 @@ void add_enlarge_options(CLI::App& app, EnlargeCli& o) {
       ->check(CLI::Range(1u, 1u << 30))
       ->capture_default_str()
       ->group(g);
+  app.add_option("--depth", o.opts.depth,
+                 "An enlargement asks for room for this many of the data that needed it (a ring "
+                 "of RDMA Writes in flight)")
+      ->check(CLI::Range(1u, 64u))
+      ->capture_default_str()
+      ->group(g);
   app.add_option("--max-enlarged", o.opts.max_enlarged,
                  "Largest enlarged buffer (bytes); larger data goes through it in parts")
       ->check(CLI::Range(1u, 1u << 30))
