@@ -141,6 +141,9 @@ void QueuePair::close_socket() {
   transport_->close();
   if (wire_flush_) wire_flush_->cancel();
   if (tap_) {
+    // A last FPDU that never arrived whole is still recorded.
+    if (!rx_tap_buf_.empty()) tap_->on_data(false, rx_tap_buf_);
+    rx_tap_buf_.clear();
     tap_->on_close(true);
   }
 }

@@ -93,8 +93,27 @@ void QueuePair::rx_start(Bytes leftover) {
   rx_read();
 }
 
+// The tap gets received bytes cut at FPDU boundaries (without markers the length field finds
+// them), so a capture's segments each start with an FPDU, as RFC 5044 §8 has senders cut them
+// (and as Wireshark's dissector expects); the socket's reads cut anywhere.
+void QueuePair::tap_inbound(ByteSpan data) {
+  if (rx_reader_->config().markers) return tap_->on_data(false, data);
+  rx_tap_buf_.insert(rx_tap_buf_.end(), data.begin(), data.end());
+  std::vector<std::size_t> ends;
+  std::size_t pos = 0;
+  while (rx_tap_buf_.size() - pos >= mpa::kUlpduLengthSize) {
+    const std::size_t n = mpa::fpdu_length(load_be16(&rx_tap_buf_[pos]));
+    if (rx_tap_buf_.size() - pos < n) break;
+    pos += n;
+    ends.push_back(pos);
+  }
+  if (pos == 0) return;
+  tap_->on_fpdus(false, ByteSpan(rx_tap_buf_.data(), pos), ends);
+  rx_tap_buf_.erase(rx_tap_buf_.begin(), rx_tap_buf_.begin() + static_cast<std::ptrdiff_t>(pos));
+}
+
 void QueuePair::rx_data(ByteSpan data) {
-  if (tap_) tap_->on_data(false, data);
+  if (tap_) tap_inbound(data);
   {
     std::lock_guard l(mu_);
     stats_.bytes_received += data.size();
@@ -135,8 +154,7 @@ void QueuePair::rx_read() {
                                 [self, win](const boost::system::error_code& ec, std::size_t n) {
                                   if (ec) return self->on_rx_error(ec);
                                   if (self->closed_) return;
-                                  if (self->tap_)
-                                    self->tap_->on_data(false, ByteSpan(win.data(), n));
+                                  if (self->tap_) self->tap_inbound(ByteSpan(win.data(), n));
                                   {
                                     std::lock_guard l(self->mu_);
                                     self->stats_.bytes_received += n;

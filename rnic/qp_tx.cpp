@@ -352,6 +352,7 @@ void QueuePair::append_fpdu(TxMsg& m) {
   m.off += n;
   m.started = true;
   batch_bytes_ += wire;
+  if (wire) fpdu_ends_.push_back(batch_bytes_);
   std::lock_guard l(mu_);
   ++stats_.fpdus_sent;
   stats_.bytes_sent += wire;
@@ -361,6 +362,7 @@ void QueuePair::tx_kick() {
   if (writing_ || closed_ || !transport_) return;
   arena_used_ = 0;
   iov_.clear();
+  fpdu_ends_.clear();
   batch_bytes_ = 0;
   std::vector<std::uint64_t> finished;
   while (batch_bytes_ < kBatchBytes && iov_.size() + 8 < kMaxIov) {
@@ -409,7 +411,7 @@ void QueuePair::tx_kick() {
       auto* p = static_cast<const std::uint8_t*>(b.data());
       all.insert(all.end(), p, p + b.size());
     }
-    tap_->on_data(true, all);
+    tap_->on_fpdus(true, all, fpdu_ends_);
   }
   transport_->async_write(iov_, [self = shared_from_this(), finished = std::move(finished)](
                                     const boost::system::error_code& ec, std::size_t) mutable {

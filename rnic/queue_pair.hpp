@@ -74,6 +74,11 @@ class WireTap {
  public:
   virtual ~WireTap() = default;
   virtual void on_data(bool outbound, ByteSpan data) = 0;
+  // What the QP sends, with where each FPDU ends in `data`, so a capture can cut TCP segments
+  // at FPDU boundaries as RFC 5044 §8 asks of a sender (and as Wireshark expects).
+  virtual void on_fpdus(bool outbound, ByteSpan data, std::span<const std::size_t> /*ends*/) {
+    on_data(outbound, data);
+  }
   virtual void on_close(bool outbound) = 0;
 };
 
@@ -306,6 +311,9 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   std::deque<Bytes> arena_;  // headers and trailers of the batch (stable addresses)
   std::size_t arena_used_ = 0;
   std::vector<boost::asio::const_buffer> iov_;
+  std::vector<std::size_t> fpdu_ends_;  // where each FPDU of the batch ends (for the tap)
+  Bytes rx_tap_buf_;                    // received octets not yet a whole FPDU (for the tap)
+  void tap_inbound(ByteSpan data);
   std::size_t batch_bytes_ = 0;
   Bytes rx_buf_;
 

@@ -355,6 +355,30 @@ TEST(PcapWriterFrames, SegmentsNeverExceedTheMss) {
   EXPECT_EQ(lens, (std::vector<std::size_t>{7, 7, 1, 7, 7}));
 }
 
+// Records (FPDUs) are packed whole into segments up to the MSS; none is split unless it is
+// longer than the MSS on its own (RFC 5044 §8: every segment starts with an FPDU).
+TEST(PcapWriterFrames, RecordsArePackedWholeIntoSegments) {
+  const TempPcap path_file("records");
+  const std::string& path = path_file.path;
+  PcapWriterOptions o;
+  o.mss = 10;
+  {
+    auto w = PcapWriter::open(path, o);
+    ASSERT_TRUE(w.has_value()) << w.error();
+    // Records of 4, 4, 3, 12, 2, 5 octets.
+    const std::vector<std::size_t> ends = {4, 8, 11, 23, 25, 30};
+    (*w)->write_records(Side::Client, Bytes(30, 1), ends);
+    (*w)->close();
+  }
+  std::vector<std::size_t> lens;
+  for (const auto& f : read_raw(path)) {
+    const Decoded d = decode(f.data);
+    if (!d.payload.empty()) lens.push_back(d.payload.size());
+  }
+  // 4+4 | 3 | 12 cut at the MSS: 10 + 2 | 2+5
+  EXPECT_EQ(lens, (std::vector<std::size_t>{8, 3, 10, 2, 7}));
+}
+
 // Wireshark's own opinion: no bad checksum, no TCP analysis flag, no malformed packet and no
 // expert warning, and the TCP lengths add up to what was written. Fails if tshark is missing.
 void check_with_tshark(const PcapWriterOptions& o, std::uint32_t seed, const std::string& name) {

@@ -18,6 +18,10 @@ class PcapTap : public rnic::WireTap {
     // The initiator is the capture's client.
     w_->write(outbound == initiator_ ? trace::Side::Client : trace::Side::Server, data);
   }
+  void on_fpdus(bool outbound, ByteSpan data, std::span<const std::size_t> ends) override {
+    w_->write_records(outbound == initiator_ ? trace::Side::Client : trace::Side::Server, data,
+                      ends);
+  }
   void on_close(bool outbound) override {
     w_->close(outbound == initiator_ ? trace::Side::Client : trace::Side::Server);
   }

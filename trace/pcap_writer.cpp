@@ -210,6 +210,25 @@ void PcapWriter::write(Side from, ByteSpan data) {
   }
 }
 
+void PcapWriter::write_records(Side from, ByteSpan data, std::span<const std::size_t> ends) {
+  const std::size_t mss = impl_->mss;
+  std::size_t seg = 0, prev = 0;  // the segment being packed: [seg, prev)
+  for (std::size_t e : ends) {
+    e = std::min(e, data.size());
+    if (e <= prev) continue;
+    if (e - seg > mss) {
+      if (prev > seg) write(from, data.subspan(seg, prev - seg));
+      seg = prev;
+      if (e - seg > mss) {  // longer than a segment on its own
+        write(from, data.subspan(seg, e - seg));
+        seg = e;
+      }
+    }
+    prev = e;
+  }
+  if (data.size() > seg) write(from, data.subspan(seg));
+}
+
 void PcapWriter::close(Side from) {
   Impl& m = *impl_;
   if (!m.fin_done) {

@@ -48,6 +48,10 @@ class PcapWriter {
   // a pure ACK from the other side. Each call starts a new segment, so writing one FPDU per
   // call aligns FPDUs with segments as RFC 5044 §4.1 recommends (and as siw does).
   void write(Side from, ByteSpan data);
+  // The same for a run of records (FPDUs) ending at `ends`: whole records are packed into
+  // segments of at most the MSS, so no segment starts inside a record (RFC 5044 §8); a
+  // record longer than the MSS is cut at the MSS.
+  void write_records(Side from, ByteSpan data, std::span<const std::size_t> ends);
   // FIN from `from`, FIN-ACK from the other side, final ACK.
   void close(Side from = Side::Client);
   std::size_t frames() const;
