@@ -352,7 +352,7 @@ void QueuePair::append_fpdu(TxMsg& m) {
   m.off += n;
   m.started = true;
   batch_bytes_ += wire;
-  if (wire) fpdu_ends_.push_back(batch_bytes_);
+  if (wire && tap_) fpdu_ends_.push_back(batch_bytes_);  // only a capture needs them
   std::lock_guard l(mu_);
   ++stats_.fpdus_sent;
   stats_.bytes_sent += wire;
