@@ -17,7 +17,10 @@ namespace {
 spdlog::logger& logger() {
   return log::layer("rnic");
 }
-constexpr std::size_t kRxBuffer = 256 * 1024;
+// The receive staging buffer starts small (an idle connection holds little) and doubles
+// whenever a read fills it, up to the largest.
+constexpr std::size_t kRxBufferFirst = 16 * 1024;
+constexpr std::size_t kRxBufferMax = 256 * 1024;
 constexpr std::size_t kDirectMin = 4096;  // smaller runs are cheaper through the buffer
 using rdmap::Opcode;
 
@@ -88,7 +91,7 @@ void QueuePair::rx_start(Bytes leftover) {
     logger().info("QP {}: receiving through a simulated impaired wire ({}, MSS {})", qp_num_,
                   rx_opts_.wire->describe(), rx_opts_.wire->mss ? rx_opts_.wire->mss : mss);
   }
-  rx_buf_.resize(kRxBuffer);
+  rx_buf_.resize(kRxBufferFirst);
   if (!leftover.empty()) rx_data(leftover);
   rx_read();
 }
@@ -171,6 +174,8 @@ void QueuePair::rx_read() {
                                 if (ec) return self->on_rx_error(ec);
                                 if (self->closed_) return;
                                 self->rx_data(ByteSpan(self->rx_buf_.data(), n));
+                                if (n == self->rx_buf_.size() && n < kRxBufferMax)
+                                  self->rx_buf_.resize(std::min(2 * n, kRxBufferMax));
                                 self->rx_read();
                               });
 }
