@@ -24,6 +24,7 @@ namespace iwarp::rnic {
 namespace {
 
 using mpa::FramingConfig;
+using test::encode_stream;
 using test::framing_name;
 using test::kBoth;
 using test::kCrc;
@@ -31,38 +32,16 @@ using test::kMarkers;
 using test::kNone;
 using test::param_name;
 using test::Rng;
+using test::Stream;
+using test::TrueFpdu;
 using test::uniform;
-
-struct TrueFpdu {
-  std::uint64_t offset = 0;
-  std::uint32_t wire = 0;
-  Bytes ulpdu;
-  std::uint64_t end() const { return offset + wire; }
-};
-
-struct Stream {
-  FramingConfig cfg;
-  Bytes bytes;
-  std::vector<TrueFpdu> fpdus;
-  // The FPDU holding stream octet `off`.
-  const TrueFpdu& containing(std::uint64_t off) const {
-    auto it = std::upper_bound(fpdus.begin(), fpdus.end(), off,
-                               [](std::uint64_t o, const TrueFpdu& f) { return o < f.offset; });
-    return *std::prev(it);
-  }
-  bool is_boundary(std::uint64_t off) const {
-    if (off == bytes.size()) return true;
-    return containing(off).offset == off;
-  }
-};
 
 // Random FPDUs: tagged RDMA Writes and untagged Sends with random payloads of 0..max_payload.
 // The last FPDU's payload is `last_payload` octets when given.
 Stream make_stream(FramingConfig cfg, std::uint64_t seed, std::size_t n,
                    std::size_t max_payload = 3000, std::optional<std::size_t> last_payload = {}) {
   Rng rng(seed);
-  Stream s{cfg, {}, {}};
-  mpa::FpduEncoder enc(cfg, 0);
+  std::vector<Bytes> ulpdus;
   for (std::size_t i = 0; i < n; ++i) {
     Bytes u;
     if (rng() % 2)
@@ -76,12 +55,9 @@ Stream make_stream(FramingConfig cfg, std::uint64_t seed, std::size_t n,
     std::size_t len = rng() % 5 == 0 ? uniform(rng, 0, 20) : uniform(rng, 0, max_payload);
     if (last_payload && i + 1 == n) len = *last_payload;
     for (std::size_t k = 0; k < len; ++k) u.push_back(static_cast<std::uint8_t>(rng()));
-    const std::uint64_t off = s.bytes.size();
-    auto w = enc.encode(u, s.bytes);
-    EXPECT_TRUE(w.has_value());
-    s.fpdus.push_back({off, static_cast<std::uint32_t>(w.value_or(0)), u});
+    ulpdus.push_back(std::move(u));
   }
-  return s;
+  return encode_stream(cfg, ulpdus);
 }
 
 // ---------------------------------------------------------------------------------------------

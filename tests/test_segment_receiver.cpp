@@ -22,6 +22,7 @@
 namespace iwarp::mpa {
 namespace {
 
+using test::encode_stream;
 using test::framing_name;
 using test::kBoth;
 using test::kCrc;
@@ -29,6 +30,8 @@ using test::kMarkers;
 using test::kNone;
 using test::param_name;
 using test::Rng;
+using test::Stream;
+using test::TrueFpdu;
 using test::uniform;
 
 Bytes random_bytes(Rng& rng, std::size_t n) {
@@ -51,39 +54,6 @@ Bytes make_ulpdu(Rng& rng, std::size_t payload, std::uint32_t index) {
   const Bytes p = random_bytes(rng, payload);
   out.insert(out.end(), p.begin(), p.end());
   return out;
-}
-
-// The FPDUs of the original stream, as the sender framed them.
-struct TrueFpdu {
-  std::uint64_t offset = 0;
-  std::uint32_t wire = 0;
-  Bytes ulpdu;
-  std::uint64_t end() const { return offset + wire; }
-};
-
-struct Stream {
-  FramingConfig cfg;
-  Bytes bytes;
-  std::vector<TrueFpdu> fpdus;
-
-  const TrueFpdu* at(std::uint64_t off) const {
-    auto it = std::lower_bound(fpdus.begin(), fpdus.end(), off,
-                               [](const TrueFpdu& f, std::uint64_t o) { return f.offset < o; });
-    return it != fpdus.end() && it->offset == off ? &*it : nullptr;
-  }
-};
-
-Stream encode_stream(FramingConfig cfg, const std::vector<Bytes>& ulpdus) {
-  Stream s{cfg, {}, {}};
-  FpduEncoder enc(cfg, 0);
-  for (const auto& u : ulpdus) {
-    const std::uint64_t off = s.bytes.size();
-    auto w = enc.encode(u, s.bytes);
-    EXPECT_TRUE(w.has_value());
-    if (!w) break;
-    s.fpdus.push_back({off, static_cast<std::uint32_t>(*w), u});
-  }
-  return s;
 }
 
 Stream make_stream(FramingConfig cfg, const std::vector<std::size_t>& payloads,
