@@ -75,6 +75,12 @@ Result<void> SegmentChecker::check(const DdpHeader& h, std::size_t len) {
                 "RFC 5041 §5.3: MO is the offset of the segment's data in its message",
                 fmt::format("QN {} MSN {} MO {}, expected {}", h.qn.value(), h.msn.value(),
                             h.mo.value(), expected_mo));
+  // RFC 5041 §5.3: MO is 32 bits, so a message ends below 2^32 (and a completion's byte
+  // count is 32 bits): a segment that would carry it past that wraps nothing, it fails.
+  if (std::uint64_t{expected_mo} + len > 0xFFFFFFFFull)
+    return fail(Errc::DdpUntaggedTooLong, "RFC 5041 §5.3: an untagged message ends below MO 2^32",
+                fmt::format("QN {} MSN {} MO {} + {} octets passes 4 GiB", h.qn.value(),
+                            h.msn.value(), expected_mo, len));
   q.opcode = h.opcode;
   q.mo = expected_mo + static_cast<std::uint32_t>(len);
   q.in_message = !h.last;

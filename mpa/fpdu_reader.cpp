@@ -57,6 +57,12 @@ MutableByteSpan FpduReader::direct_window() const {
   return dest_.subspan(rest_have_, n);
 }
 
+bool FpduReader::drop_destination() {
+  if (dest_.empty()) return false;
+  dest_ = {};
+  return true;
+}
+
 void FpduReader::commit_direct(std::size_t n, FpduSink& sink) {
   advance(ByteSpan(dest_.data() + rest_have_, n));
   rest_have_ += n;

@@ -65,6 +65,13 @@ class FpduReader {
   // exactly at `offset`.
   bool skip_fpdu(std::uint64_t offset, std::uint32_t wire_length);
 
+  // The memory the rest of the current ULPDU was to go to is no longer the reader's to write
+  // (its receive WR was flushed, its region deregistered): the rest is read and discarded (it
+  // still counts for the CRC and the markers). True when a destination was dropped.
+  bool drop_destination();
+  // The span the rest of the current ULPDU goes to (empty between FPDUs or when discarding).
+  MutableByteSpan destination() const { return state_ == State::Rest ? dest_ : MutableByteSpan{}; }
+
   bool failed() const { return state_ == State::Failed; }
   std::uint64_t position() const { return pos_; }
   std::uint64_t fpdus() const { return fpdus_; }

@@ -26,6 +26,15 @@ void CompletionChannel::signal(CompletionQueue* cq) {
   [[maybe_unused]] auto n = ::write(fd_, &one, sizeof one);
 }
 
+void CompletionChannel::purge(CompletionQueue* cq) {
+  std::lock_guard l(mu_);
+  std::erase(events_, cq);
+  if (events_.empty()) {
+    std::uint64_t v;
+    [[maybe_unused]] auto n = ::read(fd_, &v, sizeof v);
+  }
+}
+
 CompletionQueue* CompletionChannel::wait(std::optional<std::chrono::milliseconds> timeout) {
   const auto deadline = timeout ? std::chrono::steady_clock::now() + *timeout
                                 : std::chrono::steady_clock::time_point{};
@@ -109,11 +118,20 @@ bool CompletionQueue::push(const Wc& wc, bool solicited) {
     if (arm_ == Arm::All ||
         (arm_ == Arm::Solicited && (solicited || wc.status != WcStatus::Success))) {
       arm_ = Arm::None;
-      notify = channel_ != nullptr;
+      notify = true;
     }
   }
-  if (notify) channel_->signal(this);
+  if (notify) {
+    std::lock_guard l(channel_mu_);
+    if (channel_) channel_->signal(this);
+  }
   return true;
+}
+
+void CompletionQueue::detach_channel() {
+  std::lock_guard l(channel_mu_);
+  if (channel_) channel_->purge(this);
+  channel_ = nullptr;
 }
 
 }  // namespace iwarp::rnic

@@ -31,6 +31,8 @@ class CompletionChannel {
   int fd() const { return fd_; }  // readable while an event is pending
 
   void signal(CompletionQueue* cq);  // engine side
+  // Drops the events of `cq` not yet taken by wait() (the CQ is being destroyed).
+  void purge(CompletionQueue* cq);
 
  private:
   int fd_ = -1;
@@ -54,8 +56,15 @@ class CompletionQueue {
   // Returns false when the ring overflowed (the completion is lost).
   bool push(const Wc& wc, bool solicited = false);
 
+  // Stops reporting events to the channel and takes this CQ's pending events off it
+  // (ibv_destroy_cq); completions may still be pushed and polled.
+  void detach_channel();
+
   void* context() const { return context_; }
-  CompletionChannel* channel() const { return channel_; }
+  CompletionChannel* channel() {
+    std::lock_guard l(channel_mu_);
+    return channel_;
+  }
   std::size_t depth() const { return ring_.size(); }
   bool overflowed() const;
 
@@ -67,6 +76,7 @@ class CompletionQueue {
   std::uint64_t head_ = 0, tail_ = 0;  // free-running
   Arm arm_ = Arm::None;
   bool overflow_ = false;
+  std::mutex channel_mu_;  // guards channel_ (taken before the channel's own lock)
   CompletionChannel* channel_;
   void* context_;
   unsigned events_ = 0, acked_ = 0;

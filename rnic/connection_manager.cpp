@@ -315,6 +315,7 @@ void CmId::start_qp(const mpa::ConnectionParams& negotiated, bool initiator) {
   st.emss = emss();
   st.ignore_ord = opts_.ignore_ord;
   if (initiator) st.first_fpdu_delay = opts_.first_fpdu_delay;
+  st.close_timeout = opts_.close_timeout;
   auto qp = this->qp();
   std::weak_ptr<CmId> weak = shared_from_this();
   auto on_closed = [weak](const QpClosed& c) {

@@ -91,6 +91,7 @@ struct CmOptions {
   // siw 6.1 answers the MPA Request before it reads its socket; an initiator whose first FPDU
   // follows the Reply too closely can stall it. This delays our first FPDU (0: none).
   std::chrono::milliseconds first_fpdu_delay{0};
+  std::chrono::milliseconds close_timeout = kCloseTimeout;
   // The TCP segment size to frame for (0: the socket's TCP_MAXSEG). RFC 5044 §4.1 MULPDU.
   std::size_t emss = 0;
   bool ignore_ord = false;  // testing aid, see StreamSetup

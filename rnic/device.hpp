@@ -9,8 +9,10 @@
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "rnic/memory.hpp"
 
@@ -23,6 +25,16 @@ struct DeviceLimits {
   std::uint32_t max_cqe = 1u << 20;
   std::uint16_t max_ird = 128;
   std::uint16_t max_ord = 128;
+};
+
+// Anything on the engine that may hold spans of registered memory between two handlers (a queue
+// pair: the FPDU being placed, a receive WR in use, queued Read Responses, the unsent rest of a
+// batch). Device::deregister() calls revoke() on the engine thread before it returns, and from
+// then on the user no longer reads or writes that region.
+class MemoryUser {
+ public:
+  virtual ~MemoryUser() = default;
+  virtual void revoke(const MemoryRegion& r) = 0;
 };
 
 class Device {
@@ -39,6 +51,14 @@ class Device {
   std::uint32_t next_qp_num() { return next_qp_num_++; }
   bool on_engine_thread() const { return std::this_thread::get_id() == engine_.get_id(); }
 
+  // ibv_dereg_mr: takes the region out of the table and, on the engine thread, out of every
+  // memory user. When this returns nothing in the engine reads or writes the region any more,
+  // so its memory may be freed (a Write arriving into it later ends in a Terminate). Any
+  // thread; bounded (the engine never blocks). False for an unknown STag.
+  bool deregister(STag stag);
+  // A memory user to tell about deregistrations (any thread; held weakly).
+  void attach(std::weak_ptr<MemoryUser> user);
+
  private:
   std::string name_;
   boost::asio::io_context io_;
@@ -46,6 +66,10 @@ class Device {
   MemoryTable memory_;
   DeviceLimits limits_;
   std::atomic<std::uint32_t> next_qp_num_{1};
+  std::mutex users_mu_;
+  std::vector<std::weak_ptr<MemoryUser>> users_;
+  std::atomic<bool> engine_running_{true};
+  bool revoke_now(STag stag);
   std::thread engine_;
 };
 

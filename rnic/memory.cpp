@@ -57,6 +57,15 @@ bool MemoryTable::deregister(STag stag) {
   return true;
 }
 
+std::optional<MemoryRegion> MemoryTable::take(STag stag) {
+  std::lock_guard l(mu_);
+  auto it = by_index_.find(stag.index());
+  if (it == by_index_.end() || it->second.stag != stag) return std::nullopt;
+  MemoryRegion r = it->second;
+  by_index_.erase(it);
+  return r;
+}
+
 bool MemoryTable::invalidate(STag stag, PdHandle pd) {
   std::lock_guard l(mu_);
   auto it = by_index_.find(stag.index());

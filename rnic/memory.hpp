@@ -9,6 +9,7 @@
 #include <expected>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <unordered_map>
 
@@ -53,6 +54,8 @@ class MemoryTable {
   bool register_region_at(STag stag, PdHandle pd, void* addr, std::uint64_t length,
                           std::uint64_t base_to, std::uint32_t access);
   bool deregister(STag stag);
+  // Removes the region and returns what it was (Device::deregister tells the engine).
+  std::optional<MemoryRegion> take(STag stag);
   // Local Invalidate (and the receive side of Send with Invalidate). Fails for an unknown
   // STag, a key mismatch or another PD.
   bool invalidate(STag stag, PdHandle pd);

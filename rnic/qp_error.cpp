@@ -69,6 +69,8 @@ void QueuePair::fatal(const WireError& e, ByteSpan ddp_hdr, ByteSpan rdmap_hdr,
                                Msn{++tx_msn_[rdmap::kQnTerminate]}, MessageOffset{0});
   t.encode(m.body);
   set_state(QpState::Terminate);
+  // Nothing more is placed into the FPDU being received (its WQE completes just below).
+  if (rx_reader_) rx_reader_->drop_destination();
   // The receive WQE of a Send too long for it completes with a length error, one whose own
   // buffer is unusable with a protection error; the rest flush.
   if (rx_send_.active && rx_send_.error != WcStatus::Success) {
@@ -85,7 +87,29 @@ void QueuePair::fatal(const WireError& e, ByteSpan ddp_hdr, ByteSpan rdmap_hdr,
   tx_priority_.push_back(std::move(m));
   closing_after_tx_ = true;
   closed_reason_ = {QpClosed::Cause::TerminateSent, reason};
+  arm_close_timer();
   tx_kick();
+}
+
+void QueuePair::arm_close_timer() {
+  if (close_timer_ || closed_ || !transport_) return;
+  // RFC 5040 §5.6 / §6.2: after a Terminate (or a disconnect) the stream is closed; a peer
+  // that takes nothing (a zero window) must not keep the QP from closing, so after
+  // close_timeout the RNIC aborts the stream and reports the close anyway.
+  close_timer_.emplace(dev_.io());
+  close_timer_->expires_after(setup_ ? setup_->close_timeout : std::chrono::seconds(5));
+  close_timer_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->closed_) return;
+    const auto ms = self->setup_ ? self->setup_->close_timeout.count() : 5000;
+    logger().warn("QP {}: the peer took nothing for {} ms while {}: aborting the stream",
+                  self->qp_num_, ms,
+                  self->closed_reason_.cause == QpClosed::Cause::TerminateSent
+                      ? "a Terminate waited to go out"
+                      : "the connection was closing");
+    QpClosed why = self->closed_reason_;
+    why.detail += fmt::format(" (stream aborted: the peer took nothing for {} ms)", ms);
+    self->enter_error(why);
+  });
 }
 
 void QueuePair::local_fatal(std::uint64_t sq_index, WcStatus status, const std::string& why) {
@@ -97,8 +121,18 @@ void QueuePair::local_fatal(std::uint64_t sq_index, WcStatus status, const std::
 }
 
 void QueuePair::flush_all() {
+  // Work requests are reported flushed only once the engine no longer reads or writes their
+  // memory: the unsent rest of the batch on the wire is copied out of registered memory, and
+  // the FPDU being received stops placing into its destination (its octets are discarded).
+  tx_detach([](const std::uint8_t*, std::size_t) { return true; });
+  tx_batch_wrs_.clear();
+  if (rx_reader_) rx_reader_->drop_destination();
+  rx_.atomic_word = nullptr;
+  rx_.pending_irq.reset();
+  rx_send_.sges.clear();
   // The message being sent and every request not yet completed, in posting order.
-  if (tx_cur_ && tx_cur_->kind == TxKind::Sq) tx_cur_.reset();
+  if (tx_cur_ && (tx_cur_->kind == TxKind::Sq || tx_cur_->kind == TxKind::ReadResponse))
+    tx_cur_.reset();
   for (const auto& e : orq_)
     if (e.sq_index != ~std::uint64_t{0}) complete_sq(e.sq_index, WcStatus::WrFlushErr);
   orq_.clear();
@@ -139,6 +173,8 @@ void QueuePair::close_socket() {
   if (!transport_ || closed_) return;
   closed_ = true;
   transport_->close();
+  writing_ = false;  // the wait for room ends with operation_aborted; nothing is read any more
+  if (close_timer_) close_timer_->cancel();
   if (wire_flush_) wire_flush_->cancel();
   if (tap_) {
     // A last FPDU that never arrived whole is still recorded.
@@ -210,8 +246,11 @@ void QueuePair::disconnect() {
       return;
     }
     if (self->state_.load() == QpState::Rts) self->set_state(QpState::Closing);
-    self->closing_after_tx_ = true;
-    self->closed_reason_ = {QpClosed::Cause::LocalDisconnect, "disconnected by the local side"};
+    if (!self->closing_after_tx_) {
+      self->closing_after_tx_ = true;
+      self->closed_reason_ = {QpClosed::Cause::LocalDisconnect, "disconnected by the local side"};
+    }
+    self->arm_close_timer();
     self->tx_kick();
   });
 }

@@ -5,7 +5,7 @@
 // last segment of each message, in stream order (RFC 5040 §5.3 / RFC 5041 §5.4).
 #include <fmt/format.h>
 
-#include <boost/asio/read.hpp>
+#include <boost/asio/post.hpp>
 #include <cstring>
 
 #include "common/log.hpp"
@@ -149,35 +149,126 @@ void QueuePair::arm_wire_flush() {
 
 void QueuePair::rx_read() {
   if (closed_ || !transport_ || rx_reader_->failed()) return;
-  auto self = shared_from_this();
-  auto win = rx_reader_->direct_window();
-  if (win.size() >= kDirectMin && !wire_ && !seg_rx_->has_holes()) {
-    // Straight into the target region: no staging copy.
-    transport_->async_read_some(win,
-                                [self, win](const boost::system::error_code& ec, std::size_t n) {
-                                  if (ec) return self->on_rx_error(ec);
-                                  if (self->closed_) return;
-                                  if (self->tap_) self->tap_inbound(ByteSpan(win.data(), n));
-                                  {
-                                    std::lock_guard l(self->mu_);
-                                    self->stats_.bytes_received += n;
-                                    ++self->stats_.direct_reads;
-                                  }
-                                  self->seg_rx_->advance(n);
-                                  self->rx_reader_->commit_direct(n, *self->rx_sink_);
-                                  self->rx_read();
-                                });
+  transport_->async_wait_readable([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec) return self->on_rx_error(ec);
+    if (self->closed_) return;
+    self->rx_drain();
+  });
+}
+
+// Reads what the socket holds now, on the engine thread: straight into the target region when
+// the reader is inside a large placed payload (no staging copy), into the staging buffer
+// otherwise. A bounded number of reads per wake-up, so one busy connection does not starve the
+// others on the engine.
+void QueuePair::rx_drain() {
+  constexpr int kReadsPerWakeup = 16;
+  for (int i = 0; i < kReadsPerWakeup; ++i) {
+    if (closed_ || rx_reader_->failed()) return;
+    boost::system::error_code ec;
+    auto win = rx_reader_->direct_window();
+    if (win.size() >= kDirectMin && !wire_ && !seg_rx_->has_holes()) {
+      const std::size_t n = transport_->read_some(win, ec);
+      if (!ec) {
+        if (tap_) tap_inbound(ByteSpan(win.data(), n));
+        {
+          std::lock_guard l(mu_);
+          stats_.bytes_received += n;
+          ++stats_.direct_reads;
+        }
+        seg_rx_->advance(n);
+        rx_reader_->commit_direct(n, *rx_sink_);
+        continue;
+      }
+    } else {
+      const std::size_t n = transport_->read_some(MutableByteSpan(rx_buf_), ec);
+      if (!ec) {
+        rx_data(ByteSpan(rx_buf_.data(), n));
+        if (n == rx_buf_.size() && n < kRxBufferMax) rx_buf_.resize(std::min(2 * n, kRxBufferMax));
+        continue;
+      }
+    }
+    if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) break;
+    // The end of the stream (or an error) is handled after what the octets before it queued
+    // (a doorbell for a Read or atomic response), as it would be had it arrived on its own.
+    boost::asio::post(dev_.io(), [self = shared_from_this(), ec] { self->on_rx_error(ec); });
     return;
   }
-  transport_->async_read_some(MutableByteSpan(rx_buf_),
-                              [self](const boost::system::error_code& ec, std::size_t n) {
-                                if (ec) return self->on_rx_error(ec);
-                                if (self->closed_) return;
-                                self->rx_data(ByteSpan(self->rx_buf_.data(), n));
-                                if (n == self->rx_buf_.size() && n < kRxBufferMax)
-                                  self->rx_buf_.resize(std::min(2 * n, kRxBufferMax));
-                                self->rx_read();
-                              });
+  rx_read();
+}
+
+void QueuePair::revoke(const MemoryRegion& r) {
+  const std::uint8_t* lo = r.addr;
+  const std::uint8_t* hi = r.addr + r.length;
+  auto touches = [&](const std::uint8_t* p, std::size_t n) {
+    return n != 0 && p < hi && p + n > lo;
+  };
+  const std::string why =
+      fmt::format("STag 0x{:08x} was deregistered while in use", r.stag.value());
+  // Transmit: the unsent octets of the batch are copied; a message that still had to read from
+  // the region cannot be finished.
+  tx_detach(touches);
+  for (auto& e : irq_)
+    if (!e.atomic && touches(e.src.data(), e.src.size())) {
+      e.revoked = true;
+      e.src = {};
+    }
+  for (auto& e : orq_)
+    if (e.atomic && touches(e.result, 8)) {
+      e.result = nullptr;
+      e.result_revoked = true;
+    }
+  std::optional<std::uint64_t> failed_wr;
+  bool failed_response = false;
+  if (tx_cur_)
+    for (const auto& d : tx_cur_->data)
+      if (touches(d.data(), d.size())) {
+        if (tx_cur_->kind == TxKind::Sq)
+          failed_wr = tx_cur_->sq_index;
+        else
+          failed_response = true;
+        break;
+      }
+  // Receive: the FPDU being placed there stops placing (its rest is discarded and it ends in a
+  // Terminate), a receive WR whose buffer it was fails, a pending Read Request or atomic fails.
+  if (rx_reader_ && touches(rx_reader_->destination().data(), rx_reader_->destination().size())) {
+    rx_reader_->drop_destination();
+    if (!rx_.error)
+      rx_.error =
+          WireError{rx_.seg.hdr.tagged ? Errc::DdpTaggedInvalidStag : Errc::DdpLocalCatastrophic,
+                    "RFC 5041 §7.2: placement needs a valid STag for the whole segment",
+                    why + ", with its FPDU half placed"};
+  }
+  if (rx_send_.active)
+    for (auto sge : rx_send_.sges)
+      if (touches(sge.data(), sge.size())) {
+        rx_send_.revoked = true;
+        rx_send_.sges.clear();
+        rx_send_.error = WcStatus::LocProtErr;
+        break;
+      }
+  if (rx_.atomic_word && touches(reinterpret_cast<const std::uint8_t*>(rx_.atomic_word), 8)) {
+    rx_.atomic_word = nullptr;
+    if (!rx_.error)
+      rx_.error = WireError{Errc::RdmapInvalidStag,
+                            "RFC 7306 §5: the atomic target's STag must be valid", why};
+  }
+  if (rx_.pending_irq && !rx_.pending_irq->atomic &&
+      touches(rx_.pending_irq->src.data(), rx_.pending_irq->src.size())) {
+    rx_.pending_irq.reset();
+    if (!rx_.error)
+      rx_.error = WireError{Errc::RdmapInvalidStag,
+                            "RFC 5040 §4.4: the Read's source STag must be valid", why};
+  }
+  if (failed_wr) {
+    tx_cur_.reset();
+    local_fatal(*failed_wr, WcStatus::LocProtErr,
+                fmt::format("{}: its work request was still being sent", why));
+  } else if (failed_response) {
+    tx_cur_.reset();
+    fatal(WireError{Errc::RdmapInvalidStag,
+                    "RFC 5040 §4.4: a Read Request's source must stay registered",
+                    why + ", with its Read Response half sent"});
+  }
 }
 
 void QueuePair::on_rx_error(const boost::system::error_code& ec) {
@@ -334,7 +425,19 @@ Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_
       if (!rx_send_.active)
         return fail(Errc::DdpUntaggedInvalidMo, "RFC 5041 §5.3: a continuation needs its message",
                     fmt::format("MO {} without a first segment", h.mo.value()));
+      if (rx_send_.revoked)
+        return fail(Errc::DdpLocalCatastrophic, "RFC 5041 §7.2: the receive buffer must be usable",
+                    fmt::format("receive WR {}: a region of its buffer was deregistered while "
+                                "the message arrived",
+                                rx_send_.rqe.wr_id));
       const std::uint64_t mo = h.mo.value();
+      // RFC 5041 §5.3: MO is 32 bits; a message never extends past 2^32 - 1 (no wrap).
+      if (mo + len > 0xFFFFFFFFull) {
+        rx_send_.error = WcStatus::LocLenErr;
+        return fail(
+            Errc::DdpUntaggedTooLong, "RFC 5041 §5.3: an untagged message ends below MO 2^32",
+            fmt::format("Send MSN {} at MO {} + {} octets passes 4 GiB", h.msn.value(), mo, len));
+      }
       if (mo + len > rx_send_.capacity) {
         rx_send_.error = WcStatus::LocLenErr;
         return fail(Errc::DdpUntaggedTooLong,
@@ -383,7 +486,7 @@ Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_
       // validated here; rx_message_end() queues the Read or executes the atomic.
       if (h.op() == Opcode::ReadRequest) {
         const auto& rr = std::get<rdmap::ReadRequest>(s.body);
-        IrqEntry e{false, rr.sink_stag, rr.sink_to.value(), {}, {}};
+        IrqEntry e{false, rr.sink_stag, rr.sink_to.value(), {}, {}, rr.src_stag, false};
         if (rr.size > 0) {
           auto p = mem.check_remote(rr.src_stag, init_.pd, rr.src_to.value(), rr.size, kRemoteRead,
                                     false);
@@ -422,6 +525,13 @@ Result<MutableByteSpan> QueuePair::rx_untagged(const ddp::Segment& s, std::size_
 void QueuePair::rx_end(const mpa::FpduTrailer& t) {
   if (t.crc == mpa::CrcStatus::Bad || closed_) return;  // the framing error follows
   if (state_.load() != QpState::Rts) return;            // draining after a Terminate
+  if (!rx_.error && rx_send_.active && rx_send_.revoked && !rx_.seg.hdr.tagged &&
+      rx_.seg.hdr.qn.value() == rdmap::kQnSend)
+    rx_.error =
+        WireError{Errc::DdpLocalCatastrophic, "RFC 5041 §7.2: the receive buffer must be usable",
+                  fmt::format("receive WR {}: a region of its buffer was deregistered "
+                              "while the message arrived",
+                              rx_send_.rqe.wr_id)};
   if (rx_.error) {
     fatal(*rx_.error, rx_.raw_ddp, rx_.raw_rdmap, rx_.ulpdu_length);
     return;
@@ -569,7 +679,8 @@ Result<void> QueuePair::rx_message_end() {
         }
       } while (!__atomic_compare_exchange_n(word, &old, next, false, __ATOMIC_SEQ_CST,
                                             __ATOMIC_SEQ_CST));
-      irq_.push_back(IrqEntry{true, STag{0}, 0, {}, rdmap::AtomicResponse{a.request_id, old}});
+      irq_.push_back(
+          IrqEntry{true, STag{0}, 0, {}, rdmap::AtomicResponse{a.request_id, old}, a.stag, false});
       ring_doorbell();
       return {};
     }
@@ -577,6 +688,11 @@ Result<void> QueuePair::rx_message_end() {
       const auto& a = std::get<rdmap::AtomicResponse>(rx_.seg.body);
       auto e = orq_.front();
       orq_.pop_front();
+      if (e.result_revoked || !e.result) {
+        local_fatal(e.sq_index, WcStatus::LocProtErr,
+                    "the atomic's result buffer was deregistered before its response arrived");
+        return {};
+      }
       std::memcpy(e.result, &a.original_value, 8);
       complete_sq(e.sq_index, WcStatus::Success, 8);
       ring_doorbell();  // a fenced WR or one held by the ORD may go now

@@ -208,14 +208,15 @@ bool QueuePair::start_sq_wqe(std::uint64_t index, TxMsg& m) {
       break;
     }
     case WrOpcode::LocalInv: {
-      const bool ok = mem.invalidate(wr.invalidate_rkey, init_.pd);
-      complete_sq(index, ok ? WcStatus::Success : WcStatus::LocProtErr);
-      if (!ok) {
-        local_fatal(index, WcStatus::LocProtErr,
-                    fmt::format("LOCAL_INV of STag 0x{:08x}: not a valid STag of this PD",
-                                wr.invalidate_rkey.value()));
+      // Copied first: once complete_sq() retires the slot, post_send() may reuse it.
+      const STag inv = wr.invalidate_rkey;
+      if (!mem.invalidate(inv, init_.pd)) {
+        local_fatal(
+            index, WcStatus::LocProtErr,
+            fmt::format("LOCAL_INV of STag 0x{:08x}: not a valid STag of this PD", inv.value()));
         return false;
       }
+      complete_sq(index, WcStatus::Success);
       return true;  // nothing to transmit
     }
   }
@@ -235,6 +236,16 @@ bool QueuePair::next_message(TxMsg& m) {
   if (!irq_.empty()) {
     IrqEntry e = irq_.front();
     irq_.pop_front();
+    if (e.revoked) {
+      // Its source region was deregistered before the response could go (RFC 5040 §7.4:
+      // the Read's source STag is no longer valid).
+      fatal(WireError{Errc::RdmapInvalidStag,
+                      "RFC 5040 §4.4: a Read Request's source must stay registered",
+                      fmt::format("the source of a queued Read Response (STag 0x{:08x}) was "
+                                  "deregistered before it was sent",
+                                  e.src_stag.value())});
+      return false;
+    }
     if (e.atomic) {
       m.kind = TxKind::AtomicResponse;
       m.hdr = ddp::untagged_header(Opcode::AtomicResponse, QueueNumber{rdmap::kQnAtomicResp},
@@ -255,16 +266,29 @@ bool QueuePair::next_message(TxMsg& m) {
       if (sq_next_ == sq_tail_) return false;
       index = sq_next_;
     }
-    const SendWr& wr = sq_[index % sq_.size()].wr;
-    const bool is_read = wr.opcode == WrOpcode::RdmaRead ||
-                         wr.opcode == WrOpcode::AtomicCmpAndSwp ||
-                         wr.opcode == WrOpcode::AtomicFetchAndAdd;
+    // The slot belongs to us until the WR completes; what is needed after start_sq_wqe()
+    // (which may complete it, and so free the slot) is copied here.
+    const WrOpcode opcode = sq_[index % sq_.size()].wr.opcode;
+    const bool fenced = sq_[index % sq_.size()].wr.flags & kSendFence;
+    const bool is_read = opcode == WrOpcode::RdmaRead || opcode == WrOpcode::AtomicCmpAndSwp ||
+                         opcode == WrOpcode::AtomicFetchAndAdd;
     // RFC 5040 §5.5 fence: wait until every earlier Read and atomic has completed.
-    if ((wr.flags & kSendFence) && !orq_.empty()) return false;
+    if (fenced && !orq_.empty()) return false;
     // RFC 6581 §6 / RFC 5040 §6.3: no more outstanding Reads than the negotiated ORD.
     if (is_read && !setup_->ignore_ord) {
-      const std::uint16_t ord =
-          setup_->initiator ? setup_->params.initiator_ord : setup_->params.responder_ord;
+      const std::uint16_t ord = negotiated_ord();
+      if (ord == 0) {
+        // The responder granted IRD 0: no Read can ever go. Fail it rather than wait forever.
+        {
+          std::lock_guard l(mu_);
+          ++sq_next_;
+        }
+        local_fatal(index, WcStatus::LocQpOpErr,
+                    fmt::format("WR {} ({}): the connection's ORD is 0 (the responder's IRD is 0), "
+                                "so no RDMA Read or atomic can be sent (RFC 6581 §6)",
+                                sq_[index % sq_.size()].wr.wr_id, to_string(opcode)));
+        return false;
+      }
       if (orq_.size() >= ord) return false;
     }
     {
@@ -273,7 +297,7 @@ bool QueuePair::next_message(TxMsg& m) {
     }
     m = TxMsg{};
     if (!start_sq_wqe(index, m)) return false;
-    if (wr.opcode == WrOpcode::LocalInv) continue;
+    if (opcode == WrOpcode::LocalInv) continue;
     return true;
   }
 }
@@ -328,9 +352,9 @@ void QueuePair::append_fpdu(TxMsg& m) {
       crc.update(ByteSpan(tr.data(), pad));
       store_le32(tr.data() + pad, crc.value());
     }
-    iov_.emplace_back(hb.data(), hb.size());
-    for (auto p : pieces) iov_.emplace_back(p.data(), p.size());
-    iov_.emplace_back(tr.data(), tr.size());
+    push_iov(hb, false);
+    for (auto p : pieces) push_iov(p, m.kind == TxKind::Sq || m.kind == TxKind::ReadResponse);
+    push_iov(tr, false);
     wire = hb.size() + n + tr.size();
   } else {
     // With markers the FPDU is assembled by the MPA encoder, which places them.
@@ -343,10 +367,11 @@ void QueuePair::append_fpdu(TxMsg& m) {
     if (!r) {
       logger().error("QP {}: {}", qp_num_, r.error().to_string());
       iov_.resize(first_iov);
+      iov_user_.resize(first_iov);
       m.off = m.total;
       return;
     }
-    iov_.emplace_back(out.data(), out.size());
+    push_iov(out, false);
     wire = out.size();
   }
   m.off += n;
@@ -358,17 +383,34 @@ void QueuePair::append_fpdu(TxMsg& m) {
   stats_.bytes_sent += wire;
 }
 
+void QueuePair::push_iov(ByteSpan b, bool user) {
+  iov_.emplace_back(b.data(), b.size());
+  iov_user_.push_back(user);
+}
+
 void QueuePair::tx_kick() {
-  if (writing_ || closed_ || !transport_) return;
+  // Not re-entrant: an error found while the batch is built (a bad lkey, say) queues its
+  // Terminate through fatal(), which calls here again; the loop below picks it up.
+  if (writing_ || tx_building_ || closed_ || !transport_) return;
+  tx_building_ = true;
   arena_used_ = 0;
   iov_.clear();
+  iov_user_.clear();
+  iov_pos_ = 0;
+  tx_detached_.clear();
   fpdu_ends_.clear();
   batch_bytes_ = 0;
-  std::vector<std::uint64_t> finished;
-  while (batch_bytes_ < kBatchBytes && iov_.size() + 8 < kMaxIov) {
+  tx_batch_wrs_.clear();
+  bool terminate_sent = false;
+  while (batch_bytes_ < kBatchBytes && iov_.size() + 8 < kMaxIov && !terminate_sent) {
     if (!tx_cur_) {
       TxMsg m;
-      if (!next_message(m)) break;
+      if (!next_message(m)) {
+        // next_message() may have failed the QP: its Terminate is queued now and goes in
+        // this batch, behind what was built before the bad WR.
+        if (!tx_priority_.empty() && tx_priority_.front().kind == TxKind::Terminate) continue;
+        break;
+      }
       tx_cur_ = std::move(m);
     }
     TxMsg& m = *tx_cur_;
@@ -389,12 +431,13 @@ void QueuePair::tx_kick() {
       const auto op = sq_[m.sq_index % sq_.size()].wr.opcode;
       if (op != WrOpcode::RdmaRead && op != WrOpcode::AtomicCmpAndSwp &&
           op != WrOpcode::AtomicFetchAndAdd)
-        finished.push_back(m.sq_index);
+        tx_batch_wrs_.push_back(m.sq_index);
     }
-    const bool was_terminate = m.kind == TxKind::Terminate;
+    terminate_sent = m.kind == TxKind::Terminate;  // nothing follows a Terminate (RFC 5040 §5.6)
     tx_cur_.reset();
-    if (was_terminate) break;  // nothing follows a Terminate (RFC 5040 §5.6)
   }
+  tx_building_ = false;
+  if (terminate_sent) tx_priority_.clear();
   if (iov_.empty()) {
     if (closing_after_tx_) enter_error(closed_reason_);
     return;
@@ -413,30 +456,79 @@ void QueuePair::tx_kick() {
     }
     tap_->on_fpdus(true, all, fpdu_ends_);
   }
-  transport_->async_write(iov_, [self = shared_from_this(), finished = std::move(finished)](
-                                    const boost::system::error_code& ec, std::size_t) mutable {
-    self->writing_ = false;
-    if (ec) {
-      if (ec != boost::asio::error::operation_aborted)
-        self->enter_error({QpClosed::Cause::PeerClosed,
-                           fmt::format("connection lost while sending: {}", ec.message())});
+  tx_write();
+}
+
+// Writes what the socket takes now; waits for room otherwise. Registered memory is read only
+// here, synchronously on the engine thread: between two calls no I/O request holds a span of
+// it (see Transport), so deregistration can copy the unsent rest away (tx_detach).
+void QueuePair::tx_write() {
+  while (iov_pos_ < iov_.size()) {
+    boost::system::error_code ec;
+    std::size_t n = transport_->write_some(
+        std::span(iov_).subspan(iov_pos_, std::min<std::size_t>(iov_.size() - iov_pos_, kMaxIov)),
+        ec);
+    if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) {
+      transport_->async_wait_writable(
+          [self = shared_from_this()](const boost::system::error_code& e) {
+            if (e) {
+              self->writing_ = false;
+              if (e != boost::asio::error::operation_aborted && !self->closed_)
+                self->enter_error({QpClosed::Cause::PeerClosed,
+                                   fmt::format("connection lost while sending: {}", e.message())});
+              return;
+            }
+            if (self->closed_) return;
+            self->tx_write();
+          });
       return;
     }
-    // RFC 5040 §5 (as siw): a Send or Write completes once handed to the LLP.
-    for (auto i : finished) {
-      const auto& e = self->sq_[i % self->sq_.size()];
-      self->complete_sq(i, WcStatus::Success,
-                            static_cast<std::uint32_t>(
-                                e.wr.inline_data.empty()
-                                    ? [&] {
-                                        std::uint64_t t = 0;
-                                        for (auto& s : e.wr.sg_list) t += s.length;
-                                        return t;
-                                      }()
-                                    : e.wr.inline_data.size()));
+    if (ec) {
+      writing_ = false;
+      enter_error({QpClosed::Cause::PeerClosed,
+                   fmt::format("connection lost while sending: {}", ec.message())});
+      return;
     }
-    self->tx_kick();
-  });
+    while (n > 0 && iov_pos_ < iov_.size()) {
+      const std::size_t b = iov_[iov_pos_].size();
+      if (n >= b) {
+        n -= b;
+        ++iov_pos_;
+      } else {
+        iov_[iov_pos_] += n;
+        n = 0;
+      }
+    }
+  }
+  writing_ = false;
+  // RFC 5040 §5 (as siw): a Send or Write completes once handed to the LLP.
+  auto done = std::move(tx_batch_wrs_);
+  tx_batch_wrs_.clear();
+  for (auto i : done) {
+    std::uint32_t len;
+    {
+      std::lock_guard l(mu_);
+      const auto& e = sq_[i % sq_.size()];
+      std::uint64_t t = e.wr.inline_data.size();
+      for (const auto& sge : e.wr.sg_list) t += sge.length;
+      len = static_cast<std::uint32_t>(t);
+    }
+    complete_sq(i, WcStatus::Success, len);
+  }
+  tx_kick();
+}
+
+void QueuePair::tx_detach(const std::function<bool(const std::uint8_t*, std::size_t)>& touches) {
+  // The unsent rest of the batch keeps its octets, copied out of registered memory, so the
+  // stream stays whole while the memory is no longer ours to read.
+  for (std::size_t i = iov_pos_; i < iov_.size(); ++i) {
+    if (!iov_user_[i]) continue;
+    auto* p = static_cast<const std::uint8_t*>(iov_[i].data());
+    if (!touches(p, iov_[i].size())) continue;
+    tx_detached_.emplace_back(p, p + iov_[i].size());
+    iov_[i] = boost::asio::const_buffer(tx_detached_.back().data(), tx_detached_.back().size());
+    iov_user_[i] = false;
+  }
 }
 
 }  // namespace iwarp::rnic

@@ -163,13 +163,17 @@ QueuePair::QueuePair(Device& dev, const QpInit& init)
   sq_.resize(n);
 }
 
-void QueuePair::set_state(QpState s) {
+bool QueuePair::set_state(QpState s) {
   const QpState from = state_.load();
-  if (from == s) return;
-  if (!legal_transition(from, s))
-    logger().warn("QP {}: unexpected transition {} -> {}", qp_num_, to_string(from), to_string(s));
+  if (from == s) return true;
+  if (!legal_transition(from, s)) {
+    // Never taken: a QP that left RTS (a disconnect, an error) does not come back to it.
+    logger().warn("QP {}: refused transition {} -> {}", qp_num_, to_string(from), to_string(s));
+    return false;
+  }
   logger().debug("QP {}: {} -> {}", qp_num_, to_string(from), to_string(s));
   state_ = s;
+  return true;
 }
 
 std::string QueuePair::error_reason() const {
@@ -197,12 +201,17 @@ int QueuePair::post_send(const SendWr& in, std::string* why, bool ring) {
                                       init_.caps.max_send_sge));
   std::uint64_t total = 0;
   for (const auto& s : in.sg_list) total += s.length;
+  // RFC 5041 §5.3: an untagged message's MO is 32 bits, and a WC's byte_len too: nothing
+  // longer than 2^32 - 1 octets can be sent as one message.
+  if (total > 0xFFFFFFFFu)
+    return refuse(EINVAL, fmt::format("{} octets in one work request: a message carries at most "
+                                      "4 GiB - 1 (RFC 5041 §5.3: 32-bit message offsets)",
+                                      total));
   switch (in.opcode) {
     case WrOpcode::RdmaRead:
       // RFC 5040 §4.4: a Read Request names one Data Sink STag, so one sink SGE.
       if (in.sg_list.size() > 1)
         return refuse(EINVAL, "an RDMA Read has one sink SGE (RFC 5040 §4.4: one Data Sink STag)");
-      if (total > 0xFFFFFFFFu) return refuse(EINVAL, "RDMA Read larger than 4 GiB");
       break;
     case WrOpcode::AtomicCmpAndSwp:
     case WrOpcode::AtomicFetchAndAdd:
@@ -239,6 +248,14 @@ int QueuePair::post_send(const SendWr& in, std::string* why, bool ring) {
   const QpState st = state_.load();
   if (st == QpState::Idle)
     return refuse(EINVAL, "the QP is not connected yet (state IDLE): connect or accept first");
+  if (wr.opcode == WrOpcode::RdmaRead || wr.opcode == WrOpcode::AtomicCmpAndSwp ||
+      wr.opcode == WrOpcode::AtomicFetchAndAdd) {
+    std::lock_guard l(mu_);
+    if (setup_ && !setup_->ignore_ord && negotiated_ord() == 0)
+      return refuse(EINVAL,
+                    "the connection's ORD is 0 (the responder granted IRD 0): no RDMA "
+                    "Read or atomic can be sent (RFC 6581 §6)");
+  }
   bool failed = false;
   {
     // The state is read under mu_, with the enqueue: flush_all() takes mu_ after the QP has
@@ -266,7 +283,8 @@ int QueuePair::post_send(const SendWr& in, std::string* why, bool ring) {
     wc.wr_id = wr.wr_id;
     wc.status = WcStatus::WrFlushErr;
     wc.qp_num = qp_num_;
-    boost::asio::post(dev_.io(), [cq = init_.send_cq, wc] { cq->push(wc); });
+    boost::asio::post(dev_.io(),
+                      [self = shared_from_this(), wc] { self->init_.send_cq->push(wc); });
     return 0;
   }
   if (ring) ring_doorbell();
@@ -300,7 +318,7 @@ int QueuePair::post_recv(const RecvWr& wr, std::string* why) {
   wc.status = WcStatus::WrFlushErr;
   wc.opcode = WcOpcode::Recv;
   wc.qp_num = qp_num_;
-  boost::asio::post(dev_.io(), [cq = init_.recv_cq, wc] { cq->push(wc); });
+  boost::asio::post(dev_.io(), [self = shared_from_this(), wc] { self->init_.recv_cq->push(wc); });
   return 0;
 }
 
@@ -321,6 +339,7 @@ void QueuePair::start(std::unique_ptr<Transport> transport, const StreamSetup& s
                       Bytes rx_leftover, std::shared_ptr<WireTap> tap,
                       std::function<void(const QpClosed&)> on_closed, RxOptions rx) {
   self_ = shared_from_this();
+  dev_.attach(weak_from_this());
   transport_ = std::move(transport);
   rx_opts_ = std::move(rx);
   tap_ = std::move(tap);
@@ -346,7 +365,19 @@ void QueuePair::start(std::unique_ptr<Transport> transport, const StreamSetup& s
     });
   }
   if (state_.load() == QpState::Idle) set_state(QpState::Rtr);
-  set_state(QpState::Rts);
+  if (!set_state(QpState::Rts)) {
+    // Disconnected or failed during the MPA exchange: the QP stays where it is and the
+    // stream is closed at once.
+    logger().info("QP {}: not entering RTS from {}: closing the new stream", qp_num_,
+                  to_string(state_.load()));
+    transport_->close();
+    closed_ = true;
+    auto cb = std::move(on_closed_);
+    on_closed_ = nullptr;
+    boost::asio::post(dev_.io(), [self = std::move(self_)] {});
+    if (cb) cb({QpClosed::Cause::LocalDisconnect, "disconnected before the connection was up"});
+    return;
+  }
   logger().info("QP {}: RTS as {} ({}), MULPDU {}", qp_num_,
                 setup.initiator ? "initiator" : "responder", mpa::describe(p), mulpdu());
   rx_start(std::move(rx_leftover));

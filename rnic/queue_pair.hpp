@@ -89,7 +89,14 @@ struct QpInit {
   std::shared_ptr<SharedReceiveQueue> srq;
   QpCaps caps;
   bool sq_sig_all = false;
+  // Owners of the CQs above (and anything else the QP must not outlive), held as long as the
+  // QP object lives: the engine may still complete into them after the application let go.
+  std::vector<std::shared_ptr<void>> keep_alive;
 };
+
+// Default bound on closing a stream whose peer does not read: RFC 5040 §5.6 ends the stream
+// after a Terminate, but sets no time; siw aborts such a socket too.
+inline constexpr std::chrono::milliseconds kCloseTimeout{5000};
 
 // What the connection manager hands a QP when the MPA exchange is done.
 struct StreamSetup {
@@ -102,6 +109,9 @@ struct StreamSetup {
   // Initiator: hold every FPDU (the RTR too) this long after entering RTS (see
   // CmOptions::first_fpdu_delay). Work requests posted meanwhile wait in the send queue.
   std::chrono::milliseconds first_fpdu_delay{0};
+  // How long a Terminate or a disconnect may wait for a peer that takes nothing (a zero
+  // window) before the stream is aborted and the close reported (see kCloseTimeout).
+  std::chrono::milliseconds close_timeout = kCloseTimeout;
 };
 
 // How the receive side gets its TCP segments (seed 004: the receive engine works on segments).
@@ -139,7 +149,7 @@ struct QpClosed {
   std::string detail;
 };
 
-class QueuePair : public std::enable_shared_from_this<QueuePair> {
+class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryUser {
  public:
   QueuePair(Device& dev, const QpInit& init);
   ~QueuePair();
@@ -189,6 +199,10 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   };
   Stats stats() const;
 
+  // Engine thread, from Device::deregister(): `r` is leaving the memory table. Whatever this QP
+  // still holds of it stops being used before this returns (see MemoryUser).
+  void revoke(const MemoryRegion& r) override;
+
  private:
   class RxSink;
   friend class RxSink;
@@ -222,6 +236,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
     std::uint32_t size = 0, received = 0;
     std::uint32_t request_id = 0;
     std::uint8_t* result = nullptr;  // atomics: where the original value goes
+    bool result_revoked = false;     // that memory was deregistered while the atomic was out
   };
   struct IrqEntry {
     bool atomic;
@@ -229,10 +244,21 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
     std::uint64_t sink_to = 0;
     ByteSpan src;
     rdmap::AtomicResponse atomic_resp;
+    STag src_stag{0};
+    bool revoked = false;  // `src` was deregistered before the response went out
   };
 
   // --- engine (engine thread) ---
   void tx_kick();
+  void tx_write();
+  void push_iov(ByteSpan b, bool user);
+  // Copies the unsent octets of the batch that lie in registered memory `touches` selects into
+  // QP-owned buffers (the memory is going away; the stream keeps its octets).
+  void tx_detach(const std::function<bool(const std::uint8_t*, std::size_t)>& touches);
+  std::uint16_t negotiated_ord() const {
+    return setup_->initiator ? setup_->params.initiator_ord : setup_->params.responder_ord;
+  }
+  void arm_close_timer();
   bool next_message(TxMsg& m);  // false when nothing can go now
   bool start_sq_wqe(std::uint64_t index, TxMsg& m);
   void append_fpdu(TxMsg& m);
@@ -243,6 +269,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
 
   void rx_start(Bytes leftover);
   void rx_read();
+  void rx_drain();
   void rx_data(ByteSpan data);                    // octets read from the transport
   void rx_segment(TcpSeq seq, ByteSpan payload);  // one TCP segment into the segment path
   void rx_check_fin();
@@ -274,7 +301,8 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   void enter_error(QpClosed closed);
   void flush_all();
   void close_socket();
-  void set_state(QpState s);
+  // False (and nothing changes) for a transition legal_transition() forbids.
+  bool set_state(QpState s);
 
   Device& dev_;
   QpInit init_;
@@ -303,16 +331,22 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
   std::deque<IrqEntry> irq_;
   std::deque<TxMsg> tx_priority_;  // Terminate, RTR: before anything else
   std::optional<TxMsg> tx_cur_;
-  bool tx_gated_ = false;  // MPA v1 responder: hold FPDUs until the initiator's first arrives
-  bool writing_ = false;
+  bool tx_gated_ = false;     // MPA v1 responder: hold FPDUs until the initiator's first arrives
+  bool writing_ = false;      // a batch is on its way to the socket (tx_write)
+  bool tx_building_ = false;  // tx_kick() is building a batch (not re-entrant)
+  std::optional<boost::asio::steady_timer> close_timer_;
   bool closing_after_tx_ = false;
   QpClosed closed_reason_{QpClosed::Cause::LocalDisconnect, ""};
   bool closed_ = false;
   std::deque<Bytes> arena_;  // headers and trailers of the batch (stable addresses)
   std::size_t arena_used_ = 0;
   std::vector<boost::asio::const_buffer> iov_;
-  std::vector<std::size_t> fpdu_ends_;  // where each FPDU of the batch ends (for the tap)
-  Bytes rx_tap_buf_;                    // received octets not yet a whole FPDU (for the tap)
+  std::vector<bool> iov_user_;               // iov_[i] points into registered memory
+  std::size_t iov_pos_ = 0;                  // first iov_ entry not yet written whole
+  std::deque<Bytes> tx_detached_;            // copies made by tx_detach() (stable addresses)
+  std::vector<std::uint64_t> tx_batch_wrs_;  // Sends/Writes that complete when the batch is out
+  std::vector<std::size_t> fpdu_ends_;       // where each FPDU of the batch ends (for the tap)
+  Bytes rx_tap_buf_;                         // received octets not yet a whole FPDU (for the tap)
   void tap_inbound(ByteSpan data);
   std::size_t batch_bytes_ = 0;
   Bytes rx_buf_;
@@ -336,7 +370,8 @@ class QueuePair : public std::enable_shared_from_this<QueuePair> {
     bool active = false;    // a receive WQE is consumed by the message in progress
     std::uint32_t msn = 0;  // that message's MSN
     RecvWr rqe;
-    std::vector<MutableByteSpan> sges;  // resolved receive buffers
+    std::vector<MutableByteSpan> sges;  // resolved receive buffers (cleared when revoked)
+    bool revoked = false;               // a region of its SGEs was deregistered meanwhile
     std::uint64_t capacity = 0;
     std::uint32_t placed = 0;
     // How the receive WR completes when the message fails here (LocLenErr: too long,

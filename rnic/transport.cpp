@@ -9,13 +9,27 @@
 
 namespace iwarp::rnic {
 
-void SocketTransport::async_write(const std::vector<boost::asio::const_buffer>& bufs,
-                                  IoHandler done) {
-  boost::asio::async_write(sock_, bufs, std::move(done));
+SocketTransport::SocketTransport(boost::asio::ip::tcp::socket s) : sock_(std::move(s)) {
+  boost::system::error_code ignored;
+  sock_.non_blocking(true, ignored);
 }
 
-void SocketTransport::async_read_some(MutableByteSpan buf, IoHandler done) {
-  sock_.async_read_some(boost::asio::buffer(buf.data(), buf.size()), std::move(done));
+void SocketTransport::async_wait_readable(WaitHandler done) {
+  sock_.async_wait(boost::asio::ip::tcp::socket::wait_read, std::move(done));
+}
+
+void SocketTransport::async_wait_writable(WaitHandler done) {
+  sock_.async_wait(boost::asio::ip::tcp::socket::wait_write, std::move(done));
+}
+
+std::size_t SocketTransport::read_some(MutableByteSpan buf, boost::system::error_code& ec) {
+  return sock_.read_some(boost::asio::buffer(buf.data(), buf.size()), ec);
+}
+
+std::size_t SocketTransport::write_some(std::span<const boost::asio::const_buffer> bufs,
+                                        boost::system::error_code& ec) {
+  // MSG_NOSIGNAL: a peer that reset the connection is an error here, never SIGPIPE.
+  return sock_.send(bufs, MSG_NOSIGNAL, ec);
 }
 
 void SocketTransport::close() {
@@ -35,26 +49,40 @@ std::size_t SocketTransport::mss() const {
   return static_cast<std::size_t>(mss);
 }
 
-void NullTransport::async_write(const std::vector<boost::asio::const_buffer>& bufs,
-                                IoHandler done) {
+void NullTransport::async_wait_readable(WaitHandler done) {
+  if (closed_) {
+    boost::asio::post(io_,
+                      [done = std::move(done)] { done(boost::asio::error::operation_aborted); });
+    return;
+  }
+  pending_read_ = std::move(done);
+}
+
+void NullTransport::async_wait_writable(WaitHandler done) {
+  const auto ec = closed_ ? boost::system::error_code(boost::asio::error::operation_aborted)
+                          : boost::system::error_code{};
+  boost::asio::post(io_, [done = std::move(done), ec] { done(ec); });
+}
+
+std::size_t NullTransport::read_some(MutableByteSpan, boost::system::error_code& ec) {
+  ec = closed_ ? boost::asio::error::operation_aborted : boost::asio::error::would_block;
+  return 0;
+}
+
+std::size_t NullTransport::write_some(std::span<const boost::asio::const_buffer> bufs,
+                                      boost::system::error_code& ec) {
+  if (closed_) {
+    ec = boost::asio::error::operation_aborted;
+    return 0;
+  }
+  ec = {};
   std::size_t n = 0;
   for (const auto& b : bufs) {
     if (on_write_) on_write_(ByteSpan(static_cast<const std::uint8_t*>(b.data()), b.size()));
     n += b.size();
   }
   written_ += n;
-  const auto ec = closed_ ? boost::system::error_code(boost::asio::error::operation_aborted)
-                          : boost::system::error_code{};
-  boost::asio::post(io_, [done = std::move(done), ec, n] { done(ec, ec ? 0 : n); });
-}
-
-void NullTransport::async_read_some(MutableByteSpan, IoHandler done) {
-  if (closed_) {
-    boost::asio::post(io_,
-                      [done = std::move(done)] { done(boost::asio::error::operation_aborted, 0); });
-    return;
-  }
-  pending_read_ = std::move(done);
+  return n;
 }
 
 void NullTransport::close() {
@@ -62,7 +90,7 @@ void NullTransport::close() {
   closed_ = true;
   if (auto h = std::move(pending_read_)) {
     pending_read_ = nullptr;
-    boost::asio::post(io_, [h = std::move(h)] { h(boost::asio::error::operation_aborted, 0); });
+    boost::asio::post(io_, [h = std::move(h)] { h(boost::asio::error::operation_aborted); });
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/bytes.hpp"
@@ -16,15 +17,28 @@
 namespace iwarp::rnic {
 
 using IoHandler = std::function<void(const boost::system::error_code&, std::size_t)>;
+using WaitHandler = std::function<void(const boost::system::error_code&)>;
 
+// Readiness, not asynchronous transfers: the QP waits until the transport can move octets and
+// then moves them itself, synchronously, on the engine thread. So no buffer of registered
+// memory is ever handed to the I/O layer to be filled or drained later: between two handlers
+// the engine holds no span the kernel may still use, and deregistration (which runs on the
+// engine thread too) can take a region away at any point between them.
 class Transport {
  public:
   virtual ~Transport() = default;
-  // Writes every octet of `bufs` (gather), then calls `done` on the engine thread.
-  virtual void async_write(const std::vector<boost::asio::const_buffer>& bufs, IoHandler done) = 0;
-  // Reads some octets into `buf`; `done` gets operation_aborted after close().
-  virtual void async_read_some(MutableByteSpan buf, IoHandler done) = 0;
-  // Shuts both directions down and closes; pending operations end with operation_aborted.
+  // Calls `done` on the engine thread once octets can be read (or the end of the stream or an
+  // error is there to be read); operation_aborted after close().
+  virtual void async_wait_readable(WaitHandler done) = 0;
+  // Calls `done` once octets can be written; operation_aborted after close().
+  virtual void async_wait_writable(WaitHandler done) = 0;
+  // Non-blocking: reads what is there now into `buf`. would_block when nothing is, eof at the
+  // end of the stream.
+  virtual std::size_t read_some(MutableByteSpan buf, boost::system::error_code& ec) = 0;
+  // Non-blocking gather write of what fits now; would_block when nothing does.
+  virtual std::size_t write_some(std::span<const boost::asio::const_buffer> bufs,
+                                 boost::system::error_code& ec) = 0;
+  // Shuts both directions down and closes; pending waits end with operation_aborted.
   virtual void close() = 0;
   // The TCP segment size in use (RFC 5044 §4.1 EMSS), 0 when unknown.
   virtual std::size_t mss() const { return 0; }
@@ -33,9 +47,12 @@ class Transport {
 // A connected TCP socket (Boost.Asio).
 class SocketTransport final : public Transport {
  public:
-  explicit SocketTransport(boost::asio::ip::tcp::socket s) : sock_(std::move(s)) {}
-  void async_write(const std::vector<boost::asio::const_buffer>& bufs, IoHandler done) override;
-  void async_read_some(MutableByteSpan buf, IoHandler done) override;
+  explicit SocketTransport(boost::asio::ip::tcp::socket s);
+  void async_wait_readable(WaitHandler done) override;
+  void async_wait_writable(WaitHandler done) override;
+  std::size_t read_some(MutableByteSpan buf, boost::system::error_code& ec) override;
+  std::size_t write_some(std::span<const boost::asio::const_buffer> bufs,
+                         boost::system::error_code& ec) override;
   void close() override;
   std::size_t mss() const override;
   boost::asio::ip::tcp::socket& socket() { return sock_; }
@@ -44,22 +61,25 @@ class SocketTransport final : public Transport {
   boost::asio::ip::tcp::socket sock_;
 };
 
-// A transport with no wire: writes complete at once (handed to `on_write` first, when set),
-// reads never complete by themselves. For replaying captures through a QP.
+// A transport with no wire: writes are taken whole at once (handed to `on_write` first, when
+// set), it never becomes readable by itself. For replaying captures through a QP.
 class NullTransport final : public Transport {
  public:
   using WriteSink = std::function<void(ByteSpan)>;
   NullTransport(boost::asio::io_context& io, WriteSink on_write = {})
       : io_(io), on_write_(std::move(on_write)) {}
-  void async_write(const std::vector<boost::asio::const_buffer>& bufs, IoHandler done) override;
-  void async_read_some(MutableByteSpan buf, IoHandler done) override;
+  void async_wait_readable(WaitHandler done) override;
+  void async_wait_writable(WaitHandler done) override;
+  std::size_t read_some(MutableByteSpan buf, boost::system::error_code& ec) override;
+  std::size_t write_some(std::span<const boost::asio::const_buffer> bufs,
+                         boost::system::error_code& ec) override;
   void close() override;
   std::uint64_t bytes_written() const { return written_; }
 
  private:
   boost::asio::io_context& io_;
   WriteSink on_write_;
-  IoHandler pending_read_;
+  WaitHandler pending_read_;
   bool closed_ = false;
   std::uint64_t written_ = 0;
 };

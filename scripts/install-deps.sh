@@ -23,6 +23,7 @@ PKGS=(
   tshark                             # verifies the pcaps we write
   gnuplot-nox                        # rnic enlarge-bench's plot
   python3
+  ccache                             # shared compile cache across the plain, sanitizer and fuzz builds
 )
 
 missing=()

@@ -1,5 +1,7 @@
 #include "verbs_shim/verbs.hpp"
 
+#include <fmt/format.h>
+
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <chrono>
@@ -80,6 +82,9 @@ ibv_pd* ibv_alloc_pd(ibv_context* ctx) {
 }
 
 int ibv_dealloc_pd(ibv_pd* pd) {
+  if (!pd) return refuse(EINVAL, "ibv_dealloc_pd: no PD");
+  if (int n = pd->users.load(); n > 0)
+    return refuse(EBUSY, fmt::format("ibv_dealloc_pd: {} MRs, QPs or SRQs still use the PD", n));
   delete pd;
   return 0;
 }
@@ -98,12 +103,16 @@ ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, std::size_t length, int access) {
                                                             reinterpret_cast<std::uint64_t>(addr),
                                                             static_cast<std::uint32_t>(access));
   mr->lkey = mr->rkey = s.value();
+  ++pd->users;
   return mr;
 }
 
 int ibv_dereg_mr(ibv_mr* mr) {
-  if (!mr) return EINVAL;
-  mr->context->dev->memory().deregister(STag{mr->lkey});
+  if (!mr) return refuse(EINVAL, "ibv_dereg_mr: no MR");
+  // Returns once the engine no longer reads or writes the region (a transfer into it that
+  // is under way ends in an error), so the caller may free the memory right after.
+  if (mr->context->dev) mr->context->dev->deregister(STag{mr->lkey});
+  --mr->pd->users;
   delete mr;
   return 0;
 }
@@ -115,6 +124,9 @@ ibv_comp_channel* ibv_create_comp_channel(ibv_context* ctx) {
 }
 
 int ibv_destroy_comp_channel(ibv_comp_channel* ch) {
+  if (!ch) return refuse(EINVAL, "ibv_destroy_comp_channel: no channel");
+  if (int n = ch->cqs.load(); n > 0)
+    return refuse(EBUSY, fmt::format("ibv_destroy_comp_channel: {} CQs still use the channel", n));
   delete ch;
   return 0;
 }
@@ -130,12 +142,23 @@ ibv_cq* ibv_create_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_chan
   cq->channel = channel;
   cq->cq_context = cq_context;
   cq->cqe = cqe;
-  cq->cq = std::make_unique<rnic::CompletionQueue>(static_cast<std::size_t>(cqe),
+  cq->cq = std::make_shared<rnic::CompletionQueue>(static_cast<std::size_t>(cqe),
                                                    channel ? &channel->ch : nullptr, cq);
+  if (channel) ++channel->cqs;
   return cq;
 }
 
 int ibv_destroy_cq(ibv_cq* cq) {
+  if (!cq) return refuse(EINVAL, "ibv_destroy_cq: no CQ");
+  if (int n = cq->qps.load(); n > 0)
+    return refuse(EBUSY, fmt::format("ibv_destroy_cq: {} QPs still complete into the CQ", n));
+  if (unsigned n = cq->cq->events_unacked(); n > 0)
+    return refuse(EBUSY, fmt::format("ibv_destroy_cq: {} completion events were not acknowledged "
+                                     "(ibv_ack_cq_events)",
+                                     n));
+  // Events of this CQ still queued on the channel go with it; nothing is signalled after.
+  cq->cq->detach_channel();
+  if (cq->channel) --cq->channel->cqs;
   delete cq;
   return 0;
 }
@@ -190,10 +213,13 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, std::uint32_t max_wr, std::uint32_t max_sge)
   s->context = pd->context;
   s->pd = pd;
   s->srq = std::make_shared<rnic::SharedReceiveQueue>(pd->handle, max_wr, max_sge);
+  ++pd->users;
   return s;
 }
 
 int ibv_destroy_srq(ibv_srq* srq) {
+  if (!srq) return refuse(EINVAL, "ibv_destroy_srq: no SRQ");
+  --srq->pd->users;
   delete srq;
   return 0;
 }
@@ -222,6 +248,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   init.caps = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
                attr->cap.max_recv_sge, attr->cap.max_inline_data};
   init.sq_sig_all = attr->sq_sig_all != 0;
+  init.keep_alive = {attr->send_cq->cq, attr->recv_cq->cq};
   auto* qp = new ibv_qp;
   qp->context = pd->context;
   qp->qp_context = attr->qp_context;
@@ -231,6 +258,9 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   qp->srq = attr->srq;
   qp->qp = std::make_shared<rnic::QueuePair>(*pd->context->dev, init);
   qp->qp_num = qp->qp->qp_num();
+  ++pd->users;
+  ++attr->send_cq->qps;
+  ++attr->recv_cq->qps;
   return qp;
 }
 
@@ -250,6 +280,9 @@ int ibv_destroy_qp(ibv_qp* qp) {
       settled.wait_for(std::chrono::seconds(2));
     }
   }
+  --qp->pd->users;
+  --qp->send_cq->qps;
+  --qp->recv_cq->qps;
   delete qp;
   return 0;
 }

@@ -5,6 +5,7 @@
 // immediate data and invalidate_rkey are plain host-order fields.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -88,9 +89,12 @@ struct ibv_context {
   std::string name;
 };
 
+// Object lifetimes follow rdma-core: a PD with MRs, QPs or SRQs, a CQ with QPs or with
+// completion events not yet acknowledged, and a channel with CQs cannot be destroyed (EBUSY).
 struct ibv_pd {
   ibv_context* context = nullptr;
   std::uint32_t handle = 0;
+  std::atomic<int> users{0};  // MRs, QPs and SRQs in this PD
 };
 
 struct ibv_mr {
@@ -105,6 +109,7 @@ struct ibv_mr {
 struct ibv_comp_channel {
   ibv_context* context = nullptr;
   rnic::CompletionChannel ch;
+  std::atomic<int> cqs{0};  // CQs that report to it
   int fd() const { return ch.fd(); }
 };
 
@@ -113,7 +118,10 @@ struct ibv_cq {
   ibv_comp_channel* channel = nullptr;
   void* cq_context = nullptr;
   int cqe = 0;
-  std::unique_ptr<rnic::CompletionQueue> cq;
+  // Shared with the engine's queue pairs: a QP that outlives its ibv_qp (the engine finishing
+  // a flush) still has somewhere to complete into.
+  std::shared_ptr<rnic::CompletionQueue> cq;
+  std::atomic<int> qps{0};  // QPs that complete into it
 };
 
 struct ibv_srq {
