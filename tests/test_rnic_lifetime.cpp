@@ -213,17 +213,20 @@ TEST(RnicLifetime, FlushedSendIsNotReadAfterItsCompletion) {
 }
 
 // Defect 3: a local error while a large Send is arriving flushes its receive WR; the rest of
-// the FPDU must not land in the buffer the program got back.
+// the FPDU must not land in the buffer the program got back. The stream has to stay open for
+// the rest to arrive, so the Terminate must wait: the peer takes nothing while an 8 MiB Send
+// is queued, and the local error is that Send's region deregistered under it.
 TEST(RnicLifetime, LocalErrorStopsPlacementIntoTheFlushedReceive) {
   log::configure("rnic=error");
   Guarded g(65536);
   ibv_mr* mr = nullptr;
   EndpointOptions so;
+  so.cm.close_timeout = 20s;
   so.on_qp_created = [&](Endpoint& ep) {
     mr = ibv_reg_mr(ep.pd(), g.data(), g.size(), IBV_ACCESS_LOCAL_WRITE);
     post_one_recv(ep.qp(), g.data(), static_cast<std::uint32_t>(g.size()), mr->lkey, 5);
   };
-  RawConnection rc(so);
+  RawConnection rc(so, /*peer_rcvbuf=*/4096);
   ASSERT_TRUE(rc.ok());
   Bytes payload(50000, kPeerData);
   Bytes wire = rc.peer->fpdu(send_segment(1, 0, payload));
@@ -231,22 +234,32 @@ TEST(RnicLifetime, LocalErrorStopsPlacementIntoTheFlushedReceive) {
   const std::uint64_t before = received_bytes(rc.server);
   ASSERT_TRUE(rc.peer->write(ByteSpan(wire).first(part)));
   ASSERT_TRUE(eventually([&] { return received_bytes(rc.server) - before >= part; }));
-  // A send WR with an lkey that does not exist: a local error that ends the stream.
-  std::uint8_t x = 0;
-  ASSERT_EQ(post_one(rc.server.qp(),
-                     {.op = IBV_WR_SEND, .addr = &x, .len = 1, .lkey = 0xDEAD00, .wr_id = 1}),
+  // A large Send that blocks on the peer's closed window.
+  const std::size_t n = 8u << 20;
+  std::vector<std::uint8_t> src(n, 0x33);
+  ibv_mr* smr = ibv_reg_mr(rc.server.pd(), src.data(), n, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(post_one(rc.server.qp(), {.op = IBV_WR_SEND,
+                                      .addr = src.data(),
+                                      .len = static_cast<std::uint32_t>(n),
+                                      .lkey = smr->lkey,
+                                      .wr_id = 1}),
             0);
+  ASSERT_TRUE(eventually([&] { return engine_qp(rc.server).stats().fpdus_sent > 100; }));
+  std::this_thread::sleep_for(100ms);
+  // The local error: the Send's region goes while the Send is being sent.
+  ASSERT_EQ(ibv_dereg_mr(smr), 0);
   std::optional<ibv_wc> rwc = wait_wc(rc.server.recv_cq());
   ASSERT_TRUE(rwc);
   EXPECT_EQ(rwc->wr_id, 5u);
   EXPECT_EQ(rwc->status, IBV_WC_WR_FLUSH_ERR);
-  // The program reuses its receive buffer; the peer sends the rest of the FPDU.
+  EXPECT_EQ(ibv_query_qp_state(rc.server.qp()), IBV_QPS_SQE);  // TERMINATE: the stream is open
+  // The program reuses its receive buffer; the peer sends the rest of the FPDU, which is read.
   std::memset(g.data(), kNewOwner, g.size());
   ASSERT_TRUE(rc.peer->write(ByteSpan(wire).subspan(part)));
-  rc.peer->read_until_closed();
-  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(eventually([&] { return received_bytes(rc.server) - before >= wire.size(); }));
   EXPECT_TRUE(g.all(kNewOwner)) << "placement went on into a flushed receive buffer";
   EXPECT_TRUE(g.guards_intact());
+  rc.peer->read_until_closed(30s);
   ibv_dereg_mr(mr);
 }
 
