@@ -2,6 +2,11 @@
 // throughput against a plain socket stream, small-Send message rate against small TCP writes,
 // and Send ping-pong latency against a TCP ping-pong. Each line prints both and their ratio, so
 // the numbers mean something on a shared, noisy machine. Best of --reps runs each.
+//
+// Memory the RNIC may touch is handled as an application must: every region is deregistered
+// before its buffer is freed, and a buffer is freed only when no work request or posted receive
+// can still reach it (the peer's engine places Writes on its own thread: a Write's send
+// completion says only that TCP took the data).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,6 +18,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <stdexcept>
 #include <thread>
 
 #include "verbs_shim/endpoint.hpp"
@@ -108,6 +114,43 @@ double tcp_pingpong(std::size_t size, int n) {
   return t;
 }
 
+// A registered region, deregistered when it goes out of scope: declare it after its buffer, so
+// that it goes first.
+class Mr {
+ public:
+  Mr(Endpoint& e, void* addr, std::size_t len, int access)
+      : mr_(ibv_reg_mr(e.pd(), addr, len, access)) {
+    if (!mr_) throw std::runtime_error("ibv_reg_mr failed");
+  }
+  ~Mr() { ibv_dereg_mr(mr_); }
+  Mr(const Mr&) = delete;
+  Mr& operator=(const Mr&) = delete;
+  ibv_mr* operator->() const { return mr_; }
+
+ private:
+  ibv_mr* mr_;
+};
+
+// Waits for the next completion on `cq` and requires it to be a success.
+ibv_wc wait_ok(Endpoint& e, ibv_cq* cq, const char* what) {
+  auto wc = e.wait(cq);
+  if (!wc) throw std::runtime_error(std::string(what) + ": " + wc.error());
+  if (wc->status != IBV_WC_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": completion with status " +
+                             ibv_wc_status_str(wc->status));
+  return *wc;
+}
+
+// Polls up to `n` completions from `cq`, requiring each to be a success.
+int poll_ok(ibv_cq* cq, int n, ibv_wc* wc, const char* what) {
+  const int k = ibv_poll_cq(cq, n, wc);
+  for (int i = 0; i < k; ++i)
+    if (wc[i].status != IBV_WC_SUCCESS)
+      throw std::runtime_error(std::string(what) + ": completion with status " +
+                               ibv_wc_status_str(wc[i].status));
+  return k;
+}
+
 struct RnicPair {
   std::unique_ptr<Endpoint> server, client;
   RnicPair() {
@@ -125,12 +168,21 @@ struct RnicPair {
   }
 };
 
-// RNIC: `total` octets as RDMA Writes of `chunk` octets, up to 16 outstanding.
+// RNIC: `total` octets as RDMA Writes of `chunk` octets, up to 16 outstanding, measured to the
+// placement of the last octet at the server: a Send follows the Writes, and its receive
+// completion at the server means every Write before it was placed (RDMAP ordering, RFC 5040
+// §5.5: a Send completes only after the messages before it on the stream). The Writes' own
+// send completions say only that TCP took the data, while the server's engine may still be
+// writing into `dst`.
 double rnic_write(RnicPair& p, std::size_t total, std::size_t chunk) {
   std::vector<char> src(chunk, 'x'), dst(chunk);
-  auto* smr = p.client->reg(src.data(), src.size(), 0);
-  auto* dmr =
-      p.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  char done_src = 'd', done_dst = 0;
+  const Mr smr(*p.client, src.data(), src.size(), 0);
+  const Mr dmr(*p.server, dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  const Mr done_smr(*p.client, &done_src, 1, 0);
+  const Mr done_dmr(*p.server, &done_dst, 1, IBV_ACCESS_LOCAL_WRITE);
+  if (post_one_recv(p.server->qp(), &done_dst, 1, done_dmr->lkey) != 0)
+    throw std::runtime_error("rnic_write: ibv_post_recv failed");
   const OneWr wr{.op = IBV_WR_RDMA_WRITE,
                  .addr = src.data(),
                  .len = static_cast<std::uint32_t>(chunk),
@@ -141,31 +193,41 @@ double rnic_write(RnicPair& p, std::size_t total, std::size_t chunk) {
   std::size_t posted = 0, done = 0;
   auto t0 = Clock::now();
   ibv_wc wc[16];
-  while (done < n) {
+  // n Writes, then the Send (all signaled): n + 1 send completions.
+  while (done < n + 1) {
     while (posted < n && posted - done < 16) {
-      post_one(p.client->qp(), wr);
+      if (post_one(p.client->qp(), wr) != 0)
+        throw std::runtime_error("rnic_write: ibv_post_send (Write) failed");
       ++posted;
     }
-    int k = ibv_poll_cq(p.client->send_cq(), 16, wc);
+    if (posted == n) {
+      if (post_one(p.client->qp(), {.addr = &done_src, .len = 1, .lkey = done_smr->lkey}) != 0)
+        throw std::runtime_error("rnic_write: ibv_post_send (Send) failed");
+      ++posted;
+    }
+    // Sleep on the completion channel rather than spin: this machine may have 2 cores, and
+    // both RNIC engines need one.
+    int k = poll_ok(p.client->send_cq(), 16, wc, "rnic_write");
     if (k == 0) {
-      // Sleep on the completion channel rather than spin: this machine may have 2 cores, and
-      // both RNIC engines need one.
-      auto w = p.client->wait(p.client->send_cq());
-      k = w ? 1 : 0;
+      wait_ok(*p.client, p.client->send_cq(), "rnic_write");
+      k = 1;
     }
     done += static_cast<std::size_t>(k);
   }
-  // The last Write is placed once a Send behind it arrives; measure to that point.
+  // The last Write is placed once the Send behind it is received: measure to that point.
+  wait_ok(*p.server, p.server->recv_cq(), "rnic_write: the Send after the Writes");
   double t = seconds_since(t0);
-  return t;
+  return t;  // every Write placed, every WR complete: the regions go, then the buffers
 }
 
-// RNIC: `n` Sends of `size` octets in chains of 64, each received.
+// RNIC: `n` Sends of `size` octets in chains of 64, each received. Exactly as many receives are
+// posted as Sends arrive, so none is left posted into `dst` when it is freed (a receive left
+// behind would take the next run's first Send into freed memory).
 double rnic_sends(RnicPair& p, std::size_t size, int n) {
   constexpr int kChain = 64;
   std::vector<char> src(size, 'y'), dst(size * kChain * 2);
-  auto* smr = p.client->reg(src.data(), src.size(), 0);
-  auto* dmr = p.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE);
+  const Mr smr(*p.client, src.data(), src.size(), 0);
+  const Mr dmr(*p.server, dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE);
   std::vector<ibv_sge> rs(kChain * 2);
   std::vector<ibv_recv_wr> rw(kChain * 2);
   for (int i = 0; i < kChain * 2; ++i) {
@@ -190,29 +252,37 @@ double rnic_sends(RnicPair& p, std::size_t size, int n) {
       ibv_recv_wr one = rw[half * kChain + i];
       one.next = nullptr;
       ibv_recv_wr* bad;
-      ibv_post_recv(p.server->qp(), &one, &bad);
+      if (ibv_post_recv(p.server->qp(), &one, &bad) != 0)
+        throw std::runtime_error("rnic_sends: ibv_post_recv failed");
     }
   };
-  post_recvs(0);
-  int received = 0, chains = n / kChain;
+  const int chains = n / kChain;
+  if (chains > 0) post_recvs(0);
+  int received = 0;
   auto t0 = Clock::now();
   ibv_wc wc[64];
   for (int c = 0; c < chains; ++c) {
-    post_recvs((c + 1) % 2);
+    // The next chain's receives go in while this one lands (none after the last chain).
+    if (c + 1 < chains) post_recvs((c + 1) % 2);
     ibv_send_wr* bad;
-    ibv_post_send(p.client->qp(), sw.data(), &bad);
+    if (ibv_post_send(p.client->qp(), sw.data(), &bad) != 0)
+      throw std::runtime_error("rnic_sends: ibv_post_send failed");
     // Wait for this chain to land before the next (receives must be there first).
     const int want = (c + 1) * kChain;
     while (received < want) {
-      int k = ibv_poll_cq(p.server->recv_cq(), 64, wc);
-      if (k == 0 && p.server->wait(p.server->recv_cq())) k = 1;
+      int k = poll_ok(p.server->recv_cq(), 64, wc, "rnic_sends: receive");
+      if (k == 0) {
+        wait_ok(*p.server, p.server->recv_cq(), "rnic_sends: receive");
+        k = 1;
+      }
       received += k;
     }
-    if (ibv_poll_cq(p.client->send_cq(), 64, wc) == 0) (void)p.client->wait(p.client->send_cq());
+    // The chain's one signaled Send.
+    if (poll_ok(p.client->send_cq(), 1, wc, "rnic_sends: send") == 0)
+      wait_ok(*p.client, p.client->send_cq(), "rnic_sends: send");
   }
   double t = seconds_since(t0);
-  // Drain the extra posted receives by leaving them; the pair is not reused for sends.
-  return t;
+  return t;  // no receive is left posted and no Send outstanding: the regions go, then dst
 }
 
 // Raw TCP: `n` writes of `size` octets in bursts of 64 (one write each), read on another thread.
@@ -237,39 +307,52 @@ double tcp_small(std::size_t size, int n) {
   return t;
 }
 
-// RNIC: Send ping-pong of `size` octets.
+// RNIC: Send ping-pong of `size` octets. Each side posts a receive only for a message still to
+// come, so none is left posted into the buffers when they are freed.
 double rnic_pingpong(RnicPair& p, std::size_t size, int n) {
-  std::vector<char> a(size, 'a'), b(size), c(size), d(size);
-  auto* amr = p.client->reg(a.data(), size, 0);
-  auto* bmr = p.client->reg(b.data(), size, IBV_ACCESS_LOCAL_WRITE);
-  auto* cmr = p.server->reg(c.data(), size, IBV_ACCESS_LOCAL_WRITE);
+  std::vector<char> a(size, 'a'), b(size), c(size);
+  const Mr amr(*p.client, a.data(), size, 0);
+  const Mr bmr(*p.client, b.data(), size, IBV_ACCESS_LOCAL_WRITE);
+  const Mr cmr(*p.server, c.data(), size, IBV_ACCESS_LOCAL_WRITE);
   const auto len = static_cast<std::uint32_t>(size);
-  auto post_recv = [&](Endpoint& e, char* buf, ibv_mr* mr) {
-    post_one_recv(e.qp(), buf, len, mr->lkey);
+  auto post_recv = [&](Endpoint& e, char* buf, const Mr& mr) {
+    if (post_one_recv(e.qp(), buf, len, mr->lkey) != 0)
+      throw std::runtime_error("rnic_pingpong: ibv_post_recv failed");
   };
-  auto send = [&](Endpoint& e, char* buf, ibv_mr* mr) {
-    post_one(e.qp(), {.addr = buf, .len = len, .lkey = mr->lkey, .flags = 0});
+  auto send = [&](Endpoint& e, char* buf, const Mr& mr) {
+    if (post_one(e.qp(), {.addr = buf, .len = len, .lkey = mr->lkey, .flags = 0}) != 0)
+      throw std::runtime_error("rnic_pingpong: ibv_post_send failed");
   };
   // Block on the completion channel (as the TCP side blocks in read).
-  auto spin = [&](ibv_cq* cq) {
-    (void)(cq == p.client->recv_cq() ? p.client : p.server)->wait(cq);
-  };
+  std::string echo_error;
   std::thread echo([&] {
-    for (int i = 0; i < n; ++i) {
-      spin(p.server->recv_cq());
-      post_recv(*p.server, c.data(), cmr);
-      send(*p.server, c.data(), cmr);
+    try {
+      for (int i = 0; i < n; ++i) {
+        wait_ok(*p.server, p.server->recv_cq(), "rnic_pingpong: server receive");
+        if (i + 1 < n) post_recv(*p.server, c.data(), cmr);
+        send(*p.server, c.data(), cmr);
+      }
+    } catch (const std::exception& e) {
+      echo_error = e.what();
     }
   });
-  post_recv(*p.server, c.data(), cmr);
+  if (n > 0) post_recv(*p.server, c.data(), cmr);
   auto t0 = Clock::now();
-  for (int i = 0; i < n; ++i) {
-    post_recv(*p.client, b.data(), bmr);
-    send(*p.client, a.data(), amr);
-    spin(p.client->recv_cq());
+  std::string error;
+  try {
+    for (int i = 0; i < n; ++i) {
+      post_recv(*p.client, b.data(), bmr);
+      send(*p.client, a.data(), amr);
+      wait_ok(*p.client, p.client->recv_cq(), "rnic_pingpong: client receive");
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
   }
   double t = seconds_since(t0);
   echo.join();
+  if (!error.empty()) throw std::runtime_error(error);
+  if (!echo_error.empty()) throw std::runtime_error(echo_error);
+  // The server's last reply was received, so its transmitter is done with `c`.
   return t;
 }
 
@@ -279,44 +362,67 @@ double best(int reps, const std::function<double()>& f) {
   return b;
 }
 
+int run(int reps, std::size_t mib, int messages, int pingpongs) {
+  const std::size_t total = mib << 20;
+  std::printf("%-44s %14s %14s %8s\n", "measurement", "rnic", "raw TCP", "ratio");
+  auto line = [](const char* what, double rnic, double tcp, const char* unit, bool higher_better) {
+    std::printf("%-44s %10.1f %-3s %10.1f %-3s %7.2fx\n", what, rnic, unit, tcp, unit,
+                higher_better ? rnic / tcp : tcp / rnic);
+  };
+  {
+    RnicPair p;
+    for (std::size_t chunk : {std::size_t{64} << 10, std::size_t{1} << 20}) {
+      const double r = best(reps, [&] { return rnic_write(p, total, chunk); });
+      const double t = best(reps, [&] { return tcp_stream(total, chunk); });
+      char what[80];
+      std::snprintf(what, sizeof what, "bulk, %zu KiB RDMA Writes vs writes (MB/s)", chunk >> 10);
+      line(what, total / r / 1e6, total / t / 1e6, "", true);
+    }
+  }
+  {
+    const int n = messages;
+    RnicPair q;
+    const double r = best(reps, [&] { return rnic_sends(q, 64, n); });
+    const double t = best(reps, [&] { return tcp_small(64, n); });
+    line("64-octet Sends vs 64-octet writes (k msg/s)", n / r / 1e3, n / t / 1e3, "", true);
+  }
+  {
+    const int n = pingpongs;
+    RnicPair q;
+    const double r = best(reps, [&] { return rnic_pingpong(q, 64, n); });
+    const double t = best(reps, [&] { return tcp_pingpong(64, n); });
+    line("64-octet ping-pong round trip (us)", r / n * 1e6, t / n * 1e6, "", false);
+  }
+  std::printf("ratio: rnic relative to raw TCP (above 1 is better than raw TCP).\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"rnic_bench: the emulated RNIC against raw TCP on the same loopback, same run"};
   int reps = 5;
   std::size_t mib = 256;
-  app.add_option("--reps", reps, "Runs per measurement (the best is kept)")->capture_default_str();
-  app.add_option("--mib", mib, "MiB moved per bulk measurement")->capture_default_str();
+  int messages = 64 * 1000, pingpongs = 5000;
+  app.add_option("--reps", reps, "Runs per measurement (the best is kept)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--mib", mib, "MiB moved per bulk measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+  app.add_option("--messages", messages,
+                 "64-octet Sends per message-rate measurement (a multiple of 64)")
+      ->capture_default_str()
+      ->check(CLI::Range(64, 1 << 30));
+  app.add_option("--pingpongs", pingpongs, "Round trips per ping-pong measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
   CLI11_PARSE(app, argc, argv);
-  const std::size_t total = mib << 20;
-
-  std::printf("%-44s %14s %14s %8s\n", "measurement", "rnic", "raw TCP", "ratio");
-  auto line = [](const char* what, double rnic, double tcp, const char* unit, bool higher_better) {
-    std::printf("%-44s %10.1f %-3s %10.1f %-3s %7.2fx\n", what, rnic, unit, tcp, unit,
-                higher_better ? rnic / tcp : tcp / rnic);
-  };
-  RnicPair p;
-  for (std::size_t chunk : {std::size_t{64} << 10, std::size_t{1} << 20}) {
-    const double r = best(reps, [&] { return rnic_write(p, total, chunk); });
-    const double t = best(reps, [&] { return tcp_stream(total, chunk); });
-    char what[80];
-    std::snprintf(what, sizeof what, "bulk, %zu KiB RDMA Writes vs writes (MB/s)", chunk >> 10);
-    line(what, total / r / 1e6, total / t / 1e6, "", true);
+  messages -= messages % 64;
+  try {
+    return run(reps, mib, messages, pingpongs);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rnic_bench: %s\n", e.what());
+    return 1;
   }
-  {
-    constexpr int kN = 64 * 1000;
-    RnicPair q;
-    const double r = best(reps, [&] { return rnic_sends(q, 64, kN); });
-    const double t = best(reps, [&] { return tcp_small(64, kN); });
-    line("64-octet Sends vs 64-octet writes (k msg/s)", kN / r / 1e3, kN / t / 1e3, "", true);
-  }
-  {
-    constexpr int kN = 5000;
-    RnicPair q;
-    const double r = best(reps, [&] { return rnic_pingpong(q, 64, kN); });
-    const double t = best(reps, [&] { return tcp_pingpong(64, kN); });
-    line("64-octet ping-pong round trip (us)", r / kN * 1e6, t / kN * 1e6, "", false);
-  }
-  std::printf("ratio: rnic relative to raw TCP (above 1 is better than raw TCP).\n");
-  return 0;
 }

@@ -161,9 +161,12 @@ std::expected<Message, DecodeError> decode(ByteSpan wire) {
     case MsgType::EnlargeNak: {
       if (!fixed(8)) return wrong_size("EnlargeNak", 8);
       const std::uint8_t reason = r.u8();
-      r.skip(3);
+      const ByteSpan zero = r.bytes(3);
       if (reason < 1 || reason > 3)
         return fail(fmt::format("EnlargeNak reason {} at octet 8 is not 1-3", reason));
+      // docs/enlarge.md: octets 9-11 are zero (a sender that sets them speaks another layout).
+      if (zero[0] != 0 || zero[1] != 0 || zero[2] != 0)
+        return fail(fmt::format("EnlargeNak octets 9-11 are {}, not zero", hex(zero)));
       m.body = EnlargeNak{static_cast<NakReason>(reason), r.be32()};
       return m;
     }

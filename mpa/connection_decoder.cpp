@@ -49,12 +49,16 @@ void ConnectionDecoder::feed(Direction d, ByteSpan data, ConnectionVisitor& v) {
   Forwarder fw(*this, d, v);
   auto& s = streams_[static_cast<int>(d)];
   s.feed(data, fw);
-  // The Reply may just have fixed the framing of initiator bytes held back until now.
-  if (params_) {
+  // The Reply may just have fixed the framing of initiator bytes held back until now, or
+  // rejected the connection, which those bytes then break (RFC 5044 §7.1): either way they
+  // are decoded now, as they would have been had they arrived after the Reply.
+  if (params_ || (reply_ && reply_->reject)) {
     Direction other =
         d == Direction::FromInitiator ? Direction::FromResponder : Direction::FromInitiator;
     auto& o = streams_[static_cast<int>(other)];
-    if (o.state() == StreamDecoder::State::Fpdus && o.pending() > 0) {
+    const auto st = o.state();
+    if ((st == StreamDecoder::State::Fpdus || st == StreamDecoder::State::Closed) &&
+        o.pending() > 0) {
       Forwarder fo(*this, other, v);
       o.feed({}, fo);
     }

@@ -8,37 +8,85 @@
 namespace iwarp::mpa {
 
 namespace {
-// Beyond this many held octets a segment is dropped, as a TCP receive window would refuse it.
-constexpr std::size_t kMaxHeld = 64 * 1024 * 1024;
 // The most stream octets one FPDU can take: length, the largest ULPDU, pad, CRC and markers.
 constexpr std::uint64_t kMaxFpduWire = 2 + 0xFFFF + 3 + 4 + 4 * (0x10000 / kMarkerInterval + 2);
+// Segment starts (and chained FPDU starts) looked at per segment, nearest first, on each side
+// of the new octets' first one: enough for the largest FPDU cut into the smallest segments a
+// sender uses (65,535 octets in 536-octet segments: 123 starts), and a bound on the work when
+// a peer sends tiny segments.
+constexpr std::size_t kMaxCandidates = 256;
+// Without the CRC or a marker to prove an FPDU, a chain of FPDUs is trusted only once it ends
+// where a segment ended, so a start whose first FPDU was all there before may still be proven
+// by a new segment (its end, or the octets that extend the chain). It is followed again, but
+// only for the starts nearest the new octets, this many.
+constexpr std::size_t kMaxRewalks = 16;
+// Octets parse_at may look at for one segment (about 1 MB, a millisecond of CRC at worst): the
+// FPDUs one segment completes take far less, unless it joins two long runs. Past it the search
+// stops for this segment (where a trusted chain stopped is chained, and followed later).
+constexpr std::size_t kDiscoverBudget = 16 * kMaxFpduWire;
+
+using Chunks = std::map<std::uint64_t, Bytes>;
+
+// The chunk holding stream octet `p` (which must be held); `it` is a guess (the last one).
+Chunks::const_iterator chunk_at(const Chunks& c, Chunks::const_iterator it, std::uint64_t p) {
+  if (it != c.end() && it->first <= p) {
+    if (p < it->first + it->second.size()) return it;
+    auto nx = std::next(it);
+    if (nx != c.end() && nx->first <= p && p < nx->first + nx->second.size()) return nx;
+  }
+  return std::prev(c.upper_bound(p));
+}
+
+// Calls f(ByteSpan) for the held octets [p, p + n), in order, chunk by chunk. All are held.
+template <class F>
+void read_held(const Chunks& c, Chunks::const_iterator& it, std::uint64_t p, std::size_t n, F&& f) {
+  while (n > 0) {
+    it = chunk_at(c, it, p);
+    const auto in = static_cast<std::size_t>(it->first + it->second.size() - p);
+    const std::size_t k = std::min(n, in);
+    f(ByteSpan(it->second.data() + (p - it->first), k));
+    p += k;
+    n -= k;
+  }
+}
+
+// Copies the held octets [p, p + n) to dst.
+void copy_held(const Chunks& c, Chunks::const_iterator& it, std::uint64_t p, std::size_t n,
+               std::uint8_t* dst) {
+  read_held(c, it, p, n, [&dst](ByteSpan s) {
+    std::memcpy(dst, s.data(), s.size());
+    dst += s.size();
+  });
+}
 }  // namespace
 
 std::vector<Hole> SegmentReceiver::holes() const {
   std::vector<Hole> out;
+  out.reserve(blocks_.size());
   std::uint64_t cur = next_;
-  for (const auto& [b, bytes] : held_) {
+  for (const auto& [b, e] : blocks_) {
     if (b > cur) out.push_back({cur, b});
-    cur = b + bytes.size();
+    cur = e;
   }
   return out;
 }
 
-std::size_t SegmentReceiver::held_bytes() const {
-  std::size_t n = 0;
-  for (const auto& [b, bytes] : held_) n += bytes.size();
-  return n;
+std::size_t SegmentReceiver::entries() const {
+  return blocks_.size() + chunks_.size() + seg_starts_.size() + seg_ends_.size() + claimed_.size() +
+         known_.size() + chained_.size();
+}
+
+std::size_t SegmentReceiver::held_memory() const {
+  return held_octets_ + kHeldEntryOverhead * entries();
 }
 
 Hole SegmentReceiver::hole_before(std::uint64_t off) const {
-  Hole h{next_, next_};
-  std::uint64_t cur = next_;
-  for (const auto& [b, bytes] : held_) {
-    if (b > off) break;
-    if (b > cur) h = {cur, b};
-    cur = b + bytes.size();
-  }
-  return h;
+  // The hole before the block holding `off`.
+  auto it = blocks_.upper_bound(off);
+  if (it == blocks_.begin()) return {next_, next_};
+  --it;
+  const std::uint64_t begin = it == blocks_.begin() ? next_ : std::prev(it)->second;
+  return {begin, it->first};
 }
 
 void SegmentReceiver::advance(std::size_t n) {
@@ -67,7 +115,7 @@ void SegmentReceiver::receive(TcpSeq seq, ByteSpan payload, SegmentVisitor& v) {
     trimmed = true;
   }
   const std::uint64_t at = trimmed ? next_ : static_cast<std::uint64_t>(off);
-  if (at == next_ && held_.empty()) {
+  if (at == next_ && blocks_.empty()) {
     // The common case: in order, nothing waiting.
     ++stats_.in_order_segments;
     next_ += payload.size();
@@ -75,102 +123,103 @@ void SegmentReceiver::receive(TcpSeq seq, ByteSpan payload, SegmentVisitor& v) {
     return;
   }
   if (at != next_) ++stats_.ooo_segments;
-  if (held_bytes() + payload.size() > kMaxHeld) {
+  const std::uint64_t end = at + payload.size();
+
+  // The holes [at, end) closes (wholly covers) and the one it opens: a range split off the end
+  // of the hole it falls inside, or the gap before it when it lies beyond everything held. A
+  // segment that opens a hole closes none. Only the holes it reaches are looked at.
+  std::vector<Hole> closed;
+  std::optional<Hole> opened;
+  {
+    auto it = blocks_.upper_bound(at);
+    std::uint64_t gap = it == blocks_.begin() ? next_ : std::prev(it)->second;
+    for (; it != blocks_.end() && gap < end; ++it) {
+      const Hole h{gap, it->first};
+      if (at <= h.begin && end >= h.end)
+        closed.push_back(h);
+      else if (at > h.begin && end < h.end)
+        opened = Hole{end, h.end};
+      gap = it->second;
+    }
+    if (it == blocks_.end() && at > gap) opened = Hole{gap, at};
+  }
+  // The limits. A segment at the in-order point only ever shrinks what is held.
+  if (opened && blocks_.size() >= limits_.max_holes) {
+    ++stats_.dropped_hole_limit;
     ++stats_.dropped_segments;
     return;
   }
-  const auto before = holes();
+  if (at != next_ && held_memory() + payload.size() + kHeldEntryOverhead * (closed.size() + 4) >
+                         limits_.max_held) {
+    ++stats_.dropped_memory_limit;
+    ++stats_.dropped_segments;
+    return;
+  }
+
   const std::uint64_t old_next = next_;
   if (!trimmed) seg_starts_.insert(at);
-  seg_ends_.insert(at + payload.size());
+  seg_ends_.insert(end);
   insert(at, payload, v);
   deliver(v);
-  // Holes that closed (no hole now overlaps them) and holes that opened (new, or split off).
-  auto after = holes();
-  std::vector<bool> matched(after.size(), false);
-  for (const auto& h : before) {
-    bool still = false;
-    for (std::size_t i = 0; i < after.size(); ++i)
-      if (!matched[i] && after[i].begin < h.end && h.begin < after[i].end) {
-        matched[i] = true;
-        still = true;
-        break;
-      }
-    if (!still) {
-      ++stats_.holes_closed;
-      v.on_hole_closed(h, h.begin == old_next);
-    }
+  for (const auto& h : closed) {
+    ++stats_.holes_closed;
+    v.on_hole_closed(h, h.begin == old_next);
   }
-  for (std::size_t i = 0; i < after.size(); ++i)
-    if (!matched[i]) {
-      ++stats_.holes_opened;
-      v.on_hole_opened(after[i]);
-    }
+  if (opened) {
+    ++stats_.holes_opened;
+    v.on_hole_opened(*opened);
+  }
   // FPDUs beyond a hole that this segment completed.
-  if (!held_.empty()) {
-    auto it = held_.upper_bound(at);
-    if (it != held_.begin()) {
+  if (!blocks_.empty()) {
+    auto it = blocks_.upper_bound(at);
+    if (it != blocks_.begin()) {
       --it;
-      if (it->first + it->second.size() >= at) discover(it->first, at, v);
+      budget_used_ = 0;
+      if (it->second >= at && !discover(it->first, it->second, at, end, v)) ++stats_.discovery_cut;
     }
   }
+}
+
+void SegmentReceiver::add_chunk(std::uint64_t off, ByteSpan data) {
+  held_octets_ += data.size();
+  chunks_.emplace_hint(chunks_.lower_bound(off), off, Bytes(data.begin(), data.end()));
 }
 
 void SegmentReceiver::insert(std::uint64_t off, ByteSpan data, SegmentVisitor& v) {
   const std::uint64_t end = off + data.size();
-  // The block that starts at or before `off` and reaches it: extend it in place.
-  auto it = held_.upper_bound(off);
-  std::uint64_t base;
-  Bytes* blk = nullptr;
-  if (it != held_.begin() && std::prev(it)->first + std::prev(it)->second.size() >= off) {
-    --it;
-    base = it->first;
-    blk = &it->second;
-    ++it;
-  } else {
-    base = off;
-    blk = &held_[off];
-    it = held_.upper_bound(off);
-  }
-  // Octets already held are kept as first received (a retransmission carries the same data).
-  auto dup = [&](std::uint64_t from, std::uint64_t to) {
-    if (to <= from) return;
-    stats_.duplicate_bytes += to - from;
-    v.on_duplicate(from, static_cast<std::size_t>(to - from));
-  };
-  const std::uint64_t old_end = base + blk->size();
-  if (end > old_end) {
-    const std::size_t keep = old_end > off ? static_cast<std::size_t>(old_end - off) : 0;
-    dup(off, off + keep);
-    blk->insert(blk->end(), data.begin() + static_cast<std::ptrdiff_t>(keep), data.end());
-  } else {
-    dup(off, end);
-  }
-  // Swallow the blocks the new octets reach.
-  while (it != held_.end() && it->first <= base + blk->size()) {
-    const std::uint64_t cur_end = base + blk->size();
-    const std::uint64_t b_end = it->first + it->second.size();
-    if (b_end > cur_end) {
-      // Octets of this block before cur_end duplicate the new data; the block's own win.
-      const std::size_t overlap = static_cast<std::size_t>(cur_end - it->first);
-      std::memcpy(blk->data() + (it->first - base), it->second.data(), overlap);
-      dup(it->first, cur_end);
-      blk->insert(blk->end(), it->second.begin() + static_cast<std::ptrdiff_t>(overlap),
-                  it->second.end());
-    } else {
-      std::memcpy(blk->data() + (it->first - base), it->second.data(), it->second.size());
-      dup(it->first, b_end);
+  // The blocks [off, end] reaches (touching counts): the one holding or ending at `off`, then
+  // every one that starts at or before `end`. They become one block; the gaps between them
+  // (within [off, end)) are filled from `data`, and what they hold already is duplicate.
+  auto first = blocks_.upper_bound(off);
+  if (first != blocks_.begin() && std::prev(first)->second >= off) --first;
+  std::uint64_t pos = off;  // octets of `data` before pos are stored or reported
+  std::uint64_t begin = off, finish = end;
+  auto it = first;
+  for (; it != blocks_.end() && it->first <= end; ++it) {
+    const std::uint64_t bs = it->first, be = it->second;
+    if (bs > pos)
+      add_chunk(pos, data.subspan(static_cast<std::size_t>(pos - off),
+                                  static_cast<std::size_t>(bs - pos)));
+    const std::uint64_t ds = std::max(bs, off), de = std::min(be, end);
+    if (de > ds) {
+      stats_.duplicate_bytes += de - ds;
+      v.on_duplicate(ds, static_cast<std::size_t>(de - ds));
     }
-    it = held_.erase(it);
+    pos = std::max(pos, be);
+    begin = std::min(begin, bs);
+    finish = std::max(finish, be);
   }
+  if (pos < end)
+    add_chunk(pos, data.subspan(static_cast<std::size_t>(pos - off),
+                                static_cast<std::size_t>(end - pos)));
+  it = blocks_.erase(first, it);
+  blocks_.emplace_hint(it, begin, finish);
 }
 
 void SegmentReceiver::deliver(SegmentVisitor& v) {
-  while (!held_.empty() && held_.begin()->first <= next_) {
-    auto node = held_.extract(held_.begin());
-    const std::uint64_t base = node.key();
-    const Bytes& block = node.mapped();
-    const std::uint64_t end = base + block.size();
+  while (!blocks_.empty() && blocks_.begin()->first <= next_) {
+    const std::uint64_t end = blocks_.begin()->second;
+    blocks_.erase(blocks_.begin());
     while (next_ < end) {
       if (auto c = claimed_.find(next_); c != claimed_.end()) {
         const std::uint64_t at = next_;
@@ -183,23 +232,61 @@ void SegmentReceiver::deliver(SegmentVisitor& v) {
       std::uint64_t stop = end;
       if (auto nc = claimed_.lower_bound(next_); nc != claimed_.end() && nc->first < end)
         stop = nc->first;
-      const ByteSpan run(block.data() + (next_ - base), static_cast<std::size_t>(stop - next_));
+      const auto ch = std::prev(chunks_.upper_bound(next_));
+      stop = std::min<std::uint64_t>(stop, ch->first + ch->second.size());
+      const ByteSpan run(ch->second.data() + (next_ - ch->first),
+                         static_cast<std::size_t>(stop - next_));
       next_ = stop;
       v.on_stream(run);
+    }
+    // The block's chunks are all behind the in-order point now.
+    while (!chunks_.empty() && chunks_.begin()->first + chunks_.begin()->second.size() <= next_) {
+      held_octets_ -= chunks_.begin()->second.size();
+      chunks_.erase(chunks_.begin());
     }
   }
   seg_starts_.erase(seg_starts_.begin(), seg_starts_.lower_bound(next_));
   seg_ends_.erase(seg_ends_.begin(), seg_ends_.upper_bound(next_));
   known_.erase(known_.begin(), known_.lower_bound(next_));
   claimed_.erase(claimed_.begin(), claimed_.lower_bound(next_));
+  chained_.erase(chained_.begin(), chained_.lower_bound(next_));
 }
 
-bool SegmentReceiver::parse_at(std::uint64_t block, std::uint64_t off, OooFpdu& out,
-                               Bytes& ulpdu) const {
-  const Bytes& b = held_.at(block);
-  const std::uint64_t bend = block + b.size();
+std::uint64_t SegmentReceiver::wire_advance(std::uint64_t p, std::uint64_t n) const {
+  if (!cfg_.markers || n == 0) return p + n;
+  if (is_marker_position(p)) p += kMarkerSize;
+  const std::uint64_t room = kMarkerInterval - p % kMarkerInterval;
+  if (n <= room) return p + n;
+  n -= room;
+  p += room;  // at a marker: each interval from here holds kMarkerInterval - kMarkerSize octets
+  constexpr std::uint64_t per = kMarkerInterval - kMarkerSize;
+  const std::uint64_t full = (n - 1) / per;
+  return p + full * kMarkerInterval + kMarkerSize + (n - full * per);
+}
+
+std::optional<std::uint64_t> SegmentReceiver::fpdu_end_at(std::uint64_t off,
+                                                          std::uint64_t bend) const {
+  std::uint64_t p = off;
+  std::uint8_t len[kUlpduLengthSize];
+  auto it = chunks_.cend();
+  for (std::size_t got = 0; got < kUlpduLengthSize;) {
+    if (cfg_.markers && is_marker_position(p)) {
+      p += kMarkerSize;
+      continue;
+    }
+    if (p >= bend) return std::nullopt;
+    copy_held(chunks_, it, p, 1, len + got);
+    ++p;
+    ++got;
+  }
+  const std::uint16_t ulen = load_be16(len);
+  return wire_advance(p, ulen + pad_length(ulen) + kCrcSize);
+}
+
+bool SegmentReceiver::parse_at(std::uint64_t bend, std::uint64_t off, OooFpdu& out, Bytes& ulpdu) {
   std::uint64_t p = off;
   Crc32c crc;
+  auto it = chunks_.cend();
   // Takes `n` FPDU octets (markers removed and checked) starting at p.
   auto take = [&](std::uint8_t* dst, std::size_t n, bool covered) {
     std::size_t got = 0;
@@ -207,7 +294,8 @@ bool SegmentReceiver::parse_at(std::uint64_t block, std::uint64_t off, OooFpdu& 
       if (cfg_.markers && is_marker_position(p)) {
         // RFC 5044 §5: Reserved 0, FPDUPTR = octets back to this FPDU's first octet.
         if (p + kMarkerSize > bend) return false;
-        const std::uint8_t* m = b.data() + (p - block);
+        std::uint8_t m[kMarkerSize];
+        copy_held(chunks_, it, p, kMarkerSize, m);
         if (load_be16(m) != 0 || load_be16(m + 2) != p - off) return false;
         crc.update(ByteSpan(m, kMarkerSize));
         p += kMarkerSize;
@@ -216,11 +304,12 @@ bool SegmentReceiver::parse_at(std::uint64_t block, std::uint64_t off, OooFpdu& 
       std::size_t chunk = n - got;
       if (cfg_.markers) chunk = std::min<std::size_t>(chunk, kMarkerInterval - p % kMarkerInterval);
       if (p + chunk > bend) return false;
-      const ByteSpan src(b.data() + (p - block), chunk);
-      if (dst) std::memcpy(dst + got, src.data(), chunk);
-      if (covered) crc.update(src);
+      read_held(chunks_, it, p, chunk, [&](ByteSpan s) {
+        if (dst) std::memcpy(dst + got, s.data(), s.size());
+        if (covered) crc.update(s);
+        got += s.size();
+      });
       p += chunk;
-      got += chunk;
     }
     return true;
   };
@@ -228,6 +317,9 @@ bool SegmentReceiver::parse_at(std::uint64_t block, std::uint64_t off, OooFpdu& 
   if (!take(len, sizeof len, true)) return false;
   const std::uint16_t ulen = load_be16(len);
   if (ulen < 14) return false;  // smaller than any DDP header (RFC 5041 §5.2)
+  // Not all there (markers would only add to it): nothing more to look at.
+  if (p + ulen + pad_length(ulen) + kCrcSize > bend) return false;
+  budget_used_ += fpdu_length(ulen);
   ulpdu.resize(ulen);
   if (!take(ulpdu.data(), ulen, true)) return false;
   std::uint8_t pad[3];
@@ -247,27 +339,45 @@ bool SegmentReceiver::parse_at(std::uint64_t block, std::uint64_t off, OooFpdu& 
   return true;
 }
 
-void SegmentReceiver::discover(std::uint64_t block, std::uint64_t changed, SegmentVisitor& v) {
-  const Bytes& b = held_.at(block);
-  const std::uint64_t bend = block + b.size();
-  // Only FPDUs that may include the new octets: those starting at most one FPDU before them.
+bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uint64_t changed,
+                               std::uint64_t changed_end, SegmentVisitor& v) {
+  // Only FPDUs that may include the new octets: those starting at most one FPDU before them
+  // and before their end. A segment or marker start after them was looked at when its own
+  // octets came, and nothing it depends on has changed. Chained starts are the exception: one
+  // may have been added (by a chain ending at a segment end) after its FPDU was all there.
   const std::uint64_t lo = changed > block + kMaxFpduWire ? changed - kMaxFpduWire : block;
-  // Candidate FPDU starts; `anchored` ones are known from a marker or the FPDU before them.
-  std::map<std::uint64_t, bool> cand;
+  // Candidate FPDU starts, with where they come from: a marker or the FPDU before them
+  // (chained) anchor them.
+  constexpr std::uint8_t kFromMarker = 1, kFromChain = 2;
+  std::map<std::uint64_t, std::uint8_t> cand;
   if (cfg_.markers) {
     // RFC 5044 §5: every marker points back to the start of the FPDU it sits in.
+    const std::uint64_t mend = std::min<std::uint64_t>(bend, changed_end + kMaxFpduWire);
+    auto it = chunks_.cend();
     for (std::uint64_t m = (lo + kMarkerInterval - 1) / kMarkerInterval * kMarkerInterval;
-         m + kMarkerSize <= bend; m += kMarkerInterval) {
-      const std::uint8_t* p = b.data() + (m - block);
+         m + kMarkerSize <= mend; m += kMarkerInterval) {
+      std::uint8_t p[kMarkerSize];
+      copy_held(chunks_, it, m, kMarkerSize, p);
       const std::uint16_t ptr = load_be16(p + 2);
-      if (load_be16(p) == 0 && ptr <= m && m - ptr >= block) cand[m - ptr] = true;
+      if (load_be16(p) == 0 && ptr <= m && m - ptr >= block && m - ptr < changed_end)
+        cand[m - ptr] |= kFromMarker;
     }
   }
+  // The starts in `s` nearest the new octets: before them (down to lo) and after their first
+  // one (up to `hi`).
+  auto nearest = [&](const std::set<std::uint64_t>& s, std::uint64_t hi, auto&& add) {
+    auto it = s.lower_bound(changed);
+    auto back = it;
+    for (std::size_t n = 0; n < kMaxCandidates && back != s.begin(); ++n) {
+      --back;
+      if (*back < lo) break;
+      add(*back);
+    }
+    for (std::size_t n = 0; n < kMaxCandidates && it != s.end() && *it < hi; ++n, ++it) add(*it);
+  };
   // RFC 5044 §8 (FPDU alignment): a sender starts each TCP segment with an FPDU.
-  for (auto it = seg_starts_.lower_bound(lo); it != seg_starts_.end() && *it < bend; ++it)
-    cand.emplace(*it, false);
-  for (auto it = chained_.lower_bound(lo); it != chained_.end() && *it < bend; ++it)
-    cand[*it] = true;
+  nearest(seg_starts_, changed_end, [&](std::uint64_t c) { cand.emplace(c, 0); });
+  nearest(chained_, bend, [&](std::uint64_t c) { cand[c] |= kFromChain; });
   // True when [s, s + w) overlaps an FPDU already found: a start inside a known FPDU is an
   // image of one in its payload, not a boundary.
   auto overlaps_known = [&](std::uint64_t s, std::uint64_t w) {
@@ -277,21 +387,52 @@ void SegmentReceiver::discover(std::uint64_t block, std::uint64_t changed, Segme
     --it;
     return it->first != s && it->first + it->second > s;
   };
+  // Starts whose first FPDU was all there before the new octets were looked at then. A segment
+  // or marker start that proves itself (CRC, or a marker) cannot have changed; a start that
+  // needs a segment end may, and so may a chained one (its chain may have stopped at the
+  // budget), so the nearest kMaxRewalks of those are followed again.
+  {
+    std::vector<std::uint64_t> rewalks;
+    for (auto it = cand.begin(); it != cand.end();) {
+      const std::uint64_t c = it->first;
+      auto e = fpdu_end_at(c, bend);
+      if (!e || *e > changed || known_.count(c)) {
+        ++it;
+        continue;
+      }
+      if (!(it->second & kFromChain) &&
+          (cfg_.crc || (cfg_.markers && (it->second & kFromMarker)))) {
+        it = cand.erase(it);
+        continue;
+      }
+      rewalks.push_back(c);
+      ++it;
+    }
+    for (std::size_t i = 0; i + kMaxRewalks < rewalks.size(); ++i) cand.erase(rewalks[i]);
+  }
   Bytes ulpdu;
-  for (const auto& [c, anchored] : cand) {
-    if (overlaps_known(c, 1)) continue;
+  for (const auto& [c, from] : cand) {
+    if (budget_used_ >= kDiscoverBudget) return false;
+    // A start already found was followed then: its chain went as far as it could, and where it
+    // stopped is chained (or found).
+    if (known_.count(c) || overlaps_known(c, 1)) continue;
     // Follow the chain of FPDUs from this start: each one's length gives the next. With the
     // CRC on each FPDU proves itself; with markers a marker's pointer does (every marker inside
     // an FPDU must point back to its start, so a chain from a segment start that crosses a
     // marker is proven too). Otherwise nothing checks the framing but alignment: the chain
     // counts once an FPDU ends exactly where a received segment ended.
+    bool trusted = cfg_.crc || (cfg_.markers && from != 0);
     std::vector<std::pair<OooFpdu, Bytes>> chain;
     std::uint64_t s = c;
-    bool trusted = cfg_.crc || (cfg_.markers && anchored);
     bool crossed_marker = false;
+    bool cut = false;
     while (s < bend && !claimed_.count(s)) {
+      if (budget_used_ >= kDiscoverBudget) {
+        cut = true;
+        break;
+      }
       OooFpdu f;
-      if (!parse_at(block, s, f, ulpdu) || overlaps_known(s, f.wire_length)) {
+      if (!parse_at(bend, s, f, ulpdu) || overlaps_known(s, f.wire_length)) {
         if (trusted && !chain.empty()) chained_.insert(s);  // complete it later
         break;
       }
@@ -300,8 +441,9 @@ void SegmentReceiver::discover(std::uint64_t block, std::uint64_t changed, Segme
         crossed_marker = true;
       chain.emplace_back(f, ulpdu);
       s += f.wire_length;
-      // A chain that lands exactly on an FPDU already found is proven by it.
-      if (!trusted && known_.count(s)) {
+      // A chain that lands exactly on an FPDU already found is proven by it (and, trusted, it
+      // goes on as that one's chain did).
+      if (known_.count(s)) {
         trusted = true;
         break;
       }
@@ -312,20 +454,23 @@ void SegmentReceiver::discover(std::uint64_t block, std::uint64_t changed, Segme
     }
     // The FPDU after a trusted chain starts where the chain ended, whenever it arrives.
     if (trusted && !chain.empty() && !known_.count(s) && !claimed_.count(s)) chained_.insert(s);
-    if (!trusted) continue;
-    for (auto& [f, bytes] : chain) {
-      if (known_.count(f.offset) || f.offset < next_) continue;
-      known_[f.offset] = f.wire_length;
-      chained_.erase(f.offset);
-      f.ulpdu = bytes;
-      ++stats_.ooo_fpdus_found;
-      const auto verdict = v.on_ooo_fpdu(f, hole_before(f.offset));
-      if (verdict == OooVerdict::Placed) {
-        ++stats_.ooo_fpdus_placed;
-        claimed_[f.offset] = Claimed{f.wire_length};
+    if (trusted) {
+      for (auto& [f, bytes] : chain) {
+        if (known_.count(f.offset) || f.offset < next_) continue;
+        known_[f.offset] = f.wire_length;
+        chained_.erase(f.offset);
+        f.ulpdu = bytes;
+        ++stats_.ooo_fpdus_found;
+        const auto verdict = v.on_ooo_fpdu(f, hole_before(f.offset));
+        if (verdict == OooVerdict::Placed) {
+          ++stats_.ooo_fpdus_placed;
+          claimed_[f.offset] = Claimed{f.wire_length};
+        }
       }
     }
+    if (cut) return false;
   }
+  return true;
 }
 
 }  // namespace iwarp::mpa

@@ -10,10 +10,29 @@
 // order point reaches it and tells the visitor (on_claimed_reached), which is where deferred
 // completions are released. FPDUs it cannot trust or the visitor does not take are kept and go
 // through the stream when their hole closes.
+//
+// Cost and limits. Per segment the work is logarithmic in the number of holes: the held octets
+// are counted as they come and go; the holes a segment opens or closes are found around the
+// range it covers (each hole closed is visited once); held octets are stored once, as they
+// arrive, and blocks merge by their extents only; and the search for FPDUs looks only at
+// candidates the segment can complete, a bounded number of them within a bounded parse budget
+// (finding FPDUs beyond a hole is an optimisation: what it does not find goes through the
+// stream in order when the hole closes).
+// What it holds is bounded per connection (Limits):
+//  * memory: held octets plus kHeldEntryOverhead for every held block and every offset it
+//    remembers (segment starts and ends, FPDUs found, placed or expected) count toward
+//    Limits::max_held (kMaxHeldMemory, 64 MiB);
+//  * holes: at most Limits::max_holes (kMaxHoles) open at once.
+// A segment that would pass either limit is dropped, as TCP drops a segment its out-of-order
+// queue has no room for, and counted (Stats::dropped_memory_limit, dropped_hole_limit, both
+// included in dropped_segments). Nothing is lost: the octets are still missing, so the hole
+// they were in stays open until a retransmission brings them. A segment at the in-order point
+// is never dropped (it only ever shrinks what is held), so the stream always moves on.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -63,13 +82,36 @@ class SegmentVisitor {
   }
 };
 
+// What a connection's receiver may hold beyond its holes (see the file comment).
+// 64 MiB: ten times Linux's largest default receive buffer (tcp_rmem's 6 MiB), so a real
+// peer's window never reaches it, while one connection cannot take the host's memory.
+inline constexpr std::size_t kMaxHeldMemory = 64 * 1024 * 1024;
+// Charged per held block, per chunk of held octets and per remembered offset: a std::map or
+// std::set node (three pointers, a colour, key and value: 48-80 octets with the allocator's
+// header). A flood of 1-octet segments thus costs what it really takes, not 1 octet each.
+inline constexpr std::size_t kHeldEntryOverhead = 64;
+// Holes open at once. Linux keeps its out-of-order queue within the receive buffer and charges
+// each queued segment its whole buffer (about 1-2 KiB, even for 1 octet), so with the default
+// 6 MiB tcp_rmem it holds at most a few thousand separate ranges, and a SACK option reports
+// only 3 or 4 of them. 4096 is above that, and keeps what is linear in the number of holes
+// small: holes(), the QP's hole report, one event per hole.
+inline constexpr std::size_t kMaxHoles = 4096;
+
 class SegmentReceiver {
  public:
+  struct Limits {
+    std::size_t max_held = kMaxHeldMemory;  // held octets + kHeldEntryOverhead per entry
+    std::size_t max_holes = kMaxHoles;
+  };
+
   // `start` is the sequence number of stream offset 0 (the first octet after the MPA frame).
   SegmentReceiver(FramingConfig cfg, TcpSeq start) : cfg_(cfg), start_(start) {}
+  SegmentReceiver(FramingConfig cfg, TcpSeq start, Limits limits)
+      : cfg_(cfg), start_(start), limits_(limits) {}
 
   // One TCP segment. Octets before the in-order point are duplicates and dropped; octets
-  // already held are kept as first received.
+  // already held are kept as first received. A segment beyond the in-order point that would
+  // pass a limit (Limits) is dropped and counted; its octets stay missing until retransmitted.
   void receive(TcpSeq seq, ByteSpan payload, SegmentVisitor& v);
   // In-order octets that went around the receiver (read straight into placed memory by the
   // live transport). Only while no hole is open.
@@ -77,16 +119,29 @@ class SegmentReceiver {
 
   std::uint64_t in_order() const { return next_; }  // stream offset of the in-order point
   TcpSeq next_seq() const { return start_ + static_cast<std::uint32_t>(next_); }
-  bool has_holes() const { return !held_.empty(); }
-  std::vector<Hole> holes() const;
-  std::size_t held_bytes() const;
+  bool has_holes() const { return !blocks_.empty(); }
+  std::vector<Hole> holes() const;  // linear in the number of holes (at most max_holes)
+  std::size_t hole_count() const { return blocks_.size(); }  // one before each held block
+  std::size_t held_bytes() const { return held_octets_; }    // octets held beyond holes
+  // What counts toward Limits::max_held: the held octets plus kHeldEntryOverhead for every
+  // held block and chunk and every remembered offset.
+  std::size_t held_memory() const;
+  const Limits& limits() const { return limits_; }
   const FramingConfig& config() const { return cfg_; }
 
   struct Stats {
     std::uint64_t segments = 0, in_order_segments = 0, ooo_segments = 0;
     std::uint64_t duplicate_segments = 0, duplicate_bytes = 0;
     std::uint64_t holes_opened = 0, holes_closed = 0;
-    std::uint64_t ooo_fpdus_found = 0, ooo_fpdus_placed = 0, dropped_segments = 0;
+    std::uint64_t ooo_fpdus_found = 0, ooo_fpdus_placed = 0;
+    // Segments dropped at a limit (the sum of the two after it); each waits for its
+    // retransmission, as one a TCP receiver has no room for.
+    std::uint64_t dropped_segments = 0;
+    std::uint64_t dropped_memory_limit = 0;  // held_memory() would pass Limits::max_held
+    std::uint64_t dropped_hole_limit = 0;    // it would open a hole past Limits::max_holes
+    // Segments whose search for FPDUs beyond a hole stopped at its budget (kDiscoverBudget in
+    // segment_receiver.cpp); what it did not find goes through the stream when the hole closes.
+    std::uint64_t discovery_cut = 0;
   };
   const Stats& stats() const { return stats_; }
 
@@ -94,23 +149,42 @@ class SegmentReceiver {
   struct Claimed {
     std::uint32_t wire_length;
   };
+  // Held octets are kept as they arrived, one chunk per range a segment added (never copied
+  // again: blocks merge by their extents only); the blocks are the maximal runs of them.
+  using Chunks = std::map<std::uint64_t, Bytes>;
+
+  // Stores the octets of [off, off + data.size()) not held yet and merges the blocks it
+  // touches (octets already held win).
   void insert(std::uint64_t off, ByteSpan data, SegmentVisitor& v);
+  void add_chunk(std::uint64_t off, ByteSpan data);
   void deliver(SegmentVisitor& v);
-  // Looks for whole FPDUs in the held block at `block` that octets from `changed` on completed.
-  void discover(std::uint64_t block, std::uint64_t changed, SegmentVisitor& v);
-  // Parses a whole FPDU at `off` inside the held block starting at `block`; false when it
-  // is not all there or not trustworthy.
-  bool parse_at(std::uint64_t block, std::uint64_t off, OooFpdu& out, Bytes& ulpdu) const;
+  // Looks for whole FPDUs in the held block [block, bend) that the new octets
+  // [changed, changed_end) completed. False when it stopped at its budget.
+  bool discover(std::uint64_t block, std::uint64_t bend, std::uint64_t changed,
+                std::uint64_t changed_end, SegmentVisitor& v);
+  // Parses a whole FPDU at `off` inside the held block ending at `bend`; false when it is not
+  // all there or not trustworthy. Counts the octets it looked at in budget_used_.
+  bool parse_at(std::uint64_t bend, std::uint64_t off, OooFpdu& out, Bytes& ulpdu);
+  // Where the FPDU starting at `off` ends by its length field (nullopt: not held up to it).
+  std::optional<std::uint64_t> fpdu_end_at(std::uint64_t off, std::uint64_t bend) const;
+  // The stream offset after `n` FPDU octets from `p`, markers skipped.
+  std::uint64_t wire_advance(std::uint64_t p, std::uint64_t n) const;
   Hole hole_before(std::uint64_t off) const;
+  std::size_t entries() const;
 
   FramingConfig cfg_;
   TcpSeq start_;
-  std::uint64_t next_ = 0;                         // in-order point (stream offset)
-  std::map<std::uint64_t, Bytes> held_;            // non-adjacent blocks beyond next_, by offset
+  Limits limits_;
+  std::uint64_t next_ = 0;  // in-order point (stream offset)
+  // Non-adjacent runs of held octets beyond next_ (begin -> end): one hole before each.
+  std::map<std::uint64_t, std::uint64_t> blocks_;
+  Chunks chunks_;                                  // the held octets, by offset
+  std::size_t held_octets_ = 0;                    // sum of the chunks' sizes
   std::set<std::uint64_t> seg_starts_, seg_ends_;  // where received segments began / ended
   std::map<std::uint64_t, Claimed> claimed_;       // FPDUs placed beyond a hole
   std::map<std::uint64_t, std::uint32_t> known_;   // FPDUs already offered: start, wire length
   std::set<std::uint64_t> chained_;  // FPDU starts known from the FPDU before, not all there yet
+  std::size_t budget_used_ = 0;      // octets parse_at looked at for the current segment
   Stats stats_;
 };
 

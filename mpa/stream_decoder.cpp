@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/log.hpp"
 #include "mpa/crc32c.hpp"
 
@@ -107,18 +109,23 @@ std::size_t StreamDecoder::step(ByteSpan in, StreamVisitor& v) {
 
 std::size_t StreamDecoder::step_frame(ByteSpan in, StreamVisitor& v) {
   const auto key = first_kind_ == FrameKind::Request ? kRequestKey : kReplyKey;
-  if (in.size() < kFrameHeaderSize) {
-    // Reject a wrong key as soon as its octets are in rather than wait for a whole header.
-    for (std::size_t i = 0; i < in.size() && i < kKeySize; ++i)
-      if (in[i] != static_cast<std::uint8_t>(key[i])) {
-        fail_with(
-            WireError{Errc::MpaBadReqRep, "RFC 5044 §7.1: frame must start with the MPA key",
-                      fmt::format("expected \"{}\", got {}", key, hex(in.first(i + 1))), consumed_},
-            v);
-        return 0;
-      }
-    return 0;
-  }
+  // Reject a wrong key as soon as its octets are in, rather than wait for a whole header or,
+  // once the header is in, for the PD_Length octets a frame that is no MPA frame claims (a
+  // stream fed in one piece and in several must fail alike).
+  for (std::size_t i = 0; i < in.size() && i < kKeySize; ++i)
+    if (in[i] != static_cast<std::uint8_t>(key[i])) {
+      const auto other = first_kind_ == FrameKind::Request ? kReplyKey : kRequestKey;
+      const bool swapped =
+          in.size() >= kKeySize && std::equal(other.begin(), other.end(), in.begin());
+      fail_with(
+          WireError{Errc::MpaBadReqRep, "RFC 5044 §7.1: frame must start with the MPA key",
+                    swapped ? fmt::format("expected \"{}\", got \"{}\"", key, other)
+                            : fmt::format("expected \"{}\", got {}", key, hex(in.first(i + 1))),
+                    consumed_},
+          v);
+      return 0;
+    }
+  if (in.size() < kFrameHeaderSize) return 0;
   const std::size_t size = *frame_size_from_header(in);
   // An over-long PD_Length is reported at once (decode_frame checks it before the length).
   if (size - kFrameHeaderSize <= kMaxPrivateData && in.size() < size) return 0;
@@ -129,12 +136,14 @@ std::size_t StreamDecoder::step_frame(ByteSpan in, StreamVisitor& v) {
     fail_with(e, v);
     return 0;
   }
-  v.on_mpa_frame(*r, consumed_, size);
   origin_ = consumed_ + size;
   if (r->reject)
     state_ = State::Closed;
   else
     state_ = framing_ ? State::Fpdus : State::AwaitFraming;
+  // After the state, so that what the visitor decides on this frame (set_framing(), or close()
+  // when the peer's Reply already rejected the connection) holds for the octets that follow.
+  v.on_mpa_frame(*r, consumed_, size);
   return size;
 }
 

@@ -36,6 +36,12 @@ std::uint64_t Plan::total_steps() const {
   return n;
 }
 
+std::uint64_t Plan::planned_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& c : connections) n = std::max(n, c.planned_bytes);
+  return n;
+}
+
 namespace {
 
 using mpa::Direction;
@@ -128,9 +134,6 @@ class Resync final : public mpa::StreamVisitor {
   bool stop_ = false;
 };
 
-// Streams longer than this are not replayed beyond it (a shadow of the whole stream is kept).
-constexpr std::uint64_t kMaxStream = 1ull << 30;
-
 // Where a direction's stream starts, as the decoder takes it.
 TcpSeq stream_base(const trace::TcpFlow& f, int dir) {
   if (dir == 0 && f.saw_syn) return f.client_isn + 1;
@@ -156,15 +159,58 @@ std::uint64_t wire_position(std::uint64_t start, std::uint64_t pos, bool markers
   }
 }
 
+// a + b, or 2^64 - 1 when that does not fit.
+std::uint64_t add_saturating(std::uint64_t a, std::uint64_t b) {
+  return b > UINT64_MAX - a ? UINT64_MAX : a + b;
+}
+
 struct RegionAcc {
   std::uint64_t begin = UINT64_MAX, end = 0;
+  std::uint64_t first_frame = 0;  // the first FPDU that used the STag
+  bool past_end = false;          // a range ran past the end of the 64-bit TO space
   std::set<std::string> why;
-  void add(std::uint64_t to, std::uint64_t len, const std::string& w) {
+  void add(std::uint64_t to, std::uint64_t len, const std::string& w, std::uint64_t frame) {
+    if (why.empty()) first_frame = frame;
+    if (len > 0 && to > UINT64_MAX - (len - 1)) past_end = true;
     begin = std::min(begin, to);
-    end = std::max(end, to + len);
+    end = std::max(end, add_saturating(to, len));
     why.insert(w);
   }
 };
+
+// Why a connection is not replayed.
+struct Refusal {
+  std::string reason;
+  std::optional<LimitFinding> limit;
+};
+
+Refusal refuse(std::string limit, std::uint64_t allowed, std::uint64_t needed, std::string what) {
+  LimitFinding f{std::move(limit), allowed, needed, {}};
+  f.text = fmt::format(
+      "{} (limit {} = {}; see docs/replay.md): nothing is allocated for this connection and it "
+      "is not replayed",
+      what, f.limit, allowed);
+  return Refusal{f.text, f};
+}
+
+// Adds the octets of `data` at stream offset `lo` that `blocks` does not hold yet (the first
+// arrival of an octet wins, as in TCP). `blocks` holds disjoint runs keyed by offset.
+void add_first_arrival(std::map<std::uint64_t, Bytes>& blocks, std::uint64_t lo, ByteSpan data) {
+  const std::uint64_t hi = lo + data.size();
+  std::uint64_t at = lo;
+  auto it = blocks.upper_bound(lo);
+  if (it != blocks.begin()) at = std::max(at, std::prev(it)->first + std::prev(it)->second.size());
+  while (at < hi) {
+    const std::uint64_t next = it == blocks.end() ? hi : std::min(hi, it->first);
+    if (at < next)
+      blocks.emplace_hint(it, at,
+                          Bytes(data.begin() + static_cast<std::ptrdiff_t>(at - lo),
+                                data.begin() + static_cast<std::ptrdiff_t>(next - lo)));
+    if (it == blocks.end()) break;
+    at = std::max(at, it->first + it->second.size());
+    ++it;
+  }
+}
 
 std::string terminate_text(const rdmap::Terminate& t) {
   std::string s = fmt::format("Terminate [{}] (layer {} etype {} code 0x{:02x})",
@@ -183,10 +229,10 @@ std::string terminate_text(const rdmap::Terminate& t) {
   return s;
 }
 
-std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const trace::TcpFlow& flow,
-                                                 const trace::FlowReport& fr,
-                                                 const std::vector<trace::Record>& records,
-                                                 const PlanLimits& limits) {
+std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace::TcpFlow& flow,
+                                             const trace::FlowReport& fr,
+                                             const std::vector<trace::Record>& records,
+                                             const PlanLimits& limits) {
   ConnectionPlan cp;
   cp.flow = flow_index;
   cp.initiator = flow.client;
@@ -209,42 +255,47 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
 
   // Each direction's stream as contiguous blocks of stream offsets (the first arrival of an
   // octet wins, as in TCP); block 0 is the in-order stream, later ones lie beyond a gap the
-  // capture never filled.
+  // capture never filled. Only the octets the capture holds are kept (a segment far ahead of
+  // the others costs what it carries), and only the first max_stream octets of a direction.
   std::map<std::uint64_t, Bytes> blocks[2];
   for (int d = 0; d < 2; ++d) {
     cp.stream_seq[d] = stream_base(flow, d);
-    std::uint64_t end = 0;
+    std::map<std::uint64_t, Bytes> pieces;
+    std::uint64_t beyond = 0, beyond_frame = 0;
+    const auto max_stream =
+        static_cast<std::int64_t>(std::min<std::uint64_t>(limits.max_stream, INT64_MAX));
     for (const auto& r : order) {
       if (r.dir != d || r.seg->payload.empty()) continue;
       const std::int64_t off = r.seg->seq - cp.stream_seq[d];
       const std::int64_t e = off + static_cast<std::int64_t>(r.seg->payload.size());
-      if (e > 0 && e <= static_cast<std::int64_t>(kMaxStream))
-        end = std::max(end, static_cast<std::uint64_t>(e));
-    }
-    Bytes data(end);
-    std::vector<bool> have(end);
-    for (const auto& r : order) {
-      if (r.dir != d || r.seg->payload.empty()) continue;
-      const std::int64_t off = r.seg->seq - cp.stream_seq[d];
-      for (std::size_t i = 0; i < r.seg->payload.size(); ++i) {
-        const std::int64_t at = off + static_cast<std::int64_t>(i);
-        if (at < 0 || at >= static_cast<std::int64_t>(end) || have[static_cast<std::size_t>(at)])
-          continue;
-        have[static_cast<std::size_t>(at)] = true;
-        data[static_cast<std::size_t>(at)] = r.seg->payload[i];
+      const std::int64_t lo = std::max<std::int64_t>(off, 0);
+      const std::int64_t hi = std::min(e, max_stream);
+      if (e > max_stream) {
+        if (beyond == 0) beyond_frame = r.seg->frame;
+        beyond += static_cast<std::uint64_t>(e - std::max(lo, max_stream));
       }
+      if (hi <= lo) continue;
+      add_first_arrival(
+          pieces, static_cast<std::uint64_t>(lo),
+          ByteSpan(r.seg->payload)
+              .subspan(static_cast<std::size_t>(lo - off), static_cast<std::size_t>(hi - lo)));
     }
-    for (std::uint64_t i = 0; i < end;) {
-      if (!have[i]) {
-        ++i;
-        continue;
-      }
-      std::uint64_t j = i;
-      while (j < end && have[j]) ++j;
-      blocks[d].emplace(i, Bytes(data.begin() + static_cast<std::ptrdiff_t>(i),
-                                 data.begin() + static_cast<std::ptrdiff_t>(j)));
-      i = j;
+    // Runs that touch become one block.
+    for (auto it = pieces.begin(); it != pieces.end();) {
+      const std::uint64_t start = it->first;
+      Bytes run = std::move(it->second);
+      for (++it; it != pieces.end() && it->first == start + run.size(); ++it)
+        run.insert(run.end(), it->second.begin(), it->second.end());
+      blocks[d].emplace(start, std::move(run));
     }
+    if (beyond > 0)
+      cp.limits.push_back(LimitFinding{
+          "kMaxStreamOffset", limits.max_stream, limits.max_stream + beyond,
+          fmt::format(
+              "{}: segments carry {} octet(s) beyond stream offset {} (from frame {} on; limit "
+              "kMaxStreamOffset): they are replayed but nothing is learned from them, so "
+              "their Sends, STags and Reads are unknown to the emulation",
+              dir_name(kDirs[d]), beyond, limits.max_stream, beyond_frame)});
   }
   static const Bytes kEmpty;
   const Bytes* stream[2];
@@ -261,8 +312,9 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
   for (int d = 0; d < 2; ++d) {
     auto n = mpa::frame_size_from_header(*stream[d]);
     if (!n || *n > stream[d]->size())
-      return std::unexpected(
-          fmt::format("the MPA {} is not complete in the capture", d == 0 ? "Request" : "Reply"));
+      return std::unexpected(Refusal{
+          fmt::format("the MPA {} is not complete in the capture", d == 0 ? "Request" : "Reply"),
+          std::nullopt});
     frame_len[d] = *n;
   }
   dec.feed(Direction::FromInitiator, ByteSpan(*stream[0]).first(frame_len[0]), col);
@@ -415,13 +467,14 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
     std::uint64_t frame;
     STag stag{0};
     std::uint64_t to = 0;
-    std::uint32_t length = 0;
+    std::uint64_t length = 0;
     std::uint32_t atomic_id = 0;
   };
   std::vector<Request> requests[2];
   std::vector<Answer> answers[2];
   std::optional<Answer> open_response[2];
   const auto& p = cp.params;
+  const std::uint64_t max_message = std::min<std::uint64_t>(limits.max_message, UINT32_MAX);
   for (const auto d : kDirs) {
     const Side tx = sender_of(d), rx = receiver_of(d);
     bool rtr_pending = p.peer_to_peer && d == Direction::FromInitiator;
@@ -435,8 +488,8 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
         case Opcode::ReadResponse:
           if (f.payload_length > 0)
             regions[index(rx)][h.stag.value()].add(
-                h.to.value(), f.payload_length,
-                h.op() == Opcode::Write ? "Write" : "Read Response");
+                h.to.value(), f.payload_length, h.op() == Opcode::Write ? "Write" : "Read Response",
+                f.first_frame);
           if (h.op() == Opcode::ReadResponse) {
             auto& m = open_response[index(d)];
             if (!m) {
@@ -444,7 +497,7 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
               m->stag = h.stag;
               m->to = h.to.value();
             }
-            m->length += f.payload_length;
+            m->length = add_saturating(m->length, f.payload_length);
             if (h.last) {
               answers[index(rx)].push_back(*m);
               m.reset();
@@ -456,9 +509,16 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
           Request q{h.msn.value(), Request::Read, f.first_step, f.first_frame};
           if (first_fpdu && p.rtr == mpa::RtrType::Read && rr.size == 0) {
             q.kind = Request::Rtr;  // sent by the queue pair itself (send_rtr)
+          } else if (rr.size > limits.max_message) {
+            return std::unexpected(
+                refuse("kMaxMessageSize", limits.max_message, rr.size,
+                       fmt::format("{}'s RDMA Read (MSN {}, frame {}) is {} octets long",
+                                   to_string(tx), h.msn.value(), f.first_frame, rr.size)));
           } else if (rr.size > 0) {
-            regions[index(tx)][rr.sink_stag.value()].add(rr.sink_to.value(), rr.size, "Read sink");
-            regions[index(rx)][rr.src_stag.value()].add(rr.src_to.value(), rr.size, "Read source");
+            regions[index(tx)][rr.sink_stag.value()].add(rr.sink_to.value(), rr.size, "Read sink",
+                                                         f.first_frame);
+            regions[index(rx)][rr.src_stag.value()].add(rr.src_to.value(), rr.size, "Read source",
+                                                        f.first_frame);
           }
           q.read = rr;
           requests[index(tx)].push_back(q);
@@ -466,7 +526,7 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
         }
         case Opcode::AtomicRequest: {
           const auto& a = std::get<rdmap::AtomicRequest>(f.body);
-          regions[index(rx)][a.stag.value()].add(a.to.value(), 8, "atomic target");
+          regions[index(rx)][a.stag.value()].add(a.to.value(), 8, "atomic target", f.first_frame);
           Request q{h.msn.value(), Request::Atomic, f.first_step, f.first_frame};
           q.atomic = a;
           requests[index(tx)].push_back(q);
@@ -486,17 +546,36 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
         case Opcode::ImmediateData:
         case Opcode::ImmediateDataSe: {
           const bool imm = h.op() == Opcode::ImmediateData || h.op() == Opcode::ImmediateDataSe;
-          // RFC 6581: a zero-length Send first from the initiator is the P2P RTR.
-          if (first_fpdu && p.rtr == mpa::RtrType::Send && !imm && f.payload_length == 0 &&
-              h.msn.value() == 1 && h.mo.value() == 0 && h.last)
-            break;
+          // The message's size so far: MO + length in 64 bits (past 2^32 it is no size an MO
+          // can address, and past the limit no receive buffer is allocated for it).
+          const std::uint64_t size = std::uint64_t{h.mo.value()} + f.payload_length;
+          if (size > max_message)
+            return std::unexpected(refuse(
+                "kMaxMessageSize", max_message, size,
+                fmt::format("{} message MSN {} to {} reaches {} octets (MO {} + {} octets, frame "
+                            "{}){}",
+                            imm ? "an Immediate Data" : "a Send", h.msn.value(), to_string(rx),
+                            size, h.mo.value(), f.payload_length, f.first_frame,
+                            size > UINT32_MAX ? ", past the 2^32 octets MO can address" : "")));
           auto& r = recvs[index(rx)][h.msn.value()];
           r.msn = h.msn.value();
           r.seen = true;
           r.immediate = imm;
-          r.size = std::max<std::uint32_t>(r.size, h.mo.value() + f.payload_length);
+          r.size = std::max(r.size, static_cast<std::uint32_t>(size));
           if (h.last) r.complete = true;
-          if (rdmap::opcode_info(h.opcode)->invalidate) invalidated[index(rx)].insert(h.rsvd_ulp);
+          // RFC 6581 §4: a zero-length Send first from the initiator is the P2P RTR. It takes a
+          // zero-length receive (see the replayer), and completes nothing.
+          if (first_fpdu && p.rtr == mpa::RtrType::Send && !imm && f.payload_length == 0 &&
+              h.msn.value() == 1 && h.mo.value() == 0 && h.last) {
+            r.rtr = true;
+            cp.notes.push_back(
+                "the initiator's RTR (a zero-length Send, MSN 1; RFC 6581 §4) takes a zero-length "
+                "receive posted for it at R; its completion is left out");
+            break;
+          }
+          // (Every opcode of this case has an entry in the table; an unknown one never parses.)
+          if (const auto* info = rdmap::opcode_info(h.opcode); info && info->invalidate)
+            invalidated[index(rx)].insert(h.rsvd_ulp);
           break;
         }
         case Opcode::Terminate: {
@@ -549,15 +628,27 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
     std::stable_sort(reqs.begin(), reqs.end(),
                      [](const Request& a, const Request& b) { return a.msn < b.msn; });
     const auto& ans = answers[e];
-    std::uint32_t slots = reqs.empty() ? 0 : reqs.back().msn;
-    slots = std::max<std::uint32_t>(slots, static_cast<std::uint32_t>(ans.size()));
+    // The requests are walked by MSN from 1: the highest MSN bounds the walk.
+    const std::uint64_t slots =
+        std::max<std::uint64_t>(reqs.empty() ? 0 : reqs.back().msn, ans.size());
+    if (slots > limits.max_requests)
+      return std::unexpected(refuse(
+          "kMaxRequests", limits.max_requests, slots,
+          fmt::format("{} issued RDMA Reads or atomics up to MSN {} (or received {} answers)",
+                      to_string(static_cast<Side>(e)), slots, ans.size())));
+    for (const auto& a : ans)
+      if (a.kind == Request::Read && a.length > limits.max_message)
+        return std::unexpected(
+            refuse("kMaxMessageSize", limits.max_message, a.length,
+                   fmt::format("{} received a Read Response of {} octets (frame {} on)",
+                               to_string(static_cast<Side>(e)), a.length, a.frame)));
     std::size_t qi = 0, rebuilt = 0;
     struct Slot {
       std::size_t pos;
       Step step;
     };
     std::vector<Slot> queued;
-    for (std::uint32_t m = 1, k = 0; m <= slots; ++m, ++k) {
+    for (std::uint64_t m = 1, k = 0; m <= slots; ++m, ++k) {
       const Answer* a = k < ans.size() ? &ans[k] : nullptr;
       const Request* q = qi < reqs.size() && reqs[qi].msn == m ? &reqs[qi++] : nullptr;
       Step st;
@@ -569,11 +660,11 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
               "and its answer both missing?)",
               to_string(static_cast<Side>(e)), m));
           a = nullptr;
-          k = static_cast<std::uint32_t>(ans.size());
+          k = ans.size();
         }
         if (q->kind == Request::Rtr) continue;
         if (q->kind == Request::Read) {
-          ep.reads.push_back(ReadPlan{q->read, m, q->frame, a != nullptr, false});
+          ep.reads.push_back(ReadPlan{q->read, q->msn, q->frame, a != nullptr, false});
           st.kind = Step::Kind::PostRead;
           st.item = ep.reads.size() - 1;
         } else {
@@ -586,8 +677,9 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
       } else if (a) {
         ++rebuilt;
         if (a->kind == Request::Read) {
-          rdmap::ReadRequest rr{a->stag, TaggedOffset{a->to}, a->length, STag{0}, TaggedOffset{0}};
-          ep.reads.push_back(ReadPlan{rr, m, a->frame, true, true});
+          rdmap::ReadRequest rr{a->stag, TaggedOffset{a->to}, static_cast<std::uint32_t>(a->length),
+                                STag{0}, TaggedOffset{0}};
+          ep.reads.push_back(ReadPlan{rr, static_cast<std::uint32_t>(m), a->frame, true, true});
           st.kind = Step::Kind::PostRead;
           st.item = ep.reads.size() - 1;
         } else {
@@ -656,46 +748,89 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
         renumbered));
 
   // Endpoint plans: regions (an invalidated STag needs a region to invalidate), receives.
+  // Every size is checked against its limit before anything is allocated for it; what the
+  // replayer will allocate is summed (as it allocates: regions in 8-octet words from the
+  // 8-aligned TO below the range, one word more) and bounded per connection.
+  auto words = [](std::uint64_t n) { return (n / 8 + 1) * 8 + 8; };
+  std::uint64_t planned = 0;
   for (int e = 0; e < 2; ++e) {
+    const auto side = to_string(static_cast<Side>(e));
     for (auto s : invalidated[e])
-      if (!regions[e].contains(s)) regions[e][s].add(0, 8, "invalidated");
+      if (!regions[e].contains(s)) regions[e][s].add(0, 8, "invalidated", 0);
+    if (regions[e].size() > limits.max_stags)
+      return std::unexpected(
+          refuse("kMaxStags", limits.max_stags, regions[e].size(),
+                 fmt::format("{} would shadow {} STags", side, regions[e].size())));
+    for (const auto& [stag, acc] : regions[e]) {
+      const std::uint64_t span = acc.past_end ? UINT64_MAX : acc.end - acc.begin;
+      if (acc.past_end)
+        return std::unexpected(
+            refuse("kMaxStagSpan", limits.max_region, span,
+                   fmt::format("STag 0x{:08x} at {} is used from TO 0x{:x} to past the end of the "
+                               "64-bit TO space (first used at frame {})",
+                               stag, side, acc.begin, acc.first_frame)));
+      if (span > limits.max_region)
+        return std::unexpected(
+            refuse("kMaxStagSpan", limits.max_region, span,
+                   fmt::format("STag 0x{:08x} at {} spans {} octets of tagged offsets [0x{:x}, "
+                               "0x{:x}) (first used at frame {})",
+                               stag, side, span, acc.begin, acc.end, acc.first_frame)));
+      planned += words(acc.end - (acc.begin & ~std::uint64_t{7})) + kStagOverhead;
+    }
+    // One receive per MSN from 1 to the highest seen; a message missing from the capture gets
+    // a placeholder as large as the largest seen (it cannot arrive anyway).
+    std::uint64_t receives = 0, largest = 0, seen_bytes = 0;
+    if (!recvs[e].empty()) {
+      receives = recvs[e].rbegin()->first;
+      if (receives > limits.max_receives)
+        return std::unexpected(refuse(
+            "kMaxReceives", limits.max_receives, receives,
+            fmt::format("{} would need {} receive buffers (a Send or Immediate Data message with "
+                        "MSN {}; one buffer is posted per MSN from 1)",
+                        side, receives, receives)));
+      for (const auto& [msn, r] : recvs[e]) {
+        largest = std::max<std::uint64_t>(largest, r.size);
+        if (msn != 0) seen_bytes += r.size;
+      }
+    }
+    const std::uint64_t seen = recvs[e].size() - recvs[e].count(0);
+    const std::uint64_t buffers = seen_bytes + (receives - seen) * largest;
+    const std::uint64_t posts_planned = cp.ep[e].reads.size() + cp.ep[e].atomics.size();
+    // (Each term is bounded by the limits above, so the sum cannot wrap.)
+    planned += (buffers > 0 ? words(buffers) : 0) + receives * kReceiveOverhead +
+               posts_planned * kRequestOverhead + words(8 * cp.ep[e].atomics.size());
+    if (planned > limits.max_total)
+      return std::unexpected(refuse(
+          "kMaxConnectionMemory", limits.max_total, planned,
+          fmt::format("the replay would allocate {} octets or more for this connection (at {}: "
+                      "{} receive buffer(s) of {} octets in all, {} STag(s) shadowed)",
+                      planned, side, receives, buffers, regions[e].size())));
+  }
+  cp.planned_bytes = planned;
+  for (int e = 0; e < 2; ++e) {
     auto& ep = cp.ep[e];
-    std::uint64_t total = 0;
     for (const auto& [stag, acc] : regions[e]) {
       RegionPlan r;
       r.stag = STag{stag};
       r.begin_to = acc.begin;
       r.end_to = acc.end;
       for (const auto& w : acc.why) r.why += (r.why.empty() ? "" : ", ") + w;
-      if (r.end_to - r.begin_to > limits.max_region)
-        return std::unexpected(fmt::format(
-            "STag 0x{:08x} at {} spans {} octets of tagged offsets, more than the {} octets "
-            "the replay shadows for one STag",
-            stag, to_string(static_cast<Side>(e)), r.end_to - r.begin_to, limits.max_region));
-      total += r.end_to - r.begin_to;
       ep.regions.push_back(std::move(r));
     }
-    if (total > limits.max_total)
-      return std::unexpected(
-          fmt::format("{} needs {} octets of shadow memory, more than the {} "
-                      "the replay allows per connection",
-                      to_string(static_cast<Side>(e)), total, limits.max_total));
-    // One receive per MSN from 1 to the highest seen; a message missing from the capture gets
-    // a placeholder as large as the largest seen (it cannot arrive anyway).
-    if (!recvs[e].empty()) {
-      const std::uint32_t last = recvs[e].rbegin()->first;
-      std::uint32_t largest = 0;
-      for (const auto& [msn, r] : recvs[e]) largest = std::max(largest, r.size);
-      for (std::uint32_t m = 1; m <= last && m != 0; ++m) {
-        auto it = recvs[e].find(m);
-        if (it != recvs[e].end()) {
-          ep.recvs.push_back(it->second);
-        } else {
-          RecvPlan r;
-          r.msn = m;
-          r.size = largest;
-          ep.recvs.push_back(r);
-        }
+    if (recvs[e].empty()) continue;
+    std::uint32_t largest = 0;
+    for (const auto& [msn, r] : recvs[e]) largest = std::max(largest, r.size);
+    const std::uint32_t last = recvs[e].rbegin()->first;
+    ep.recvs.reserve(last);
+    for (std::uint64_t m = 1; m <= last; ++m) {
+      auto it = recvs[e].find(static_cast<std::uint32_t>(m));
+      if (it != recvs[e].end()) {
+        ep.recvs.push_back(it->second);
+      } else {
+        RecvPlan r;
+        r.msn = static_cast<std::uint32_t>(m);
+        r.size = largest;
+        ep.recvs.push_back(r);
       }
     }
   }
@@ -732,14 +867,23 @@ std::expected<ConnectionPlan, std::string> learn(std::size_t flow_index, const t
   for (const auto& n : fr.notes) cp.cut_short.push_back(n);
   for (int e = 0; e < 2; ++e) {
     const auto side = static_cast<Side>(e);
-    for (const auto& r : cp.ep[e].recvs) {
-      if (!r.seen)
-        cp.cut_short.push_back(fmt::format("{} never received message MSN {} (not in the capture)",
-                                           to_string(side), r.msn));
-      else if (!r.complete)
+    const auto& rv = cp.ep[e].recvs;
+    for (std::size_t i = 0; i < rv.size(); ++i) {
+      if (!rv[i].seen) {
+        // A run of missing messages is one line (there may be a million of them).
+        std::size_t j = i;
+        while (j + 1 < rv.size() && !rv[j + 1].seen) ++j;
         cp.cut_short.push_back(
-            fmt::format("the last segment of the message MSN {} to {} is not in the capture", r.msn,
-                        to_string(side)));
+            j == i ? fmt::format("{} never received message MSN {} (not in the capture)",
+                                 to_string(side), rv[i].msn)
+                   : fmt::format("{} never received messages MSN {} to {} (not in the capture)",
+                                 to_string(side), rv[i].msn, rv[j].msn));
+        i = j;
+      } else if (!rv[i].complete) {
+        cp.cut_short.push_back(
+            fmt::format("the last segment of the message MSN {} to {} is not in the capture",
+                        rv[i].msn, to_string(side)));
+      }
     }
     for (const auto& r : cp.ep[e].reads)
       if (!r.answered)
@@ -797,10 +941,11 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
   plan.path = cap.path;
   plan.frames = cap.frames;
   plan.problems = cap.problems;
+  plan.limits = limits;
   for (std::size_t i = 0; i < cap.flows.size(); ++i) {
     const auto& flow = cap.flows[i];
     const auto& fr = rep.flows[i];
-    SkippedFlow sk{i, flow.client, flow.server, {}};
+    SkippedFlow sk{i, flow.client, flow.server, {}, std::nullopt};
     if (!fr.iwarp) {
       std::string v = fr.verdict;
       if (v.starts_with("no iWARP: ")) v = v.substr(10);
@@ -822,7 +967,8 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
         plan.connections.push_back(std::move(*cp));
         continue;
       }
-      sk.reason = cp.error();
+      sk.reason = cp.error().reason;
+      sk.limit = cp.error().limit;
     }
     plan.skipped.push_back(std::move(sk));
   }

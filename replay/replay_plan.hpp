@@ -19,6 +19,7 @@
 #include "ddp/rdmap_headers.hpp"
 #include "mpa/connection_decoder.hpp"
 #include "mpa/negotiation.hpp"
+#include "replay/replay_limits.hpp"
 #include "trace/pcap_reader.hpp"
 
 namespace iwarp::replay {
@@ -51,10 +52,13 @@ struct RegionPlan {
 // One receive buffer, for the Send (or Immediate Data) message with this MSN.
 struct RecvPlan {
   std::uint32_t msn = 0;
-  std::uint32_t size = 0;
-  bool seen = false;      // false: the message is not in the capture (a placeholder)
-  bool complete = false;  // its last segment (L) is in the capture
+  std::uint32_t size = 0;  // at most PlanLimits::max_message
+  bool seen = false;       // false: the message is not in the capture (a placeholder)
+  bool complete = false;   // its last segment (L) is in the capture
   bool immediate = false;
+  // The initiator's peer-to-peer RTR, a zero-length Send (RFC 6581 §4): it takes a zero-length
+  // receive posted for it, whose completion the replay leaves out (an RTR completes nothing).
+  bool rtr = false;
 };
 
 // An RDMA Read the endpoint issued (its Read Request is in the capture).
@@ -117,6 +121,14 @@ struct Step {
   std::vector<TaggedRange> tagged;  // Segment: Write / Read Response data its FPDUs place
 };
 
+// A size the capture asks for that is past one of the limits in replay_limits.hpp.
+struct LimitFinding {
+  std::string limit;          // the constant's name ("kMaxReceives", ...)
+  std::uint64_t allowed = 0;  // its value
+  std::uint64_t needed = 0;   // what the capture asks for
+  std::string text;           // one line: what in the capture, where, and what happens
+};
+
 struct ConnectionPlan {
   std::size_t flow = 0;  // index in the capture (connection cN)
   trace::IpEndpoint initiator, responder;
@@ -139,6 +151,11 @@ struct ConnectionPlan {
   // FPDU cut off, no FIN), and other facts the report shows.
   std::vector<std::string> cut_short;
   std::vector<std::string> notes;
+  // Limits the capture reached that did not stop the replay (kMaxStreamOffset).
+  std::vector<LimitFinding> limits;
+  // What the replay allocates for this connection (shadow memory, receive buffers, atomic
+  // results, work request bookkeeping): at most PlanLimits::max_total.
+  std::uint64_t planned_bytes = 0;
   std::uint64_t segments() const;
 };
 
@@ -147,6 +164,7 @@ struct SkippedFlow {
   std::size_t flow = 0;
   trace::IpEndpoint client, server;
   std::string reason;
+  std::optional<LimitFinding> limit;  // when a limit refused it (reason is its text)
 };
 
 struct Plan {
@@ -155,12 +173,9 @@ struct Plan {
   std::vector<std::string> problems;  // capture problems (truncated frames, a damaged tail)
   std::vector<ConnectionPlan> connections;
   std::vector<SkippedFlow> skipped;
+  PlanLimits limits;  // what make_plan() checked against
   std::uint64_t total_steps() const;
-};
-
-struct PlanLimits {
-  std::uint64_t max_region = 256ull << 20;  // one STag's shadow memory
-  std::uint64_t max_total = 1ull << 30;     // all shadow memory of a connection
+  std::uint64_t planned_bytes() const;  // the largest connection's (they run one at a time)
 };
 
 // Leaves capture frames out, as if the network had lost them (`rnic replay --drop`). Returns
@@ -170,7 +185,8 @@ std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
                                                     const std::vector<std::uint64_t>& frames);
 
 // Learns the plan. Fails (one line naming the file) when no connection can be replayed: no
-// iWARP connection, or none with its MPA exchange in the capture.
+// iWARP connection, none with its MPA exchange in the capture, or every one past a limit (see
+// replay_limits.hpp: nothing is allocated for a connection past a limit).
 std::expected<Plan, std::string> make_plan(const trace::Capture& cap,
                                            const PlanLimits& limits = {});
 

@@ -68,6 +68,10 @@ json finding_json(const Finding& f) {
               {"why", f.why}};
 }
 
+json limit_json(const LimitFinding& f) {
+  return json{{"limit", f.limit}, {"allowed", f.allowed}, {"needed", f.needed}, {"text", f.text}};
+}
+
 std::string hex64(std::uint64_t v) {
   return fmt::format("0x{:016x}", v);
 }
@@ -158,7 +162,10 @@ std::string format_text(const Plan& plan, const ReplayResult& r,
                       to_string(static_cast<Side>(e)), ep.regions.size(), ep.shadow_bytes(),
                       ep.recvs.size(), ep.reads.size(), ep.atomics.size()));
     }
+    line(fmt::format("  planned memory: {} octets (limit kMaxConnectionMemory = {})",
+                     cp.planned_bytes, plan.limits.max_total));
     for (const auto& n : cp.notes) line("  note: " + n);
+    for (const auto& f : cp.limits) line("  limit reached: " + f.text);
     if (o.timeline_limit > 0 || o.timeline_all) {
       const std::size_t n =
           o.timeline_all ? cr.timeline.size() : std::min(o.timeline_limit, cr.timeline.size());
@@ -248,6 +255,7 @@ json to_json(const Plan& plan, const ReplayResult& r, const std::optional<Permut
            {"responder", cp.responder.to_string()},
            {"negotiated", params_text(cp.params)},
            {"notes", cp.notes},
+           {"planned_bytes", cp.planned_bytes},
            {"steps", cr.steps},
            {"segments_injected", cr.segments_injected},
            {"counts", counts_json(cr.counts)},
@@ -309,6 +317,9 @@ json to_json(const Plan& plan, const ReplayResult& r, const std::optional<Permut
       eps[std::string(to_string(static_cast<Side>(e)))] = std::move(ej);
     }
     c["endpoints"] = std::move(eps);
+    json lims = json::array();
+    for (const auto& f : cp.limits) lims.push_back(limit_json(f));
+    c["limits"] = std::move(lims);
     json ts = json::array(), tr = json::array(), vs = json::array();
     for (const auto& f : cr.terminates_sent) ts.push_back(finding_json(f));
     for (const auto& f : cr.terminates_received) tr.push_back(finding_json(f));
@@ -348,12 +359,20 @@ json to_json(const Plan& plan, const ReplayResult& r, const std::optional<Permut
   }
   doc["connections"] = std::move(conns);
   json skipped = json::array();
-  for (const auto& sk : plan.skipped)
-    skipped.push_back(json{{"connection", sk.flow},
-                           {"client", sk.client.to_string()},
-                           {"server", sk.server.to_string()},
-                           {"reason", sk.reason}});
+  for (const auto& sk : plan.skipped) {
+    json j{{"connection", sk.flow},
+           {"client", sk.client.to_string()},
+           {"server", sk.server.to_string()},
+           {"reason", sk.reason}};
+    if (sk.limit) j["limit"] = limit_json(*sk.limit);
+    skipped.push_back(std::move(j));
+  }
   doc["skipped"] = std::move(skipped);
+  const auto& l = plan.limits;
+  doc["limits"] = json{{"kMaxMessageSize", l.max_message}, {"kMaxStagSpan", l.max_region},
+                       {"kMaxStags", l.max_stags},         {"kMaxReceives", l.max_receives},
+                       {"kMaxRequests", l.max_requests},   {"kMaxConnectionMemory", l.max_total},
+                       {"kMaxStreamOffset", l.max_stream}};
   doc["totals"] = counts_json(r.totals);
   doc["unexpected"] = r.unexpected;
   if (check) {

@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
@@ -103,10 +104,67 @@ std::optional<CmEvent> EventChannel::get(std::optional<std::chrono::milliseconds
   }
 }
 
+// Shared by a listener and the ids it accepted: the connections in the MPA exchange, and what
+// was reported of accept failures and refusals.
+struct CmId::Listener {
+  std::atomic<std::uint64_t> accepted{0}, evicted{0}, refused{0}, accept_errors{0};
+  std::atomic<std::size_t> pending{0};
+  // Engine thread: the accepted connections that have not sent their MPA Request, oldest
+  // first; failures and resets not logged yet, and when they last were.
+  std::list<std::weak_ptr<CmId>> awaiting;
+  std::uint64_t errors_unlogged = 0, resets_unlogged = 0;
+  std::chrono::steady_clock::time_point errors_logged{}, resets_logged{};
+};
+
 CmId::CmId(Device& dev, std::shared_ptr<EventChannel::Queue> ch, CmOptions opts)
     : dev_(dev), ch_(std::move(ch)), opts_(std::move(opts)), timer_(dev.io()) {}
 
-CmId::~CmId() = default;
+CmId::~CmId() {
+  if (holds_slot_ && listener_) --listener_->pending;
+}
+
+void CmId::finish_exchange() {
+  finished_ = true;
+  stop_awaiting();
+  if (holds_slot_) {
+    holds_slot_ = false;
+    --listener_->pending;
+  }
+}
+
+void CmId::stop_awaiting() {
+  if (!awaiting_) return;
+  listener_->awaiting.erase(*awaiting_);
+  awaiting_.reset();
+}
+
+void CmId::evict() {
+  finish_exchange();
+  timer_.cancel();
+  boost::system::error_code ec;
+  if (sock_ && sock_->is_open()) {
+    sock_->set_option(asio::socket_base::linger(true, 0), ec);
+    sock_->close(ec);  // the read in progress ends (operation_aborted) and sees finished_
+  }
+  if (tap_) tap_->on_close(true);
+}
+
+ListenerStats CmId::listener_stats() const {
+  ListenerStats st;
+  if (!listener_ || !acceptor_) return st;
+  st.accepted = listener_->accepted.load();
+  st.evicted = listener_->evicted.load();
+  st.refused = listener_->refused.load();
+  st.accept_errors = listener_->accept_errors.load();
+  st.pending = listener_->pending.load();
+  return st;
+}
+
+std::size_t CmId::max_private_data() const {
+  auto req = request();
+  const bool enhanced = req ? req->enhanced : opts_.policy.revision >= 2;
+  return mpa::kMaxPrivateData - (enhanced ? mpa::kEnhancedPrefixSize : 0);
+}
 
 std::shared_ptr<CmId> CmId::create(Device& dev, EventChannel& ch, CmOptions opts) {
   return std::shared_ptr<CmId>(new CmId(dev, ch.q_, std::move(opts)));
@@ -151,7 +209,7 @@ void CmId::arm_timer(std::chrono::milliseconds t, std::string what) {
   timer_.async_wait(
       [self = shared_from_this(), what = std::move(what), t](const boost::system::error_code& ec) {
         if (ec || self->finished_) return;
-        self->finished_ = true;
+        self->finish_exchange();
         boost::system::error_code ignored;
         if (self->sock_) self->sock_->close(ignored);
         self->emit(CmEventType::ConnectError,
@@ -167,6 +225,7 @@ int CmId::listen(const std::string& addr, std::uint16_t port, std::string* why) 
     return EINVAL;
   }
   acceptor_.emplace(dev_.io());
+  listener_ = std::make_shared<Listener>();
   tcp::endpoint ep(a, port);
   acceptor_->open(ep.protocol(), ec);
   if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
@@ -198,15 +257,37 @@ std::uint16_t CmId::local_port() const {
 void CmId::do_accept_loop() {
   acceptor_->async_accept(
       [self = shared_from_this()](const boost::system::error_code& ec, tcp::socket s) {
-        if (ec) {
-          if (ec != asio::error::operation_aborted)
-            logger().warn("accept failed: {}", ec.message());
-          if (ec == asio::error::operation_aborted || !self->acceptor_->is_open()) return;
-        } else {
-          self->on_tcp_accepted(std::move(s));
-        }
+        if (ec == asio::error::operation_aborted || !self->acceptor_->is_open()) return;
+        if (ec) return self->on_accept_error(ec);
+        self->on_tcp_accepted(std::move(s));
         self->do_accept_loop();
       });
+}
+
+void CmId::on_accept_error(const boost::system::error_code& ec) {
+  auto& l = *listener_;
+  ++l.accept_errors;
+  ++l.errors_unlogged;
+  // ECONNABORTED: that one connection was reset before we took it; the next may be fine. Any
+  // other failure (EMFILE, ENFILE, ENOBUFS, ENOMEM above all) leaves the connection queued, so
+  // trying again at once fails again at once: wait, and let timeouts free descriptors.
+  const bool transient = ec == asio::error::connection_aborted;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - l.errors_logged >= kAcceptLogInterval) {
+    logger().warn(
+        "{}: accept failed: {} ({} failure(s) since the last report){}", peer(), ec.message(),
+        l.errors_unlogged,
+        transient ? "" : fmt::format("; trying again every {} ms", opts_.accept_backoff.count()));
+    l.errors_unlogged = 0;
+    l.errors_logged = now;
+  }
+  if (transient) return do_accept_loop();
+  // The listener has no MPA exchange of its own: its timer is free for this.
+  timer_.expires_after(opts_.accept_backoff);
+  timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+    if (e || !self->acceptor_ || !self->acceptor_->is_open()) return;
+    self->do_accept_loop();
+  });
 }
 
 void CmId::read_frame(mpa::FrameKind kind, std::function<void(Result<mpa::MpaFrame>)> done) {
@@ -246,10 +327,53 @@ void CmId::read_frame(mpa::FrameKind kind, std::function<void(Result<mpa::MpaFra
 }
 
 void CmId::on_tcp_accepted(tcp::socket s) {
-  auto child = std::shared_ptr<CmId>(new CmId(dev_, ch_, opts_));
   boost::system::error_code ec;
-  s.set_option(tcp::no_delay(true), ec);
+  auto& lst = *listener_;
   auto remote = s.remote_endpoint(ec);
+  const std::string from =
+      ec ? std::string("?") : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+  if (lst.pending.load() >= opts_.max_pending_mpa) {
+    // Every slot of the MPA exchange is taken. The oldest connection that has not sent its
+    // Request goes to make room (a real client sends its Request at once, so idle connections
+    // cannot lock it out); when every slot holds a Request the application has not answered,
+    // the new connection goes. Either is reset at once, with no event.
+    std::shared_ptr<CmId> victim;
+    while (!victim && !lst.awaiting.empty()) {
+      victim = lst.awaiting.front().lock();
+      if (!victim) lst.awaiting.pop_front();
+    }
+    ++lst.resets_unlogged;
+    const auto now = std::chrono::steady_clock::now();
+    const bool log_now = now - lst.resets_logged >= kAcceptLogInterval;
+    if (log_now) {
+      logger().warn(
+          "{}: {} connections are in the MPA exchange, the most allowed: reset {} ({} reset "
+          "since the last report)",
+          peer(), lst.pending.load(),
+          victim ? fmt::format("{}, which sent no MPA Request, to make room for {}", victim->peer(),
+                               from)
+                 : fmt::format("the new connection from {}", from),
+          lst.resets_unlogged);
+      lst.resets_unlogged = 0;
+      lst.resets_logged = now;
+    }
+    if (!victim) {
+      ++lst.refused;
+      s.set_option(asio::socket_base::linger(true, 0), ec);
+      s.close(ec);
+      return;
+    }
+    ++lst.evicted;
+    victim->evict();
+  }
+  ++lst.accepted;
+  ++lst.pending;
+  auto child = std::shared_ptr<CmId>(new CmId(dev_, ch_, opts_));
+  child->listener_ = listener_;
+  child->holds_slot_ = true;
+  lst.awaiting.push_back(child);
+  child->awaiting_ = std::prev(lst.awaiting.end());
+  s.set_option(tcp::no_delay(true), ec);
   child->sock_.emplace(std::move(s));
   {
     std::lock_guard l(child->mu_);
@@ -265,7 +389,7 @@ void CmId::on_tcp_accepted(tcp::socket s) {
   child->read_frame(mpa::FrameKind::Request, [child](Result<mpa::MpaFrame> f) {
     if (child->finished_) return;
     if (!f) {
-      child->finished_ = true;
+      child->finish_exchange();
       child->timer_.cancel();
       boost::system::error_code ignored;
       child->sock_->close(ignored);
@@ -274,6 +398,7 @@ void CmId::on_tcp_accepted(tcp::socket s) {
       return;
     }
     child->timer_.cancel();
+    child->stop_awaiting();
     {
       std::lock_guard l(child->mu_);
       child->request_ = *f;
@@ -292,7 +417,7 @@ void CmId::on_tcp_accepted(tcp::socket s) {
     child->timer_.expires_after(child->opts_.mpa_timeout * 2);
     child->timer_.async_wait([child](const boost::system::error_code& ec2) {
       if (ec2 || child->finished_) return;
-      child->finished_ = true;
+      child->finish_exchange();
       boost::system::error_code ignored;
       child->sock_->close(ignored);
       logger().warn("{}: connect request neither accepted nor rejected in time; closed",
@@ -317,6 +442,7 @@ void CmId::start_qp(const mpa::ConnectionParams& negotiated, bool initiator) {
   if (initiator) st.first_fpdu_delay = opts_.first_fpdu_delay;
   st.close_timeout = opts_.close_timeout;
   auto qp = this->qp();
+  started_ = true;
   std::weak_ptr<CmId> weak = shared_from_this();
   auto on_closed = [weak](const QpClosed& c) {
     auto self = weak.lock();
@@ -342,11 +468,17 @@ void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<
     peer_ = fmt::format("{}:{}", host, port);
   }
   asio::post(dev_.io(), [self = shared_from_this(), host, port, param] {
+    if (param.private_data.size() > self->max_private_data()) {
+      self->finish_exchange();
+      return self->emit(CmEventType::ConnectError,
+                        fmt::format("{} octets of private data; the MPA Request carries at most {}",
+                                    param.private_data.size(), self->max_private_data()));
+    }
     boost::system::error_code ec;
     tcp::resolver resolver(self->dev_.io());
     auto endpoints = resolver.resolve(host, std::to_string(port), ec);
     if (ec) {
-      self->finished_ = true;
+      self->finish_exchange();
       return self->emit(CmEventType::Unreachable,
                         fmt::format("cannot resolve '{}': {}", host, ec.message()));
     }
@@ -354,7 +486,7 @@ void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<
     self->timer_.expires_after(self->opts_.connect_timeout);
     self->timer_.async_wait([self](const boost::system::error_code& e) {
       if (e || self->finished_) return;
-      self->finished_ = true;
+      self->finish_exchange();
       boost::system::error_code ignored;
       self->sock_->close(ignored);
       self->emit(CmEventType::Unreachable, fmt::format("TCP connect timed out after {} ms",
@@ -365,7 +497,7 @@ void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<
         [self, param](const boost::system::error_code& cerr, const tcp::endpoint& ep) {
           if (self->finished_) return;
           if (cerr) {
-            self->finished_ = true;
+            self->finish_exchange();
             self->timer_.cancel();
             return self->emit(CmEventType::Unreachable,
                               fmt::format("TCP connect: {}", cerr.message()));
@@ -392,14 +524,14 @@ void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<
               [self, bytes, pol, req](const boost::system::error_code& we, std::size_t) {
                 if (we) {
                   if (self->finished_) return;
-                  self->finished_ = true;
+                  self->finish_exchange();
                   self->timer_.cancel();
                   return self->emit(CmEventType::ConnectError,
                                     fmt::format("sending the MPA Request: {}", we.message()));
                 }
                 self->read_frame(mpa::FrameKind::Reply, [self, pol, req](Result<mpa::MpaFrame> f) {
                   if (self->finished_) return;
-                  self->finished_ = true;
+                  self->finish_exchange();
                   self->timer_.cancel();
                   if (!f) {
                     boost::system::error_code ig2;
@@ -410,6 +542,9 @@ void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<
                   auto out = mpa::finish_initiator(pol, req, *f);
                   switch (out.kind) {
                     case mpa::Outcome::Kind::Established: {
+                      // Disconnected or moved to ERROR while the Reply was on its way: the QP
+                      // stays where the application put it.
+                      if (auto why = self->qp_gone()) return self->abort_exchange(*why);
                       self->start_qp(out.params, true);
                       CmEvent e;
                       e.type = CmEventType::Established;
@@ -480,6 +615,21 @@ int CmId::accept(std::shared_ptr<QueuePair> qp, const ConnParam& param, std::str
     if (why) *why = "accept needs an id from a CONNECT_REQUEST event";
     return EINVAL;
   }
+  if (!qp) {
+    if (why) *why = "accept needs a QP";
+    return EINVAL;
+  }
+  if (const auto st = qp->state(); st != QpState::Idle && st != QpState::Rtr) {
+    // As siw_accept: only a QP that has not left IDLE/RTR can be started.
+    if (why) *why = fmt::format("accept needs a QP in IDLE or RTR; this one is {}", to_string(st));
+    return EINVAL;
+  }
+  if (param.private_data.size() > max_private_data()) {
+    if (why)
+      *why = fmt::format("{} octets of private data; the MPA Reply carries at most {}",
+                         param.private_data.size(), max_private_data());
+    return EINVAL;
+  }
   {
     std::lock_guard l(mu_);
     qp_ = std::move(qp);
@@ -489,7 +639,7 @@ int CmId::accept(std::shared_ptr<QueuePair> qp, const ConnParam& param, std::str
       self->emit(CmEventType::ConnectError, "accept came after the connect request timed out");
       return;
     }
-    self->finished_ = true;
+    self->finish_exchange();
     self->timer_.cancel();
     mpa::Policy pol = self->opts_.policy;
     pol.ird = self->ird_ = param.responder_resources;
@@ -504,24 +654,62 @@ int CmId::accept(std::shared_ptr<QueuePair> qp, const ConnParam& param, std::str
       return;
     }
     auto buf = std::make_shared<Bytes>(std::move(reply));
-    if (self->tap_) self->tap_->on_data(true, *buf);
-    asio::async_write(
-        *self->sock_, asio::buffer(*buf),
-        [self, buf, params = d.outcome.params](const boost::system::error_code& ec, std::size_t) {
-          if (ec)
-            return self->emit(CmEventType::ConnectError,
-                              fmt::format("sending the MPA Reply: {}", ec.message()));
-          self->start_qp(params, false);
-          CmEvent e;
-          e.type = CmEventType::Established;
-          e.id = self;
-          e.params = params;
-          e.detail = mpa::describe(params);
-          logger().info("{} ESTABLISHED: {}", self->peer(), e.detail);
-          self->ch_->push(std::move(e));
+    if (self->opts_.reply_delay.count() <= 0) return self->send_reply(buf, d.outcome.params);
+    // Testing aid (CmOptions::reply_delay); the accept timeout's timer is free now.
+    self->timer_.expires_after(self->opts_.reply_delay);
+    self->timer_.async_wait(
+        [self, buf, params = d.outcome.params](const boost::system::error_code& ec) {
+          if (!ec) self->send_reply(buf, params);
         });
   });
   return 0;
+}
+
+void CmId::send_reply(std::shared_ptr<Bytes> buf, mpa::ConnectionParams params) {
+  // Disconnected (or the QP moved to ERROR) after accept: no Reply, the QP stays put.
+  if (auto why = qp_gone()) return abort_exchange(*why);
+  if (tap_) tap_->on_data(true, *buf);
+  asio::async_write(
+      *sock_, asio::buffer(*buf),
+      [self = shared_from_this(), buf, params](const boost::system::error_code& ec, std::size_t) {
+        if (ec)
+          return self->emit(CmEventType::ConnectError,
+                            fmt::format("sending the MPA Reply: {}", ec.message()));
+        if (auto why = self->qp_gone()) return self->abort_exchange(*why);
+        self->start_qp(params, false);
+        CmEvent e;
+        e.type = CmEventType::Established;
+        e.id = self;
+        e.params = params;
+        e.detail = mpa::describe(params);
+        logger().info("{} ESTABLISHED: {}", self->peer(), e.detail);
+        self->ch_->push(std::move(e));
+      });
+}
+
+std::optional<std::string> CmId::qp_gone() const {
+  if (disconnect_requested_) return std::string("disconnected during the MPA exchange");
+  auto qp = this->qp();
+  if (!qp) return std::string("no QP to start");
+  if (const auto st = qp->state(); st != QpState::Idle && st != QpState::Rtr)
+    return fmt::format("the QP moved to {} during the MPA exchange", to_string(st));
+  return std::nullopt;
+}
+
+void CmId::abort_exchange(const std::string& why) {
+  boost::system::error_code ig;
+  if (sock_ && sock_->is_open()) {
+    sock_->shutdown(tcp::socket::shutdown_both, ig);
+    sock_->close(ig);
+    if (tap_) tap_->on_close(true);
+  }
+  const std::string detail = fmt::format("{}: the QP was not started; connection closed", why);
+  if (disconnect_requested_) {
+    if (disconnected_) return;
+    disconnected_ = true;
+    return emit(CmEventType::Disconnected, detail);
+  }
+  emit(CmEventType::ConnectError, detail);
 }
 
 int CmId::reject(ByteSpan private_data, std::string* why) {
@@ -530,10 +718,16 @@ int CmId::reject(ByteSpan private_data, std::string* why) {
     if (why) *why = "reject needs an id from a CONNECT_REQUEST event";
     return EINVAL;
   }
+  if (private_data.size() > max_private_data()) {
+    if (why)
+      *why = fmt::format("{} octets of private data; the MPA Reply carries at most {}",
+                         private_data.size(), max_private_data());
+    return EINVAL;
+  }
   Bytes pd(private_data.begin(), private_data.end());
   asio::post(dev_.io(), [self = shared_from_this(), pd, req = *req] {
     if (self->finished_) return;
-    self->finished_ = true;
+    self->finish_exchange();
     self->timer_.cancel();
     self->send_and_close(mpa::make_reject(req, pd).encode());
   });
@@ -542,7 +736,13 @@ int CmId::reject(ByteSpan private_data, std::string* why) {
 
 void CmId::disconnect() {
   auto qp = this->qp();
-  if (qp) qp->disconnect();
+  if (!qp) return;  // a request not accepted yet: nothing to disconnect (as the kernel's iWARP CM)
+  // Noted before the QP hears of it (both run on the engine thread, in this order), so that an
+  // exchange completing after it does not start the QP.
+  asio::post(dev_.io(), [self = shared_from_this()] {
+    if (!self->started_) self->disconnect_requested_ = true;
+  });
+  qp->disconnect();
 }
 
 }  // namespace iwarp::rnic

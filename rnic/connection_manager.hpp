@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -84,6 +85,33 @@ struct TapInfo {
 };
 using TapFactory = std::function<std::shared_ptr<WireTap>(const TapInfo&)>;
 
+// A listener's defences against connections that never finish the MPA exchange (each holds a
+// socket, i.e. a file descriptor, and a timer until it times out, up to 2 x mpa_timeout).
+// At most this many connections may be in the MPA exchange at once (from the TCP accept until
+// the exchange has an outcome: established, rejected or failed). Past it a connection is reset
+// at once: the oldest one that has not sent its MPA Request yet, to make room for the new one
+// (ListenerStats::evicted), so that idle connections cannot lock real clients out (a real
+// client sends its Request at once); or, when every slot holds a Request the application has
+// not answered yet, the new one (ListenerStats::refused). Both are logged at most once per
+// kAcceptLogInterval, and no event is reported for them. 1024: above the bursts real clients
+// make (enlarge-bench connects 250 at a time) and at the default RLIMIT_NOFILE soft limit, so
+// idle connections cannot take every descriptor of a process allowed more.
+inline constexpr std::size_t kMaxPendingMpa = 1024;
+// When accept fails for want of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM: the connection stays
+// queued, so trying again at once fails again at once), the listener waits this long before it
+// tries again, instead of spinning; it logs the failures at most once per kAcceptLogInterval.
+inline constexpr std::chrono::milliseconds kAcceptBackoff{100};
+inline constexpr std::chrono::milliseconds kAcceptLogInterval{1000};
+
+// What a listener did with the connections it accepted (any thread).
+struct ListenerStats {
+  std::uint64_t accepted = 0;       // TCP connections taken into the MPA exchange
+  std::uint64_t evicted = 0;        // reset, Request-less, to make room for a new one
+  std::uint64_t refused = 0;        // new ones reset: every slot held an unanswered Request
+  std::uint64_t accept_errors = 0;  // failed accept calls (each EMFILE retry counts)
+  std::size_t pending = 0;          // in the MPA exchange now
+};
+
 struct CmOptions {
   mpa::Policy policy;  // ird/ord are taken from ConnParam
   std::chrono::milliseconds connect_timeout{5000};
@@ -91,10 +119,18 @@ struct CmOptions {
   // siw 6.1 answers the MPA Request before it reads its socket; an initiator whose first FPDU
   // follows the Reply too closely can stall it. This delays our first FPDU (0: none).
   std::chrono::milliseconds first_fpdu_delay{0};
+  // How long a Terminate or disconnect may wait for a peer that takes nothing before the stream
+  // is aborted (StreamSetup::close_timeout).
   std::chrono::milliseconds close_timeout = kCloseTimeout;
   // The TCP segment size to frame for (0: the socket's TCP_MAXSEG). RFC 5044 §4.1 MULPDU.
   std::size_t emss = 0;
   bool ignore_ord = false;  // testing aid, see StreamSetup
+  // Listener: see kMaxPendingMpa and kAcceptBackoff.
+  std::size_t max_pending_mpa = kMaxPendingMpa;
+  std::chrono::milliseconds accept_backoff = kAcceptBackoff;
+  // Testing aid: the responder sends its MPA Reply this long after accept (0: at once), so that
+  // what happens meanwhile (a disconnect on either side) can be exercised.
+  std::chrono::milliseconds reply_delay{0};
   // A simulated impaired wire under every QP this id starts (RxOptions::wire).
   std::optional<WireImpairment> wire;
   TapFactory tap;
@@ -114,7 +150,16 @@ class CmId : public std::enable_shared_from_this<CmId> {
   // For an id from a ConnectRequest event.
   int accept(std::shared_ptr<QueuePair> qp, const ConnParam& param, std::string* why = nullptr);
   int reject(ByteSpan private_data, std::string* why = nullptr);
+  // Once connected: a graceful close. During the MPA exchange (after connect or accept): the
+  // QP is not started when the exchange completes; the connection is closed and the id gets
+  // DISCONNECTED (or REJECTED / CONNECT_ERROR when the exchange failed anyway). A QP that left
+  // IDLE/RTR otherwise meanwhile (moved to ERROR) is not started either: CONNECT_ERROR, as siw
+  // reports a Reply for a QP past RTR.
   void disconnect();
+  // The most private data our MPA frame can carry: 512 octets, less RFC 6581's 4 octets of
+  // IRD/ORD when the frame is enhanced.
+  std::size_t max_private_data() const;
+  ListenerStats listener_stats() const;  // for a listener (zeros otherwise)
 
   std::shared_ptr<QueuePair> qp() const;
   const CmOptions& options() const { return opts_; }
@@ -125,8 +170,23 @@ class CmId : public std::enable_shared_from_this<CmId> {
 
  private:
   CmId(Device& dev, std::shared_ptr<EventChannel::Queue> ch, CmOptions opts);
+  struct Listener;
   void do_accept_loop();
+  void on_accept_error(const boost::system::error_code& ec);
   void on_tcp_accepted(boost::asio::ip::tcp::socket s);
+  // The exchange has an outcome (engine thread): a listener's slot is given back.
+  void finish_exchange();
+  // An accepted connection's MPA Request arrived (or it ended): it can no longer be evicted.
+  void stop_awaiting();
+  // Resets an accepted connection that sent no MPA Request, to make room (engine thread).
+  void evict();
+  // Engine thread: why the QP must not be started now (the id was disconnected, or the QP left
+  // IDLE/RTR), or nullopt.
+  std::optional<std::string> qp_gone() const;
+  // Closes the connection instead of starting the QP, and says why (DISCONNECTED after
+  // rdma_disconnect, else CONNECT_ERROR).
+  void abort_exchange(const std::string& why);
+  void send_reply(std::shared_ptr<Bytes> reply, mpa::ConnectionParams params);
   void read_frame(mpa::FrameKind kind, std::function<void(Result<mpa::MpaFrame>)> done);
   void arm_timer(std::chrono::milliseconds t, std::string what);
   void emit(CmEventType t, std::string detail, Bytes pdata = {});
@@ -149,6 +209,12 @@ class CmId : public std::enable_shared_from_this<CmId> {
   std::uint16_t ird_ = 16, ord_ = 16;  // from ConnParam
   bool finished_ = false;              // the MPA exchange has an outcome
   bool disconnected_ = false;
+  bool started_ = false;                // the QP was started (engine thread)
+  bool disconnect_requested_ = false;   // disconnect() before the QP was started (engine thread)
+  std::shared_ptr<Listener> listener_;  // a listener's, shared with the ids it accepted
+  bool holds_slot_ = false;             // counted in listener_->pending (engine thread)
+  // In listener_'s list of connections with no MPA Request yet, oldest first (engine thread).
+  std::optional<std::list<std::weak_ptr<CmId>>::iterator> awaiting_;
 };
 
 }  // namespace iwarp::rnic

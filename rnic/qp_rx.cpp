@@ -356,9 +356,10 @@ Result<MutableByteSpan> QueuePair::rx_tagged(const ddp::Segment& s, std::size_t 
   const auto& h = s.hdr;
   std::uint8_t* p = nullptr;
   if (h.op() == Opcode::ReadResponse) {
+    // RFC 5040 §7.4.1: with no RDMA Read outstanding the opcode itself is unexpected.
     if (orq_.empty() || orq_.front().atomic)
       return fail(
-          Errc::DdpTaggedInvalidStag,
+          Errc::RdmapUnexpectedOpcode,
           "RFC 5040 §4.5: a Read Response answers an outstanding RDMA Read Request",
           fmt::format("Read Response to STag 0x{:08x} with no Read outstanding", h.stag.value()));
     auto& e = orq_.front();
@@ -536,7 +537,8 @@ void QueuePair::rx_end(const mpa::FpduTrailer& t) {
     fatal(*rx_.error, rx_.raw_ddp, rx_.raw_rdmap, rx_.ulpdu_length);
     return;
   }
-  if (rx_opts_.observer && !rx_placed_mode_)
+  // (0xF marks the peer-to-peer RTR Send: no opcode to describe)
+  if (rx_opts_.observer && !rx_placed_mode_ && rx_.seg.hdr.opcode != 0xF)
     rx_event(RxEvent{.kind = RxEvent::Kind::Placed,
                      .offset = t.offset,
                      .end = t.offset + t.wire_length,

@@ -4,6 +4,7 @@
 // straight from the registered memory), so many small WRs cost one system call.
 #include <fmt/format.h>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
 #include "common/log.hpp"
@@ -485,8 +486,15 @@ void QueuePair::tx_write() {
     }
     if (ec) {
       writing_ = false;
-      enter_error({QpClosed::Cause::PeerClosed,
-                   fmt::format("connection lost while sending: {}", ec.message())});
+      // The peer may have closed after a Terminate that is already in our receive buffer:
+      // read what is there first, so the QP reports the Terminate rather than the broken pipe.
+      boost::asio::post(dev_.io(), [self = shared_from_this(), ec] {
+        if (self->closed_) return;
+        self->rx_drain();
+        if (!self->closed_)
+          self->enter_error({QpClosed::Cause::PeerClosed,
+                             fmt::format("connection lost while sending: {}", ec.message())});
+      });
       return;
     }
     while (n > 0 && iov_pos_ < iov_.size()) {

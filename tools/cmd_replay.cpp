@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <new>
 
 #include "replay/replay_plan.hpp"
 #include "replay/replay_report.hpp"
@@ -41,18 +42,97 @@ class ProgressBar {
   bool shown_ = false;
 };
 
+struct ReplayOpts {
+  std::string file;
+  bool json = false, timeline = false, quiet = false, progress = false, no_progress = false;
+  std::optional<std::uint64_t> permute;
+  std::vector<std::uint64_t> drop;
+  double reorder = 0.25, dup = 0.1, split = 0.1;
+  unsigned delay = 4;
+};
+
+int run_replay(const ReplayOpts& o) {
+  auto cap = trace::read_capture(o.file);
+  if (!cap) {
+    fmt::print(stderr, "rnic replay: {}\n", cap.error());
+    return 2;
+  }
+  if (!o.drop.empty()) {
+    if (auto d = replay::drop_frames(*cap, o.drop); !d) {
+      fmt::print(stderr, "rnic replay: {}\n", d.error());
+      return 2;
+    }
+  }
+  auto plan = replay::make_plan(*cap);
+  if (!plan) {
+    fmt::print(stderr, "rnic replay: {}\n", plan.error());
+    return 2;
+  }
+  std::optional<replay::Permutation> perm;
+  if (o.permute) {
+    replay::Permutation p;
+    p.wire.seed = *o.permute;
+    p.wire.reorder = o.reorder;
+    p.wire.dup = o.dup;
+    p.wire.delay = o.delay;
+    p.split = o.split;
+    perm = p;
+  }
+  // The bar is for large captures on a terminal (or when asked for).
+  const std::uint64_t steps = plan->total_steps();
+  const bool bar = !o.no_progress && (o.progress || (::isatty(2) && steps >= 500));
+  ProgressBar pb;
+  const std::uint64_t passes = perm ? 2 : 1;
+  auto progress_for = [&](std::uint64_t pass) {
+    return [&, pass](std::uint64_t done, std::uint64_t total) {
+      pb.update(pass * total + done, passes * total);
+    };
+  };
+
+  replay::ReplayResult result;
+  std::optional<replay::PermutationCheck> check;
+  try {
+    replay::ReplayOptions ro;
+    if (bar) ro.progress = progress_for(0);
+    if (perm) {
+      ro.keep_memory = true;
+      auto base = replay::replay(*plan, ro);
+      ro.permutation = perm;
+      if (bar) ro.progress = progress_for(1);
+      result = replay::replay(*plan, ro);
+      replay::PermutationCheck c;
+      c.permutation = *perm;
+      for (std::size_t i = 0; i < result.connections.size(); ++i)
+        c.differences.push_back(replay::compare(base.connections[i], result.connections[i]));
+      check = std::move(c);
+    } else {
+      result = replay::replay(*plan, ro);
+    }
+  } catch (const std::bad_alloc&) {
+    pb.clear();
+    throw;  // one line, at the top
+  } catch (const std::exception& e) {
+    pb.clear();
+    fmt::print(stderr, "rnic replay: {}: {}\n", o.file, e.what());
+    return 2;
+  }
+  pb.clear();
+
+  if (o.json) {
+    fmt::print("{}\n", replay::to_json(*plan, result, perm, check, !o.quiet).dump(1));
+  } else {
+    replay::ReportOptions ro;
+    ro.timeline_all = o.timeline;
+    ro.timeline_limit = o.quiet ? 0 : 40;
+    fmt::print("{}", replay::format_text(*plan, result, perm, check, ro));
+  }
+  return replay::exit_status(result, check);
+}
+
 }  // namespace
 
 Runner add_replay_command(CLI::App& app) {
-  struct Opts {
-    std::string file;
-    bool json = false, timeline = false, quiet = false, progress = false, no_progress = false;
-    std::optional<std::uint64_t> permute;
-    std::vector<std::uint64_t> drop;
-    double reorder = 0.25, dup = 0.1, split = 0.1;
-    unsigned delay = 4;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<ReplayOpts>();
   auto* cmd = app.add_subcommand(
       "replay",
       "Replay a capture through two emulated RNICs: both directions of every iWARP connection\n"
@@ -110,78 +190,20 @@ Runner add_replay_command(CLI::App& app) {
   cmd->add_flag("--no-progress", o->no_progress, "Never show the progress bar")->excludes(pg);
 
   return [o]() {
-    auto cap = trace::read_capture(o->file);
-    if (!cap) {
-      fmt::print(stderr, "rnic replay: {}\n", cap.error());
-      return 2;
-    }
-    if (!o->drop.empty()) {
-      if (auto d = replay::drop_frames(*cap, o->drop); !d) {
-        fmt::print(stderr, "rnic replay: {}\n", d.error());
-        return 2;
-      }
-    }
-    auto plan = replay::make_plan(*cap);
-    if (!plan) {
-      fmt::print(stderr, "rnic replay: {}\n", plan.error());
-      return 2;
-    }
-    std::optional<replay::Permutation> perm;
-    if (o->permute) {
-      replay::Permutation p;
-      p.wire.seed = *o->permute;
-      p.wire.reorder = o->reorder;
-      p.wire.dup = o->dup;
-      p.wire.delay = o->delay;
-      p.split = o->split;
-      perm = p;
-    }
-    // The bar is for large captures on a terminal (or when asked for).
-    const std::uint64_t steps = plan->total_steps();
-    const bool bar = !o->no_progress && (o->progress || (::isatty(2) && steps >= 500));
-    ProgressBar pb;
-    const std::uint64_t passes = perm ? 2 : 1;
-    auto progress_for = [&](std::uint64_t pass) {
-      return [&, pass](std::uint64_t done, std::uint64_t total) {
-        pb.update(pass * total + done, passes * total);
-      };
-    };
-
-    replay::ReplayResult result;
-    std::optional<replay::PermutationCheck> check;
+    // The plan refuses what is past the limits in replay/replay_limits.hpp before allocating
+    // it; should memory still run out, this says so in one line rather than abort.
     try {
-      replay::ReplayOptions ro;
-      if (bar) ro.progress = progress_for(0);
-      if (perm) {
-        ro.keep_memory = true;
-        auto base = replay::replay(*plan, ro);
-        ro.permutation = perm;
-        if (bar) ro.progress = progress_for(1);
-        result = replay::replay(*plan, ro);
-        replay::PermutationCheck c;
-        c.permutation = *perm;
-        for (std::size_t i = 0; i < result.connections.size(); ++i)
-          c.differences.push_back(replay::compare(base.connections[i], result.connections[i]));
-        check = std::move(c);
-      } else {
-        result = replay::replay(*plan, ro);
-      }
+      return run_replay(*o);
+    } catch (const std::bad_alloc&) {
+      fmt::print(stderr,
+                 "rnic replay: {}: out of memory: the capture asks for more memory than this "
+                 "machine gives (the replay's limits: docs/replay.md)\n",
+                 o->file);
+      return 2;
     } catch (const std::exception& e) {
-      pb.clear();
       fmt::print(stderr, "rnic replay: {}: {}\n", o->file, e.what());
       return 2;
     }
-    pb.clear();
-
-    if (o->json) {
-      fmt::print("{}\n", replay::to_json(*plan, result, perm, check, !o->quiet).dump(1));
-    } else {
-      replay::ReportOptions ro;
-      ro.timeline_all = o->timeline;
-      ro.timeline_limit = o->quiet ? 0 : 40;
-      fmt::print("{}", replay::format_text(*plan, result, perm, check, ro));
-    }
-    return replay::exit_status(result, check);
   };
 }
 

@@ -1,8 +1,13 @@
 #include "verbs_shim/rdma_cm.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <mutex>
 #include <unordered_map>
+
+#include "mpa/mpa_frame.hpp"
 
 namespace iwarp::verbs {
 
@@ -31,6 +36,17 @@ rnic::ConnParam conn_param(const rdma_conn_param* p) {
     c.initiator_depth = p->initiator_depth;
   }
   return c;
+}
+
+// EINVAL (with the reason) when `len` octets of private data do not fit this id's MPA frame.
+int check_private_data(rdma_cm_id* id, std::size_t len, const char* call) {
+  const std::size_t max = rdma_max_private_data(id);
+  if (len <= max) return 0;
+  set_last_error(fmt::format("{}: {} octets of private data, an MPA frame carries at most {}{}",
+                             call, len, max,
+                             max < mpa::kMaxPrivateData ? " besides RFC 6581's IRD/ORD" : ""));
+  errno = EINVAL;
+  return EINVAL;
 }
 }  // namespace
 
@@ -155,22 +171,42 @@ void rdma_destroy_qp(rdma_cm_id* id) {
   id->qp = nullptr;
 }
 
+std::size_t rdma_max_private_data(rdma_cm_id* id) {
+  return id->cm->max_private_data();
+}
+
 int rdma_connect(rdma_cm_id* id, const rdma_conn_param* param) {
   if (!id->qp) return EINVAL;
   if (id->dst_host.empty()) return EINVAL;
-  id->cm->connect(id->dst_host, id->dst_port, id->qp->qp, conn_param(param));
+  auto c = conn_param(param);
+  if (int e = check_private_data(id, c.private_data.size(), "rdma_connect")) return e;
+  id->cm->connect(id->dst_host, id->dst_port, id->qp->qp, c);
   return 0;
 }
 
 int rdma_accept(rdma_cm_id* id, const rdma_conn_param* param) {
   if (!id->qp) return EINVAL;
+  auto c = conn_param(param);
+  if (int e = check_private_data(id, c.private_data.size(), "rdma_accept")) return e;
   std::string why;
-  return id->cm->accept(id->qp->qp, conn_param(param), &why);
+  int e = id->cm->accept(id->qp->qp, c, &why);
+  if (e) {
+    set_last_error(why);
+    errno = e;
+  }
+  return e;
 }
 
-int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint8_t len) {
+int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint16_t len) {
   auto* b = static_cast<const std::uint8_t*>(private_data);
-  return id->cm->reject(ByteSpan(b, b ? len : 0));
+  if (int e = check_private_data(id, b ? len : 0, "rdma_reject")) return e;
+  std::string why;
+  int e = id->cm->reject(ByteSpan(b, b ? len : 0), &why);
+  if (e) {
+    set_last_error(why);
+    errno = e;
+  }
+  return e;
 }
 
 int rdma_disconnect(rdma_cm_id* id) {
@@ -189,9 +225,11 @@ int rdma_get_cm_event(rdma_event_channel* ch, rdma_cm_event** out, int timeout_m
   ev->private_data_storage = std::move(e->private_data);
   ev->param.conn.private_data =
       ev->private_data_storage.empty() ? nullptr : ev->private_data_storage.data();
-  ev->param.conn.private_data_len = static_cast<std::uint8_t>(ev->private_data_storage.size());
-  ev->param.conn.responder_resources = static_cast<std::uint8_t>(e->peer_ird);
-  ev->param.conn.initiator_depth = static_cast<std::uint8_t>(e->peer_ord);
+  // Whole: the CM never hands over more than an MPA frame carries (512 octets, 14-bit IRD/ORD).
+  ev->param.conn.private_data_len = static_cast<std::uint16_t>(
+      std::min<std::size_t>(ev->private_data_storage.size(), mpa::kMaxPrivateData));
+  ev->param.conn.responder_resources = std::min(e->peer_ird, mpa::kMaxIrdOrd);
+  ev->param.conn.initiator_depth = std::min(e->peer_ord, mpa::kMaxIrdOrd);
   rdma_cm_id* id = lookup(e->id.get());
   if (!id && e->type != rnic::CmEventType::ConnectRequest) {
     // An id the listener made for a connection that failed before CONNECT_REQUEST; the

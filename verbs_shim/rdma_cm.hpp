@@ -28,11 +28,14 @@ enum rdma_cm_event_type : int {
 };
 const char* rdma_event_str(rdma_cm_event_type e);
 
+// Wider than librdmacm's (whose three fields are uint8_t): MPA carries up to 512 octets of
+// private data (RFC 5044 §7.1; 508 besides RFC 6581's IRD/ORD) and 14-bit IRD/ORD (RFC 6581
+// §5), so with 8 bits a peer's 300 octets or IRD 256 would not fit. The shim keeps them whole.
 struct rdma_conn_param {
   const void* private_data = nullptr;
-  std::uint8_t private_data_len = 0;
-  std::uint8_t responder_resources = 16;  // IRD
-  std::uint8_t initiator_depth = 16;      // ORD
+  std::uint16_t private_data_len = 0;      // at most rdma_max_private_data(id)
+  std::uint16_t responder_resources = 16;  // our IRD (more than 16383 is taken as 16383)
+  std::uint16_t initiator_depth = 16;      // our ORD (likewise)
 };
 
 struct rdma_event_channel {
@@ -60,11 +63,14 @@ struct rdma_cm_event {
   rdma_cm_event_type event = RDMA_CM_EVENT_ESTABLISHED;
   int status = 0;
   struct {
+    // The peer's, whole (see rdma_conn_param): its private data (up to 512 octets) and the
+    // IRD and ORD it sent in an RFC 6581 frame (14 bits each; 0 without them). Note that the
+    // kernel's iWARP CM reports them the other way round (initiator_depth = the peer's IRD).
     struct {
       const void* private_data = nullptr;
-      std::uint8_t private_data_len = 0;
-      std::uint8_t responder_resources = 0;
-      std::uint8_t initiator_depth = 0;
+      std::uint16_t private_data_len = 0;
+      std::uint16_t responder_resources = 0;  // the peer's IRD
+      std::uint16_t initiator_depth = 0;      // the peer's ORD
     } conn;
   } param;
   // Not in librdmacm: what happened, in words, and what MPA negotiated.
@@ -88,10 +94,17 @@ int rdma_resolve_addr(rdma_cm_id* id, const std::string& host, std::uint16_t por
 int rdma_resolve_route(rdma_cm_id* id, int timeout_ms);
 int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr);
 void rdma_destroy_qp(rdma_cm_id* id);
+// Private data longer than rdma_max_private_data(id) is refused with EINVAL (and the reason in
+// ibv_last_error()).
 int rdma_connect(rdma_cm_id* id, const rdma_conn_param* param);
 int rdma_accept(rdma_cm_id* id, const rdma_conn_param* param);
-int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint8_t private_data_len);
+int rdma_reject(rdma_cm_id* id, const void* private_data, std::uint16_t private_data_len);
+// During the MPA exchange too: the QP is not started when the exchange completes; the id gets
+// RDMA_CM_EVENT_DISCONNECTED (or REJECTED / CONNECT_ERROR when the exchange failed anyway).
 int rdma_disconnect(rdma_cm_id* id);
+// The most private data an MPA frame of this id can carry: 512 octets, less the 4 that RFC
+// 6581's IRD/ORD take when the frame is enhanced (MPA revision 2).
+std::size_t rdma_max_private_data(rdma_cm_id* id);
 
 // Blocks for the next event (timeout_ms < 0: forever). Returns 0, or ETIMEDOUT.
 int rdma_get_cm_event(rdma_event_channel* ch, rdma_cm_event** event, int timeout_ms = -1);

@@ -1,0 +1,178 @@
+// Target 5: the capture reader (trace/pcap_reader.hpp, through libpcap), the capture decoder
+// and the replay planner (replay/replay_plan.hpp) on arbitrary files; optionally the replay
+// itself (replay/replayer.hpp).
+//
+// Input: a whole pcap or pcapng file. It is handed to libpcap as /proc/self/fd/N of a memfd
+// (no file on disk). A classic pcap whose header's thiszone field (octets 8-11, which readers
+// ignore) has bit 0 set is also replayed through two emulated RNICs when its plan is small.
+//
+// Checks: nothing crashes, leaks or hangs; a plan is consistent with the capture and its
+// limits: steps in capture order, segment offsets matching their sequence numbers, work
+// requests pointing at existing reads/atomics, receive buffers in MSN order, shadow memory
+// within PlanLimits; dropping frames from a capture and planning again works too.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <optional>
+#include <string>
+
+#include "fuzz/fuzz_support.hpp"
+#include "replay/replay_plan.hpp"
+#include "replay/replayer.hpp"
+#include "trace/pcap_reader.hpp"
+#include "trace/trace_decoder.hpp"
+
+using namespace iwarp;
+using iwarp::fuzz::Input;
+
+namespace {
+
+// Small limits, so that no input makes the planner (or the replay) allocate much. Set field by
+// field: the limits a version of replay/ has differ.
+template <class L>
+L small_limits() {
+  L l{};
+  l.max_region = 1u << 20;
+  l.max_total = 4u << 20;
+  if constexpr (requires { l.max_message; }) l.max_message = 1u << 20;
+  if constexpr (requires { l.max_stags; }) l.max_stags = 256;
+  if constexpr (requires { l.max_receives; }) l.max_receives = 4096;
+  if constexpr (requires { l.max_requests; }) l.max_requests = 4096;
+  return l;
+}
+const replay::PlanLimits kLimits = small_limits<replay::PlanLimits>();
+
+void check_plan(const replay::Plan& plan) {
+  for (const auto& c : plan.connections) {
+    std::uint64_t shadow = 0;
+    for (int s = 0; s < 2; ++s) {
+      const auto& ep = c.ep[s];
+      for (const auto& r : ep.regions) {
+        FUZZ_CHECK(r.begin_to <= r.end_to, "region 0x%08x [%llx, %llx)", r.stag.value(),
+                   (unsigned long long)r.begin_to, (unsigned long long)r.end_to);
+        FUZZ_CHECK(r.end_to - r.begin_to <= kLimits.max_region,
+                   "region 0x%08x of %llu octets beyond max_region", r.stag.value(),
+                   (unsigned long long)(r.end_to - r.begin_to));
+      }
+      shadow += ep.shadow_bytes();
+      for (std::size_t i = 0; i < ep.recvs.size(); ++i)
+        FUZZ_CHECK(ep.recvs[i].msn == i + 1, "receive %zu has MSN %u", i, ep.recvs[i].msn);
+    }
+    FUZZ_CHECK(shadow <= kLimits.max_total, "connection c%zu: %llu octets of shadow memory", c.flow,
+               (unsigned long long)shadow);
+    std::uint64_t last = 0;
+    for (const auto& st : c.steps) {
+      // Segments and FINs in capture order (a post goes in before the segment it precedes,
+      // labelled with the frame of its request, which may be another one).
+      if (st.kind == replay::Step::Kind::Segment || st.kind == replay::Step::Kind::Fin) {
+        FUZZ_CHECK(st.frame >= last, "step for frame %llu after frame %llu",
+                   (unsigned long long)st.frame, (unsigned long long)last);
+        last = st.frame;
+      }
+      const int d = replay::index(st.dir);
+      switch (st.kind) {
+        case replay::Step::Kind::Segment:
+          FUZZ_CHECK(static_cast<std::uint32_t>(st.seq - c.stream_seq[d]) ==
+                         static_cast<std::uint32_t>(st.offset),
+                     "segment of frame %llu: offset %llu, seq - stream start %u",
+                     (unsigned long long)st.frame, (unsigned long long)st.offset,
+                     static_cast<std::uint32_t>(st.seq - c.stream_seq[d]));
+          break;
+        case replay::Step::Kind::PostRead:
+          FUZZ_CHECK(st.item < c.ep[replay::index(st.side)].reads.size(), "read %zu of %zu",
+                     st.item, c.ep[replay::index(st.side)].reads.size());
+          break;
+        case replay::Step::Kind::PostAtomic:
+          FUZZ_CHECK(st.item < c.ep[replay::index(st.side)].atomics.size(), "atomic %zu of %zu",
+                     st.item, c.ep[replay::index(st.side)].atomics.size());
+          break;
+        case replay::Step::Kind::Fin:
+          break;
+      }
+    }
+  }
+}
+
+// Known bug "replay-plan-unbounded" (fuzz/known_bugs.txt): make_plan() sizes work by numbers
+// the capture gives: one receive (and one cut_short line) per MSN up to the highest a Send
+// carries, and a buffer and a byte-by-byte walk up to the farthest segment of a direction (up
+// to 1 GiB). A Send at MSN 2^32-1, or a segment 1 GiB ahead, hangs it. While the bug is open,
+// such captures are not planned.
+bool unbounded(const trace::Capture& cap) {
+  for (const auto& f : cap.flows)
+    for (const auto& dir : f.dir) {
+      std::optional<TcpSeq> first;
+      std::int64_t lo = 0, hi = 0;
+      for (const auto& s : dir) {
+        if (s.payload.empty()) continue;
+        if (!first) first = s.seq;
+        const std::int64_t off = s.seq - *first;
+        lo = std::min(lo, off);
+        hi = std::max(hi, off + static_cast<std::int64_t>(s.payload.size()));
+      }
+      if (hi - lo > (16 << 20)) return true;
+    }
+  const auto rep = trace::decode_capture(cap);
+  for (const auto& r : rep.records)
+    if (r.ddp && !r.ddp->tagged && r.ddp->msn.value() > 4096) return true;
+  return false;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  fuzz::quiet_logs();
+  static const int fd = memfd_create("fuzz.pcap", 0);
+  FUZZ_CHECK(fd >= 0, "memfd_create");
+  FUZZ_CHECK(ftruncate(fd, 0) == 0, "ftruncate");
+  FUZZ_CHECK(pwrite(fd, data, size, 0) == static_cast<ssize_t>(size), "pwrite");
+  static const std::string path = "/proc/self/fd/" + std::to_string(fd);
+
+  auto cap = trace::read_capture(path);
+  if (!cap) return 0;
+  FUZZ_CHECK(cap->non_tcp_frames <= cap->frames, "%llu non-TCP of %llu frames",
+             (unsigned long long)cap->non_tcp_frames, (unsigned long long)cap->frames);
+  for (const auto& f : cap->flows)
+    for (const auto& dir : f.dir)
+      for (const auto& s : dir)
+        FUZZ_CHECK(s.frame >= 1 && s.frame <= cap->frames, "segment of frame %llu of %llu",
+                   (unsigned long long)s.frame, (unsigned long long)cap->frames);
+
+  if (fuzz::known_bug("replay-plan-unbounded") && unbounded(*cap)) return 0;
+  auto plan = replay::make_plan(*cap, kLimits);
+  if (plan) check_plan(*plan);
+
+  // Lose the first few frames, as `rnic replay --drop` does, and plan again.
+  trace::Capture less = *cap;
+  std::vector<std::uint64_t> frames;
+  for (std::uint64_t f = 1; f <= std::min<std::uint64_t>(cap->frames, 6); f += 2)
+    frames.push_back(f);
+  if (replay::drop_frames(less, frames))
+    if (auto p2 = replay::make_plan(less, kLimits)) check_plan(*p2);
+
+  // The replay itself, for small plans whose file asks for it.
+  const bool classic = size >= 24 && (data[0] == 0xd4 || data[0] == 0xa1 || data[0] == 0x4d);
+  const bool replay_it = classic && ((data[8] | data[11]) & 1);
+  // Small: the replay allocates every receive buffer and Read sink the plan names (in the
+  // version fuzzed first, sizes a capture gives were not limited: see fuzz/README.md).
+  auto small = [](const replay::Plan& p) {
+    if (p.total_steps() > 300 || p.connections.size() > 2) return false;
+    for (const auto& c : p.connections)
+      for (const auto& ep : c.ep) {
+        std::uint64_t bytes = ep.shadow_bytes();
+        for (const auto& r : ep.recvs) bytes += r.size;
+        for (const auto& r : ep.reads) bytes += r.request.size;
+        if (bytes > (1u << 20) || ep.recvs.size() + ep.reads.size() + ep.atomics.size() > 256)
+          return false;
+      }
+    return true;
+  };
+  if (plan && replay_it && small(*plan)) {
+    replay::ReplayOptions opts;
+    (void)replay::replay(*plan, opts);
+    opts.permutation = replay::Permutation{};
+    opts.permutation->wire.seed = size;
+    (void)replay::replay(*plan, opts);
+  }
+  return 0;
+}
