@@ -100,7 +100,10 @@ std::string describe(const Segment& s) {
   else
     d += fmt::format(" QN {} MSN {} MO {}", h.qn.value(), h.msn.value(), h.mo.value());
   if (h.last) d += " L";
-  if (s.info().invalidate) d += fmt::format(" inv-STag 0x{:08x}", h.rsvd_ulp);
+  // An opcode outside RFC 5040's table (e.g. 0xF, how the engine marks a peer-to-peer RTR
+  // Send) is named Unknown and has no fields to show.
+  const auto* info = rdmap::opcode_info(h.opcode);
+  if (info && info->invalidate) d += fmt::format(" inv-STag 0x{:08x}", h.rsvd_ulp);
   std::visit(
       [&](const auto& b) {
         using T = std::decay_t<decltype(b)>;

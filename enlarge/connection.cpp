@@ -735,7 +735,7 @@ void Connection::deliver_part(std::uint32_t seq, std::uint32_t total, std::uint3
     if (total > opts_.max_message)
       return protocol_error(fmt::format("message seq {} of {} bytes: this side takes at most {}",
                                         seq, total, opts_.max_message));
-    assembly_.emplace();
+    assembly_ = Assembly{};
     assembly_->seq = seq;
     assembly_->total = total;
     // Grows with the data that arrives, so a claimed total alone allocates little.

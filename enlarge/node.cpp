@@ -125,7 +125,7 @@ rdma_cm_id* Node::accept_request(rdma_cm_event* ev) {
   }
   rdma_conn_param p;
   p.private_data = hello_.data();
-  p.private_data_len = static_cast<std::uint8_t>(hello_.size());
+  p.private_data_len = static_cast<std::uint16_t>(hello_.size());
   p.responder_resources = 1;  // the protocol uses no RDMA Read
   p.initiator_depth = 1;
   if (rdma_accept(ev->id, &p) != 0) c->fail("rdma_accept failed: " + ibv_last_error());
@@ -153,7 +153,7 @@ void Node::handle_connection_event(Connection& conn, rdma_cm_event* ev) {
       if (auto why = c->setup(ev->id); !why.empty()) return c->fail(why);
       rdma_conn_param p;
       p.private_data = hello_.data();
-      p.private_data_len = static_cast<std::uint8_t>(hello_.size());
+      p.private_data_len = static_cast<std::uint16_t>(hello_.size());
       p.responder_resources = 1;
       p.initiator_depth = 1;
       if (rdma_connect(ev->id, &p) != 0) c->fail("rdma_connect failed");

@@ -93,31 +93,6 @@ void check_plan(const replay::Plan& plan) {
   }
 }
 
-// Known bug "replay-plan-unbounded" (fuzz/known_bugs.txt): make_plan() sizes work by numbers
-// the capture gives: one receive (and one cut_short line) per MSN up to the highest a Send
-// carries, and a buffer and a byte-by-byte walk up to the farthest segment of a direction (up
-// to 1 GiB). A Send at MSN 2^32-1, or a segment 1 GiB ahead, hangs it. While the bug is open,
-// such captures are not planned.
-bool unbounded(const trace::Capture& cap) {
-  for (const auto& f : cap.flows)
-    for (const auto& dir : f.dir) {
-      std::optional<TcpSeq> first;
-      std::int64_t lo = 0, hi = 0;
-      for (const auto& s : dir) {
-        if (s.payload.empty()) continue;
-        if (!first) first = s.seq;
-        const std::int64_t off = s.seq - *first;
-        lo = std::min(lo, off);
-        hi = std::max(hi, off + static_cast<std::int64_t>(s.payload.size()));
-      }
-      if (hi - lo > (16 << 20)) return true;
-    }
-  const auto rep = trace::decode_capture(cap);
-  for (const auto& r : rep.records)
-    if (r.ddp && !r.ddp->tagged && r.ddp->msn.value() > 4096) return true;
-  return false;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -138,7 +113,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         FUZZ_CHECK(s.frame >= 1 && s.frame <= cap->frames, "segment of frame %llu of %llu",
                    (unsigned long long)s.frame, (unsigned long long)cap->frames);
 
-  if (fuzz::known_bug("replay-plan-unbounded") && unbounded(*cap)) return 0;
   auto plan = replay::make_plan(*cap, kLimits);
   if (plan) check_plan(*plan);
 

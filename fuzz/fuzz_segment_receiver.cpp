@@ -380,11 +380,9 @@ void valid_mode(Input& in, FramingConfig cfg, int verdicts, TcpSeq start, Rng& r
   }
   // FPDUs found beyond holes must be real ones whenever the framing makes them provable.
   const bool aligned = cut == 0 && !recut;
-  // Known bug "segrx-markers-false-fpdu" (fuzz/known_bugs.txt): with markers and no CRC, a
-  // chain from a segment start is trusted as a whole once a later FPDU of it crosses a marker,
-  // although that proves only where that later FPDU starts.
-  const bool strict =
-      cfg.crc || aligned || (cfg.markers && !fuzz::known_bug("segrx-markers-false-fpdu"));
+  // With markers a marker proves where its FPDU starts, and no FPDU starts inside or right
+  // after a marker (RFC 5044 §5).
+  const bool strict = cfg.crc || aligned || cfg.markers;
 
   SegmentReceiver rx(cfg, start);
   Model m;

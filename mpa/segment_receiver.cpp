@@ -375,8 +375,15 @@ bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uin
     }
     for (std::size_t n = 0; n < kMaxCandidates && it != s.end() && *it < hi; ++n, ++it) add(*it);
   };
-  // RFC 5044 §8 (FPDU alignment): a sender starts each TCP segment with an FPDU.
-  nearest(seg_starts_, changed_end, [&](std::uint64_t c) { cand.emplace(c, 0); });
+  // RFC 5044 §8 (FPDU alignment): a sender starts each TCP segment with an FPDU. With markers
+  // no FPDU starts inside a marker or right after one (an FPDU that begins at a marker position
+  // begins with the marker, FPDUPTR 0, §5), so a segment cut there (a re-segmented
+  // retransmission, or a hostile peer) is no candidate: from 4 octets into a real FPDU its
+  // length field reads true and its chain would land on the next real start.
+  nearest(seg_starts_, changed_end, [&](std::uint64_t c) {
+    const std::uint64_t in = c % kMarkerInterval;
+    if (!cfg_.markers || in == 0 || in > kMarkerSize) cand.emplace(c, 0);
+  });
   nearest(chained_, bend, [&](std::uint64_t c) { cand[c] |= kFromChain; });
   // True when [s, s + w) overlaps an FPDU already found: a start inside a known FPDU is an
   // image of one in its payload, not a boundary.

@@ -296,9 +296,8 @@ void start_endpoint(Endpoint& e, const ConnectionPlan& plan,
   st.ignore_ord = true;
   // A peer-to-peer RTR that is a Send (RFC 6581 §4: a zero-length Send, MSN 1) goes to the
   // responder as an ordinary zero-length Send, into the zero-length receive the plan posts for
-  // it (RecvPlan::rtr; its CQE is left out). The receive engine's own handling of a Send RTR
-  // marks the segment with opcode 0xF, which its observer path (the timeline) cannot describe
-  // (rnic/qp_rx.cpp, ddp::describe); this way the replay never takes that path.
+  // it (RecvPlan::rtr; its CQE is left out): the plan counts it as MSN 1's receive, so the
+  // engine must not take it as the RTR it consumes without a receive (rnic/qp_rx.cpp).
   if (!st.initiator && st.params.peer_to_peer && st.params.rtr == mpa::RtrType::Send)
     st.params.rtr = mpa::RtrType::None;
   const Direction rx_dir =

@@ -24,6 +24,7 @@ PKGS=(
   gnuplot-nox                        # rnic enlarge-bench's plot
   python3
   ccache                             # shared compile cache across the plain, sanitizer and fuzz builds
+  clang-19 libclang-rt-19-dev        # libFuzzer targets (fuzz/, scripts/fuzz.sh)
 )
 
 missing=()

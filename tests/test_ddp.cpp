@@ -122,6 +122,17 @@ TEST(DdpSegment, EveryOpcodeRoundTrips) {
   }
 }
 
+// describe() of an opcode outside RFC 5040's table (0xF marks the peer-to-peer RTR Send in the
+// engine) names it Unknown: it used to dereference the table's null entry (`rnic replay` of a
+// Send-RTR capture crashed in the timeline).
+TEST(DdpSegment, DescribeNamesAnUnknownOpcode) {
+  for (std::uint8_t op : {std::uint8_t{0xF}, std::uint8_t{0xD}}) {
+    Segment s = untagged(Opcode::Send);
+    s.hdr.opcode = op;
+    EXPECT_EQ(describe(s), "Unknown QN 0 MSN 1 MO 0 L len 0");
+  }
+}
+
 TEST(DdpSegment, AtomicRequestLayoutFollowsRfc7306) {
   auto s = untagged(Opcode::AtomicRequest);
   rdmap::AtomicRequest a;

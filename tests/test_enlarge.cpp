@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -754,9 +755,22 @@ struct DrivenNode {
   std::unique_ptr<Node> node = std::move(*Node::create({}));
   std::uint16_t port = *node->listen("127.0.0.1", 0);
   std::atomic<bool> stop{false};
+  std::mutex mu;  // held while the driver runs progress(): a Node is not thread-safe
   std::thread driver{[this] {
-    while (!stop) node->progress(2ms);
+    while (!stop) {
+      {
+        std::lock_guard l(mu);
+        node->progress(2ms);
+      }
+      std::this_thread::sleep_for(100us);  // lets inspect() in
+    }
   }};
+  // Runs `f` on the node between two progress() calls, while the driver keeps going.
+  template <class F>
+  auto inspect(F f) {
+    std::lock_guard l(mu);
+    return f(*node);
+  }
   // Stops the thread; the node may be inspected afterwards.
   Node& stopped() {
     if (!stop.exchange(true)) driver.join();
@@ -871,8 +885,10 @@ TEST(Enlarge, AcknowledgementsOfTheWrongSizeAreProtocolErrors) {
     Connection* c = nullptr;
     for (int i = 0; i < 500 && !c; ++i) {
       std::this_thread::sleep_for(2ms);
-      if (server.node->size() == 1 && server.node->at(0).state() == Connection::State::Established)
-        c = &server.node->at(0);
+      c = server.inspect([](Node& n) -> Connection* {
+        return n.size() == 1 && n.at(0).state() == Connection::State::Established ? &n.at(0)
+                                                                                  : nullptr;
+      });
     }
     ASSERT_NE(c, nullptr);
     // The initiator speaks first (RFC 5044 §7.1.2), then the node may send.

@@ -128,8 +128,9 @@ std::uint64_t max_rss() {
 }
 
 // What a refused capture may cost at most; under ASan its quarantine (256 MiB) keeps freed
-// memory resident, so the bound is looser there (still far below the gigabytes asked for).
-#if defined(__SANITIZE_ADDRESS__)
+// memory resident, and TSan's shadow memory and its never-reused allocator regions add to
+// every allocation, so the bound is looser there (still far below the gigabytes asked for).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr std::uint64_t kRssBudget = 600ull << 20;
 #else
 constexpr std::uint64_t kRssBudget = 200ull << 20;

@@ -36,6 +36,28 @@ Connected connect(EndpointOptions so, EndpointOptions co) {
 
 }  // namespace
 
+// Private data up to what MPA carries (512 octets, less RFC 6581's 4 octets of IRD/ORD) and
+// IRD/ORD past 255 (14 bits, RFC 6581 §3) reach the peer whole through Endpoint: they used to
+// be cut to 8 bits (300 octets arrived as 44, an IRD of 300 as 44).
+TEST(RnicCm, EndpointPrivateDataAndIrdOrdAreNotCutTo8Bits) {
+  EndpointOptions so, co;
+  so.private_data = Bytes(300, 's');
+  co.private_data = Bytes(508, 'c');
+  so.ird = 300;
+  so.ord = 300;
+  co.ird = 400;
+  co.ord = 260;
+  auto c = connect(so, co);
+  ASSERT_TRUE(c.connected) << c.connected.error();
+  ASSERT_TRUE(c.accepted) << c.accepted.error();
+  EXPECT_EQ(c.server->peer_private_data(), Bytes(508, 'c'));
+  EXPECT_EQ(c.client->peer_private_data(), Bytes(300, 's'));
+  const auto& p = *c.client->params();
+  EXPECT_EQ(p.responder_ord, 300);  // min(responder ORD 300, initiator IRD 400)
+  EXPECT_EQ(p.initiator_ord, 260);  // min(initiator ORD 260, responder IRD 300)
+  EXPECT_EQ(*c.client->params(), *c.server->params());
+}
+
 TEST(RnicCm, PrivateDataAndIrdOrdBothWays) {
   EndpointOptions so, co;
   so.private_data = Bytes{'s', 'r', 'v'};
@@ -331,4 +353,10 @@ TEST(RnicImmediate, BareImmediateAfterOtherMessagesHasNoWriteLength) {
   EXPECT_EQ(w2->byte_len, 10u);
   EXPECT_EQ(w3->imm_data, 8u);
   EXPECT_EQ(w3->byte_len, 0u);
+  // `src` may go only once the client's engine is done with it: its four send completions.
+  for (int i = 0; i < 4; ++i) {
+    auto s = c.client->wait(c.client->send_cq());
+    ASSERT_TRUE(s) << s.error();
+    EXPECT_EQ(s->status, IBV_WC_SUCCESS);
+  }
 }

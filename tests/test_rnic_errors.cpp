@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/wire_error.hpp"
+#include "raw_peer.hpp"
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;
@@ -301,6 +302,42 @@ class RnicPair : public ::testing::TestWithParam<Framing> {
     }
   }
 
+  // The Terminate each error gets, typed in from the RFC tables (never computed with the
+  // library's own term_code()): layer 0 RDMAP, 1 DDP (RFC 5040 §7.4.1, RFC 5041 §7.2).
+  static TermCode rfc_term_code(Errc code) {
+    switch (code) {
+      case Errc::RdmapLocalCatastrophic:  // RDMAP, local catastrophic error
+        return {TermLayer::Rdmap, 0, 0x00};
+      case Errc::RdmapInvalidStag:  // RDMAP remote protection: invalid STag
+        return {TermLayer::Rdmap, 1, 0x00};
+      case Errc::RdmapBaseBounds:  // RDMAP remote protection: base or bounds violation
+        return {TermLayer::Rdmap, 1, 0x01};
+      case Errc::RdmapAccessRights:  // RDMAP remote protection: access rights violation
+        return {TermLayer::Rdmap, 1, 0x02};
+      case Errc::RdmapCatastrophicStream:  // RDMAP remote operation: catastrophic, this stream
+        return {TermLayer::Rdmap, 2, 0x07};
+      case Errc::RdmapOpCannotInvalidate:  // RDMAP remote operation: STag cannot be invalidated
+        return {TermLayer::Rdmap, 2, 0x09};
+      case Errc::DdpLocalCatastrophic:  // DDP, local catastrophic error
+        return {TermLayer::Ddp, 0, 0x00};
+      case Errc::DdpTaggedInvalidStag:  // DDP tagged buffer: invalid STag
+        return {TermLayer::Ddp, 1, 0x00};
+      case Errc::DdpTaggedBaseBounds:  // DDP tagged buffer: base or bounds violation
+        return {TermLayer::Ddp, 1, 0x01};
+      case Errc::DdpTaggedStagNotAssociated:  // DDP tagged buffer: STag not associated
+        return {TermLayer::Ddp, 1, 0x02};
+      case Errc::DdpTaggedToWrap:  // DDP tagged buffer: TO wrap
+        return {TermLayer::Ddp, 1, 0x03};
+      case Errc::DdpUntaggedNoBuffer:  // DDP untagged buffer: invalid MSN, no buffer available
+        return {TermLayer::Ddp, 2, 0x02};
+      case Errc::DdpUntaggedTooLong:  // DDP untagged buffer: message too long for the buffer
+        return {TermLayer::Ddp, 2, 0x05};
+      default:
+        ADD_FAILURE() << "no RFC code typed in for " << errc_name(code);
+        return {TermLayer::Llp, 0xF, 0xFF};
+    }
+  }
+
   // `detector` found `code` (with `detail` in its words) and sent the Terminate; `peer`
   // received it. Both QPs end in ERROR and later work requests complete flushed at once.
   void expect_terminate(Endpoint& detector, Endpoint& peer, Errc code, const std::string& detail) {
@@ -310,7 +347,7 @@ class RnicPair : public ::testing::TestWithParam<Framing> {
     ASSERT_TRUE(p) << p.error();
     EXPECT_EQ(ibv_query_qp_state(detector.qp()), IBV_QPS_ERR);
     EXPECT_EQ(ibv_query_qp_state(peer.qp()), IBV_QPS_ERR);
-    const TermCode tc = term_code(code);
+    const TermCode tc = rfc_term_code(code);
     const std::string triple = fmt::format("layer {} etype {} code 0x{:02x}",
                                            static_cast<int>(tc.layer), tc.etype, tc.ecode);
     const std::string name(errc_name(code));
@@ -1235,6 +1272,81 @@ TEST_P(RnicFeatures, FencedWriteWaitsForTheRead) {
   EXPECT_EQ(w3.status, IBV_WC_SUCCESS);
   EXPECT_TRUE(sink == fresh);
   EXPECT_TRUE(remote == fresh);
+}
+
+// FencedWriteWaitsForTheRead shows the data, but whether a Write without the fence would change
+// what the Read returns depends on timing. Here a raw peer answers the Read only when it
+// chooses: nothing of the fenced Write may reach the wire before the Read Response has come
+// (RFC 5040 §5.5: a fenced WR waits until every earlier Read has completed), and then it
+// follows. Without the fence the Write leaves right behind the Read Request.
+TEST(RnicFence, FencedWriteLeavesOnlyOnceTheReadIsAnswered) {
+  using iwarp::testing::RawConnection;
+  std::vector<std::uint8_t> hello(16, 0);
+  EndpointOptions so;
+  so.on_qp_created = [&](Endpoint& e) {
+    auto* mr = e.reg(hello.data(), hello.size(), IBV_ACCESS_LOCAL_WRITE);
+    post_one_recv(e.qp(), hello.data(), 16, mr->lkey, 9);
+  };
+  RawConnection rc(so);
+  ASSERT_TRUE(rc.ok()) << (rc.accepted ? "the raw peer failed" : rc.accepted.error());
+  Endpoint& ep = rc.server;
+  // The initiator speaks first (RFC 5044 §7.1.2): a Send, then the server may send.
+  {
+    ddp::Segment first;
+    first.hdr = ddp::untagged_header(rdmap::Opcode::Send, QueueNumber{0}, Msn{1}, MessageOffset{0});
+    const Bytes four(4, 0x01);
+    first.payload = four;
+    ASSERT_TRUE(rc.peer->write(rc.peer->fpdu(first)));
+    auto wc = ep.wait(ep.recv_cq());
+    ASSERT_TRUE(wc) << wc.error();
+    EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  }
+  std::vector<std::uint8_t> sink(64, 0), src(64, 0x77);
+  auto* kmr = ep.reg(sink.data(), sink.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  auto* smr = ep.reg(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(post_one(ep.qp(), {.op = IBV_WR_RDMA_READ,
+                               .addr = sink.data(),
+                               .len = 64,
+                               .lkey = kmr->lkey,
+                               .remote_addr = 0x1000,
+                               .rkey = 0x00BEEF01,
+                               .wr_id = 1}),
+            0)
+      << ibv_last_error();
+  ASSERT_EQ(post_one(ep.qp(), {.op = IBV_WR_RDMA_WRITE,
+                               .addr = src.data(),
+                               .len = 64,
+                               .lkey = smr->lkey,
+                               .remote_addr = 0x2000,
+                               .rkey = 0x00CAFE01,
+                               .flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE,
+                               .wr_id = 2}),
+            0)
+      << ibv_last_error();
+  auto& peer = *rc.peer;
+  auto& got = peer.read_until_closed(std::chrono::milliseconds(300));
+  ASSERT_EQ(got.segments.size(), 1u) << "the fenced Write left before the Read was answered";
+  ASSERT_EQ(got.segments[0].hdr.op(), rdmap::Opcode::ReadRequest);
+  const auto rr = std::get<rdmap::ReadRequest>(got.segments[0].body);
+  EXPECT_TRUE(drain(ep.send_cq()).empty()) << "nothing completes before the Read Response";
+  ddp::Segment resp;
+  resp.hdr = ddp::tagged_header(rdmap::Opcode::ReadResponse, rr.sink_stag, rr.sink_to, true);
+  const Bytes answer(64, 0x42);
+  resp.payload = answer;
+  ASSERT_TRUE(peer.write(peer.fpdu(resp)));
+  for (int i = 0; i < 50 && got.segments.size() < 2; ++i)
+    peer.read_until_closed(std::chrono::milliseconds(100));
+  ASSERT_EQ(got.segments.size(), 2u) << "the fenced Write did not follow the Read Response";
+  EXPECT_EQ(got.segments[1].hdr.op(), rdmap::Opcode::Write);
+  EXPECT_EQ(got.segments[1].hdr.stag, STag{0x00CAFE01});
+  EXPECT_EQ(Bytes(got.segments[1].payload.begin(), got.segments[1].payload.end()), Bytes(64, 0x77));
+  for (std::uint64_t id : {1u, 2u}) {
+    auto wc = ep.wait(ep.send_cq());
+    ASSERT_TRUE(wc) << wc.error();
+    EXPECT_EQ(wc->wr_id, id);
+    EXPECT_EQ(wc->status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc->status);
+  }
+  EXPECT_EQ(Bytes(sink.begin(), sink.end()), answer);
 }
 
 // A chain of WRs linked by `next` is posted with one doorbell and leaves in one gather write.

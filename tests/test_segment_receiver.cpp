@@ -647,6 +647,32 @@ TEST(SegmentReceiverMarkers, WithoutCrcOnlyFpdusAMarkerVouchesForAreOffered) {
   }
 }
 
+// A segment cut right after a marker (4 octets into an FPDU that begins with it) reads a true
+// length there, and its chain lands on the next real FPDU, which a marker proves: before the
+// fix the FPDU was offered at the wrong offset, 4 octets late (fuzz regression
+// segment_receiver/markers-fpdu-start-after-a-marker). Inside or right after a marker no FPDU
+// starts (RFC 5044 §5), so only B is offered until the hole closes.
+TEST(SegmentReceiverMarkers, SegmentCutRightAfterAMarkerIsNoFpduStart) {
+  for (FramingConfig cfg : {kMarkers, kBoth}) {
+    SCOPED_TRACE(framing_name(cfg));
+    const Stream s = make_stream(cfg, {100, 700}, 61);
+    const auto& f = s.fpdus;
+    ASSERT_EQ(f[0].offset, 0u);  // A begins with the marker at 0
+    ASSERT_TRUE(has_marker_in(f[1].offset + 1, f[1].end()));
+    for (std::uint64_t cut = 1; cut <= kMarkerSize; ++cut) {
+      SCOPED_TRACE(cut);
+      const TcpSeq start{7};
+      SegmentReceiver rx(cfg, start);
+      Recorder rec(s, rx);
+      feed(rx, rec, start, s.bytes, cut, f[1].end());  // all but the first `cut` octets
+      EXPECT_EQ(rec.offer_offsets(), (std::vector<std::uint64_t>{f[1].offset}));
+      EXPECT_EQ(rec.false_offers, 0u);
+      feed(rx, rec, start, s.bytes, 0, cut);
+      EXPECT_EQ(rec.rebuilt, s.bytes);
+    }
+  }
+}
+
 // With markers and no CRC, an FPDU already found beyond the hole proves where the next one
 // starts (its length) and that a chain reaching its start is aligned, whether the visitor
 // placed it or let it wait. These run each case with both verdicts for the found FPDU.

@@ -147,7 +147,7 @@ std::expected<void, std::string> Endpoint::accept_one() {
   if (auto r = make_qp(conn_); !r) return r;
   rdma_conn_param p;
   p.private_data = opts_.private_data.data();
-  p.private_data_len = static_cast<std::uint8_t>(opts_.private_data.size());
+  p.private_data_len = static_cast<std::uint16_t>(opts_.private_data.size());
   p.responder_resources = opts_.ird;
   p.initiator_depth = opts_.ord;
   if (rdma_accept(conn_, &p) != 0) return std::unexpected("rdma_accept failed");
@@ -167,10 +167,10 @@ std::expected<void, std::string> Endpoint::connect(const std::string& host, std:
   if (auto r = make_qp(conn_); !r) return r;
   rdma_conn_param p;
   p.private_data = opts_.private_data.data();
-  p.private_data_len = static_cast<std::uint8_t>(opts_.private_data.size());
+  p.private_data_len = static_cast<std::uint16_t>(opts_.private_data.size());
   p.responder_resources = opts_.ird;
   p.initiator_depth = opts_.ord;
-  rdma_connect(conn_, &p);
+  if (rdma_connect(conn_, &p) != 0) return std::unexpected("rdma_connect: " + ibv_last_error());
   // The connection manager times out the TCP connect and the MPA Reply itself.
   auto est = wait_event(RDMA_CM_EVENT_ESTABLISHED,
                         opts_.cm.connect_timeout + opts_.cm.mpa_timeout + std::chrono::seconds(2));

@@ -38,7 +38,7 @@ struct EndpointOptions {
   rnic::CmOptions cm;
   ibv_qp_cap cap;
   int cq_depth = 4096;
-  std::uint8_t ird = 16, ord = 16;
+  std::uint16_t ird = 16, ord = 16;  // 14 bits on the wire (RFC 6581 §3)
   Bytes private_data;
   std::chrono::milliseconds timeout{10000};  // for each wait
   // Runs once the QP exists and before the connection is accepted or requested: the place to
