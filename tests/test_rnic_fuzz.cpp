@@ -54,9 +54,13 @@ struct Replies : mpa::StreamVisitor {
   void on_fpdu(const mpa::Fpdu& f) override {
     ++fpdus;
     auto s = ddp::parse_segment(f.ulpdu);
-    if (s && s->hdr.opcode == 7) ++terminates;
+    if (s && s->hdr.opcode == 7) {
+      ++terminates;
+      last = std::get<rdmap::Terminate>(s->body);
+    }
     if (!s) error = s.error();
   }
+  std::optional<rdmap::Terminate> last;
   void on_error(const WireError& e) override { error = e; }
 };
 
@@ -67,7 +71,7 @@ TEST(RnicFuzz, HostilePeerNeverCorruptsMemoryOrHangs) {
   const int iterations =
       std::getenv("RNIC_FUZZ_ITERATIONS") ? std::atoi(std::getenv("RNIC_FUZZ_ITERATIONS")) : 1000;
   std::mt19937 rng(20261122);
-  int terminated = 0, clean = 0;
+  int terminated = 0, clean = 0, crc_checked = 0;
   for (int it = 0; it < iterations; ++it) {
     SCOPED_TRACE(it);
     // The target: a region with canaries on both sides, and receive buffers.
@@ -113,20 +117,29 @@ TEST(RnicFuzz, HostilePeerNeverCorruptsMemoryOrHangs) {
     mpa::FpduEncoder enc({true, false});
     Bytes wire;
     std::uint32_t send_msn = 0, read_msn = 0;
+    // Whether every FPDU so far is valid by construction (unmutated, inside the region, with a
+    // receive for each Send), and whether a CRC corruption came while that held: then the
+    // RNIC's one answer must be the CRC Terminate.
+    bool valid_so_far = true, crc_first = false;
     const int segments = 1 + static_cast<int>(rng() % 6);
     for (int k = 0; k < segments; ++k) {
       ddp::Segment s;
       Bytes payload(rng() % 600);
       for (auto& b : payload) b = static_cast<std::uint8_t>(rng());
+      bool valid = true;
       switch (rng() % 4) {
-        case 0:
-          s.hdr = ddp::tagged_header(rdmap::Opcode::Write, stag, TaggedOffset{base + rng() % 3000});
+        case 0: {
+          const std::uint64_t off = rng() % 3000;
+          s.hdr = ddp::tagged_header(rdmap::Opcode::Write, stag, TaggedOffset{base + off});
           s.payload = payload;
+          valid = off + payload.size() <= 4096;
           break;
+        }
         case 1:
           s.hdr = ddp::untagged_header(rdmap::Opcode::Send, QueueNumber{0}, Msn{++send_msn},
                                        MessageOffset{0});
           s.payload = payload;
+          valid = send_msn <= 2;  // two receives of 1024 octets are posted
           break;
         case 2:
           s.hdr = ddp::untagged_header(rdmap::Opcode::ReadRequest, QueueNumber{1}, Msn{++read_msn},
@@ -152,10 +165,18 @@ TEST(RnicFuzz, HostilePeerNeverCorruptsMemoryOrHangs) {
         const int flips = 1 + static_cast<int>(rng() % 4);
         for (int f = 0; f < flips; ++f)
           ulpdu[rng() % ulpdu.size()] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+        valid = false;
       }
       const std::size_t before = wire.size();
       ASSERT_TRUE(enc.encode(ulpdu, wire));
-      if (rng() % 10 == 0) wire[before + rng() % (wire.size() - before)] ^= 0x10;  // CRC error
+      if (rng() % 10 == 0) {
+        // A CRC error, anywhere but the length field (so the FPDU still ends where it should).
+        const std::size_t at = before + 2 + rng() % (wire.size() - before - 2);
+        wire[at] ^= 0x10;
+        if (valid_so_far) crc_first = true;
+        valid = false;
+      }
+      valid_so_far = valid_so_far && valid;
     }
     write_all(fd, wire);
     ::shutdown(fd, SHUT_WR);
@@ -175,6 +196,14 @@ TEST(RnicFuzz, HostilePeerNeverCorruptsMemoryOrHangs) {
     auto ev = server.wait_event(RDMA_CM_EVENT_DISCONNECTED, 5s);
     EXPECT_TRUE(ev) << "the RNIC did not end the connection";
     EXPECT_EQ(ibv_query_qp_state(server.qp()), IBV_QPS_ERR);
+    if (crc_first) {
+      // RFC 5044 §8: the CRC error is what ends the stream, LLP 2/0/0x02.
+      ++crc_checked;
+      ASSERT_EQ(replies.terminates, 1) << "no Terminate for the CRC error";
+      EXPECT_EQ(replies.last->layer, 2);
+      EXPECT_EQ(replies.last->etype, 0);
+      EXPECT_EQ(replies.last->ecode, 0x02);
+    }
     if (replies.terminates) {
       ++terminated;
       EXPECT_NE(server.qp()->qp->error_reason().find("sent Terminate"), std::string::npos);
@@ -192,6 +221,7 @@ TEST(RnicFuzz, HostilePeerNeverCorruptsMemoryOrHangs) {
   // The mutations must really have exercised the error paths, and the clean ones the others.
   EXPECT_GT(terminated, iterations / 3);
   EXPECT_GT(clean, 0);
+  EXPECT_GT(crc_checked, iterations / 50) << "too few CRC corruptions came first";
 }
 
 namespace {

@@ -552,3 +552,86 @@ TEST(RnicLifetime, SendOffsetsNeverWrapPast4GiB) {
   }
   EXPECT_GT(mo, 0xFFFF0000ull);
 }
+
+// CRC and placement (docs/hostile-peers.md, "CRC and placement"): DDP places an FPDU's payload
+// as it arrives, before the CRC at the FPDU's end is known, as siw does (siw_rx_data places,
+// the CRC is checked at the end); checking first would stage every FPDU. What a bad CRC never
+// gets: an octet outside the range its (checked) header names, a completion, or an action
+// (RnicFuzz.NothingActsOnAnFpduBeforeItsCrcIsGood). The answer is the LLP CRC Terminate:
+// layer 2 (LLP), error type 0, code 0x02 (RFC 5044 §8 / RFC 5040 §4.8). Both receive paths:
+// a small FPDU (staging copy) and a 60,000-octet one (read straight into the region).
+TEST(RnicLifetime, BadCrcWritePlacesNothingOutsideItsRangeAndEndsInTheCrcTerminate) {
+  log::configure("rnic=error");
+  for (std::size_t payload_len : {std::size_t{1200}, std::size_t{60000}}) {
+    SCOPED_TRACE(payload_len);
+    Guarded g(65536);
+    RawConnection rc(EndpointOptions{});
+    ASSERT_TRUE(rc.ok());
+    ibv_mr* mr = ibv_reg_mr(rc.server.pd(), g.data(), g.size(), kAllAccess);
+    ASSERT_NE(mr, nullptr);
+    const std::uint64_t base = reinterpret_cast<std::uint64_t>(g.data());
+    Bytes payload(payload_len, kPeerData);
+    Bytes wire = rc.peer->fpdu(write_segment(STag{mr->rkey}, base + 100, payload));
+    ASSERT_FALSE(wire.empty());
+    wire.back() ^= 0x01;  // the CRC's last octet
+    // The head first, so the large payload is read straight into the region.
+    const std::uint64_t before = received_bytes(rc.server);
+    ASSERT_TRUE(rc.peer->write(ByteSpan(wire).first(64)));
+    ASSERT_TRUE(eventually([&] { return received_bytes(rc.server) - before >= 64; }));
+    ASSERT_TRUE(rc.peer->write(ByteSpan(wire).subspan(64)));
+    auto& r = rc.peer->read_until_closed();
+    EXPECT_TRUE(rc.peer->closed());
+    ASSERT_EQ(r.terminates.size(), 1u);
+    EXPECT_EQ(r.terminates[0].layer, 2);     // LLP (MPA)
+    EXPECT_EQ(r.terminates[0].etype, 0);     // MPA error
+    EXPECT_EQ(r.terminates[0].ecode, 0x02);  // CRC error
+    EXPECT_EQ(ibv_query_qp_state(rc.server.qp()), IBV_QPS_ERR);
+    // Outside [100, 100 + len) of the region, and around it, nothing changed.
+    EXPECT_TRUE(std::all_of(g.data(), g.data() + 100, [](auto b) { return b == kCanary; }));
+    EXPECT_TRUE(std::all_of(g.data() + 100 + payload_len, g.data() + g.size(),
+                            [](auto b) { return b == kCanary; }));
+    EXPECT_TRUE(g.guards_intact());
+    if (payload_len > 1200) {
+      EXPECT_GT(engine_qp(rc.server).stats().direct_reads, 0u) << "the direct path was not taken";
+    }
+    ibv_dereg_mr(mr);
+  }
+}
+
+// The same for a Send: its receive WR never completes successfully (it is flushed), and
+// nothing lands outside the receive buffer. Both paths again.
+TEST(RnicLifetime, BadCrcSendFlushesItsReceiveWr) {
+  log::configure("rnic=error");
+  for (std::size_t payload_len : {std::size_t{1200}, std::size_t{60000}}) {
+    SCOPED_TRACE(payload_len);
+    Guarded g(65536);
+    ibv_mr* mr = nullptr;
+    EndpointOptions so;
+    so.on_qp_created = [&](Endpoint& ep) {
+      mr = ibv_reg_mr(ep.pd(), g.data(), g.size(), IBV_ACCESS_LOCAL_WRITE);
+      post_one_recv(ep.qp(), g.data(), static_cast<std::uint32_t>(payload_len), mr->lkey, 7);
+    };
+    RawConnection rc(so);
+    ASSERT_TRUE(rc.ok());
+    Bytes payload(payload_len, kPeerData);
+    Bytes wire = rc.peer->fpdu(send_segment(1, 0, payload));
+    wire.back() ^= 0x01;
+    const std::uint64_t before = received_bytes(rc.server);
+    ASSERT_TRUE(rc.peer->write(ByteSpan(wire).first(64)));
+    ASSERT_TRUE(eventually([&] { return received_bytes(rc.server) - before >= 64; }));
+    ASSERT_TRUE(rc.peer->write(ByteSpan(wire).subspan(64)));
+    auto& r = rc.peer->read_until_closed();
+    ASSERT_EQ(r.terminates.size(), 1u);
+    EXPECT_EQ(r.terminates[0].layer, 2);
+    EXPECT_EQ(r.terminates[0].etype, 0);
+    EXPECT_EQ(r.terminates[0].ecode, 0x02);
+    auto wc = wait_wc(rc.server.recv_cq());
+    ASSERT_TRUE(wc);
+    EXPECT_EQ(wc->wr_id, 7u);
+    EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR) << ibv_wc_status_str(wc->status);
+    EXPECT_TRUE(std::all_of(g.data() + payload_len, g.data() + g.size(),
+                            [](auto b) { return b == kCanary; }));
+    EXPECT_TRUE(g.guards_intact());
+    ibv_dereg_mr(mr);
+  }
+}
