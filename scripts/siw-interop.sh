@@ -104,7 +104,9 @@ if [ -n "$FIRST_DELAY" ]; then
   wait
 fi
 HAVE_FAULT=0
-"$RNIC" ping --help 2>&1 | grep -q -- '--fault' && HAVE_FAULT=1
+# (the help text first: grep -q on a pipe may exit early and leave rnic a SIGPIPE)
+PING_HELP=$("$RNIC" ping --help 2>&1 || true)
+if grep -q -- '--fault' <<< "$PING_HELP"; then HAVE_FAULT=1; fi
 
 : > "$RES/plan.txt"; FWD=""; n=0
 declare -A GPORT HPORT SKIP

@@ -106,18 +106,38 @@ struct Code {
 
 constexpr mpa::FramingConfig kFramings[] = {{true, false}, {false, true}};
 
+// The FPDU the hole is made of: a Write whose wire form ends at stream octet 500 (with markers,
+// the one at octet 0 is part of it), so the bad FPDU after it crosses the marker at 512. Without
+// the CRC only a marker proves an FPDU found beyond a hole (RFC 5044 §5); one that crossed none
+// would wait for the stream and never meet the checks under test.
+constexpr std::size_t kHoleLen = 476;
+std::size_t hole(Harness& h) {
+  const auto i = h.write(0, pattern(kHoleLen, 1));
+  EXPECT_EQ(h.segs[i].second.size(), h.framing.markers ? 500u : 496u);
+  return i;
+}
+
 // Runs `bad` (an FPDU index of h's stream, after the hole-closing segment `s0`) beyond the
 // hole, then closes it: `untouched` must hold throughout, and the Terminate carries `want`.
+// `checked_beyond`: the bad FPDU meets its checks beyond the hole (a deferred error), rather
+// than waiting for the stream (a Read Response that answers no outstanding Read).
 template <class Untouched>
 void expect_refused_beyond_the_hole(Harness& h, std::size_t s0, std::size_t bad, Code want,
-                                    Untouched untouched) {
+                                    Untouched untouched, bool checked_beyond = true) {
   h.inject_all({bad});
   EXPECT_TRUE(untouched()) << "written beyond the hole";
   EXPECT_EQ(h.qp->state(), QpState::Rts) << "no Terminate while the hole is open";
   EXPECT_EQ(h.count_tx(Opcode::Terminate), 0u);
+  if (h.framing.markers) {
+    const auto& [off, wire] = h.segs[bad];
+    ASSERT_LT(off, 512u);
+    ASSERT_GT(off + wire.size(), 516u) << "the bad FPDU must carry a marker";
+  }
   auto holes = h.qp->hole_report();
   ASSERT_EQ(holes.size(), 1u);
   EXPECT_EQ(holes[0].placed_fpdus, 0u) << "the bad FPDU was placed";
+  // It was found and checked beyond the hole (or, where no check applies yet, left to wait).
+  EXPECT_EQ(holes[0].deferred_errors, checked_beyond ? 1u : 0u);
   h.inject_all({s0});
   EXPECT_TRUE(untouched()) << "written once the hole closed";
   EXPECT_EQ(h.qp->state(), QpState::Error);
@@ -148,28 +168,31 @@ TEST(OooProtection, WriteBeyondAHoleNeverTouchesMemoryItMayNotWrite) {
       Harness h(framing);
       Victim v;
       const Target t = arm(h, v, fault, kRemoteWrite);
-      const auto s0 = h.write(0, pattern(16, 1));  // the hole
+      const auto s0 = hole(h);
       ddp::Segment seg;
       seg.hdr = ddp::tagged_header(Opcode::Write, t.stag, TaggedOffset{t.to}, true);
       const Bytes data = pattern(t.len, 2);
       seg.payload = data;
       const auto bad = h.fpdu(seg);
       expect_refused_beyond_the_hole(h, s0, bad, want, [&] { return v.untouched(); });
-      EXPECT_TRUE(region_has(h, 0, pattern(16, 1))) << "the Write before it is placed";
+      EXPECT_TRUE(region_has(h, 0, pattern(kHoleLen, 1))) << "the Write before it is placed";
     }
   }
 }
 
 // A Read Response beyond a hole lands only in the sink of a Read this side has outstanding
-// (RFC 5040 §4.5), and only while that sink's STag is still valid. A response into a sink
-// invalidated after the Read went out, or into a region no Read is outstanding for (left for
-// the stream, which checks it against the Read's sink STag, as siw's siw_proc_rresp does), is
-// never placed: DDP tagged buffer error (1, 1), 0x00 invalid STag, and the Read does not
-// complete successfully.
+// (RFC 5040 §4.5), and only while that sink's STag is still valid. One into a sink invalidated
+// after the Read went out fails its check beyond the hole; one naming another region, or the
+// sink's index with a stale key, answers no outstanding Read and waits for the stream, which
+// checks it against the Read's sink STag (as siw's siw_proc_rresp does). None is placed: DDP
+// tagged buffer error (1, 1), 0x00 invalid STag, and the Read does not complete successfully.
 TEST(OooProtection, ReadResponseBeyondAHoleOnlyLandsInAValidOutstandingSink) {
+  enum class Rr { SinkInvalidated, OtherStag, StaleKey };
   for (auto framing : kFramings) {
-    for (bool invalidated_sink : {true, false}) {
-      SCOPED_TRACE(testing::Message() << (invalidated_sink ? "sink invalidated" : "other STag")
+    for (Rr mode : {Rr::SinkInvalidated, Rr::OtherStag, Rr::StaleKey}) {
+      SCOPED_TRACE(testing::Message() << (mode == Rr::SinkInvalidated ? "sink invalidated"
+                                          : mode == Rr::OtherStag     ? "other STag"
+                                                                      : "stale key")
                                       << ", crc " << framing.crc << " markers " << framing.markers);
       Harness h(framing);
       Victim sink, other;
@@ -188,20 +211,27 @@ TEST(OooProtection, ReadResponseBeyondAHoleOnlyLandsInAValidOutstandingSink) {
       ASSERT_EQ(h.qp->post_send(wr, &why), 0) << why;
       h.settle();
       ASSERT_EQ(h.count_tx(Opcode::ReadRequest), 1u);
-      if (invalidated_sink) {
+      if (mode == Rr::SinkInvalidated) {
         ASSERT_TRUE(h.dev.memory().invalidate(sink.stag, h.pd));
       }
-      const auto s0 = h.write(0, pattern(16, 1));  // the hole
+      const auto s0 = hole(h);
+      STag named = sink.stag;
+      std::uint64_t to = sink.to(128);
+      if (mode == Rr::OtherStag) {
+        named = other.stag;
+        to = other.to(128);
+      } else if (mode == Rr::StaleKey) {
+        named = STag{(sink.stag.value() & ~0xFFu) | ((sink.stag.value() + 1) & 0xFFu)};
+      }
       ddp::Segment seg;
-      Victim& aimed = invalidated_sink ? sink : other;
-      seg.hdr =
-          ddp::tagged_header(Opcode::ReadResponse, aimed.stag, TaggedOffset{aimed.to(128)}, true);
+      seg.hdr = ddp::tagged_header(Opcode::ReadResponse, named, TaggedOffset{to}, true);
       const Bytes data = pattern(64, 3);
       seg.payload = data;
       const auto bad = h.fpdu(seg);
       const Code want{1, 1, 0x00};
-      expect_refused_beyond_the_hole(h, s0, bad, want,
-                                     [&] { return sink.untouched() && other.untouched(); });
+      expect_refused_beyond_the_hole(
+          h, s0, bad, want, [&] { return sink.untouched() && other.untouched(); },
+          mode == Rr::SinkInvalidated);
       auto wcs = h.poll(h.scq);
       ASSERT_EQ(wcs.size(), 1u);
       EXPECT_EQ(wcs[0].wr_id, 7u);
@@ -229,7 +259,7 @@ TEST(OooProtection, ReadRequestBeyondAHoleNeverReadsMemoryItMayNotRead) {
       Victim v;
       std::fill(v.data(), v.data() + Victim::kSize, std::uint8_t{0xC3});  // the secret
       const Target t = arm(h, v, fault, kRemoteRead);
-      const auto s0 = h.write(0, pattern(16, 1));  // the hole
+      const auto s0 = hole(h);
       ddp::Segment seg;
       seg.hdr = ddp::untagged_header(Opcode::ReadRequest, QueueNumber{rdmap::kQnReadReq}, Msn{1},
                                      MessageOffset{0});

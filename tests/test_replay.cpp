@@ -144,7 +144,7 @@ TEST_P(ReplayTrace, PermutationsEndWithIdenticalMemoryAndCqes) {
   // Short traces get a stronger disorder, so that every trace is really permuted.
   const bool strong = segments < 20;
   const auto base = run(plan);
-  std::uint64_t disordered = 0;
+  std::uint64_t disordered = 0, held = 0;
   for (std::uint64_t seed : {1, 2, 3}) {
     const auto p = run(plan, seed, strong);
     EXPECT_EQ(p.unexpected, 0u) << GetParam() << " seed " << seed;
@@ -155,6 +155,7 @@ TEST_P(ReplayTrace, PermutationsEndWithIdenticalMemoryAndCqes) {
       const auto& c = p.connections[i];
       disordered += c.disorder[0].held + c.disorder[1].held + c.disorder[0].duplicated +
                     c.disorder[1].duplicated + c.split;
+      held += c.disorder[0].held + c.disorder[1].held;
       EXPECT_EQ(c.counts.holes_opened - c.counts.holes_closed,
                 base.connections[i].counts.holes_opened - base.connections[i].counts.holes_closed)
           << GetParam() << " seed " << seed << ": holes left open differ";
@@ -164,6 +165,8 @@ TEST_P(ReplayTrace, PermutationsEndWithIdenticalMemoryAndCqes) {
   if (segments >= 2) {
     EXPECT_GT(disordered, 0u) << GetParam() << ": the permutations did nothing (" << segments
                               << " segments)";
+    EXPECT_GT(held, 0u) << GetParam() << ": no segment arrived out of order (" << segments
+                        << " segments)";
   }
 }
 

@@ -58,6 +58,17 @@ TEST(RnicCm, EndpointPrivateDataAndIrdOrdAreNotCutTo8Bits) {
   EXPECT_EQ(*c.client->params(), *c.server->params());
 }
 
+// More private data than an MPA frame carries is refused with the reason, never cut to the
+// 16-bit length (65,636 octets would have gone out as 100).
+TEST(RnicCm, EndpointRefusesPrivateDataBeyond512) {
+  EndpointOptions co;
+  co.private_data = Bytes(65536 + 100, 'x');
+  Endpoint client(co);
+  auto r = client.connect("127.0.0.1", 9);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find("65636 octets of private data"), std::string::npos) << r.error();
+}
+
 TEST(RnicCm, PrivateDataAndIrdOrdBothWays) {
   EndpointOptions so, co;
   so.private_data = Bytes{'s', 'r', 'v'};

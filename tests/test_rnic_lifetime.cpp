@@ -632,6 +632,98 @@ TEST(RnicLifetime, BadCrcSendFlushesItsReceiveWr) {
     EXPECT_TRUE(std::all_of(g.data() + payload_len, g.data() + g.size(),
                             [](auto b) { return b == kCanary; }));
     EXPECT_TRUE(g.guards_intact());
+    if (payload_len > 1200) {
+      EXPECT_GT(engine_qp(rc.server).stats().direct_reads, 0u) << "the direct path was not taken";
+    }
     ibv_dereg_mr(mr);
   }
+}
+
+// Defect 1, queued Read Responses: a Read Request whose response waits behind another (the
+// peer's window is closed) keeps a span of its source region; the source is deregistered and
+// reused before its turn. The response must never carry the new owner's octets: revoke()
+// drops the span, and the Read ends in a Terminate instead.
+TEST(RnicLifetime, QueuedReadResponseNeverReadsADeregisteredSource) {
+  log::configure("rnic=error");
+  const std::size_t big = 8u << 20, small = 64u << 10;
+  std::vector<std::uint8_t> first(big, kPeerData), second(small, kPeerData);
+  RawConnection rc(EndpointOptions{}, /*peer_rcvbuf=*/4096);
+  ASSERT_TRUE(rc.ok());
+  ibv_mr* a = ibv_reg_mr(rc.server.pd(), first.data(), big, IBV_ACCESS_REMOTE_READ);
+  ibv_mr* b = ibv_reg_mr(rc.server.pd(), second.data(), small, IBV_ACCESS_REMOTE_READ);
+  ASSERT_TRUE(a && b);
+  auto read_request = [](std::uint32_t msn, ibv_mr* mr, std::uint32_t size) {
+    ddp::Segment s;
+    s.hdr = ddp::untagged_header(rdmap::Opcode::ReadRequest, QueueNumber{rdmap::kQnReadReq},
+                                 Msn{msn}, MessageOffset{0});
+    s.body = rdmap::ReadRequest{STag{0x00AB0001 + msn}, TaggedOffset{0}, size, STag{mr->rkey},
+                                TaggedOffset{reinterpret_cast<std::uint64_t>(mr->addr)}};
+    return s;
+  };
+  Bytes wire = rc.peer->fpdu(read_request(1, a, static_cast<std::uint32_t>(big)));
+  const Bytes second_rr = rc.peer->fpdu(read_request(2, b, static_cast<std::uint32_t>(small)));
+  wire.insert(wire.end(), second_rr.begin(), second_rr.end());
+  ASSERT_TRUE(rc.peer->write(wire));
+  // The first response fills the peer's window; the second waits in the queue.
+  ASSERT_TRUE(eventually([&] { return engine_qp(rc.server).stats().fpdus_sent > 100; }));
+  std::this_thread::sleep_for(200ms);
+  ASSERT_EQ(ibv_dereg_mr(b), 0);
+  std::memset(second.data(), kNewOwner, small);
+  auto& r = rc.peer->read_until_closed(30s);
+  EXPECT_FALSE(r.error) << r.error->to_string();
+  std::size_t response_octets = 0, stale = 0;
+  for (const auto& s : r.segments) {
+    if (s.hdr.opcode != static_cast<std::uint8_t>(rdmap::Opcode::ReadResponse)) continue;
+    response_octets += s.payload.size();
+    stale += static_cast<std::size_t>(std::count(s.payload.begin(), s.payload.end(), kNewOwner));
+  }
+  EXPECT_GE(response_octets, big) << "the first Read was not answered in full";
+  EXPECT_EQ(stale, 0u) << "a Read Response read the deregistered, reused source";
+  ASSERT_EQ(r.terminates.size(), 1u);
+  EXPECT_EQ(r.terminates[0].layer, 0);  // RDMAP
+  EXPECT_EQ(r.terminates[0].etype, 1);  // remote protection error
+  EXPECT_EQ(r.terminates[0].ecode, 0);  // invalid STag
+  ibv_dereg_mr(a);
+}
+
+// Defect 1, the atomic result buffer: this side's Fetch-and-Add waits for the peer's Atomic
+// Response while its result buffer is deregistered and reused. The response must not write
+// the original value into it, and the WR must not succeed.
+TEST(RnicLifetime, AtomicResponseNeverWritesADeregisteredResultBuffer) {
+  log::configure("rnic=error");
+  Guarded g(64);
+  RawConnection rc(EndpointOptions{});
+  ASSERT_TRUE(rc.ok());
+  ibv_mr* mr = ibv_reg_mr(rc.server.pd(), g.data(), g.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_TRUE(rc.peer->write(rc.peer->fpdu(opener())));
+  ASSERT_EQ(post_one(rc.server.qp(), {.op = IBV_WR_ATOMIC_FETCH_AND_ADD,
+                                      .addr = g.data(),
+                                      .len = 8,
+                                      .lkey = mr->lkey,
+                                      .remote_addr = 0x10000,
+                                      .rkey = 0x00CAFE01,
+                                      .wr_id = 5,
+                                      .compare_add = 1}),
+            0)
+      << ibv_last_error();
+  auto& r = rc.peer->replies();
+  for (int i = 0; i < 100 && r.segments.empty(); ++i)
+    rc.peer->read_until_closed(std::chrono::milliseconds(100));
+  ASSERT_EQ(r.segments.size(), 1u);
+  ASSERT_EQ(r.segments[0].hdr.op(), rdmap::Opcode::AtomicRequest);
+  const auto req = std::get<rdmap::AtomicRequest>(r.segments[0].body);
+  ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  std::memset(g.data(), kNewOwner, g.size());
+  ddp::Segment resp;
+  resp.hdr = ddp::untagged_header(rdmap::Opcode::AtomicResponse, QueueNumber{rdmap::kQnAtomicResp},
+                                  Msn{1}, MessageOffset{0});
+  resp.body = rdmap::AtomicResponse{req.request_id, 0x0102030405060708ull};
+  ASSERT_TRUE(rc.peer->write(rc.peer->fpdu(resp)));
+  auto wc = wait_wc(rc.server.send_cq());
+  ASSERT_TRUE(wc);
+  EXPECT_EQ(wc->wr_id, 5u);
+  EXPECT_NE(wc->status, IBV_WC_SUCCESS) << "the result buffer was gone";
+  EXPECT_TRUE(g.all(kNewOwner)) << "the Atomic Response wrote into the reused result buffer";
+  EXPECT_TRUE(g.guards_intact());
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/log.hpp"
+#include "mpa/mpa_frame.hpp"
 
 namespace iwarp::verbs {
 
@@ -137,6 +138,15 @@ std::expected<std::uint16_t, std::string> Endpoint::listen(const std::string& ad
   return rdma_get_src_port(listen_id_);
 }
 
+// More than an MPA frame carries (RFC 5044 §7.1: 512 octets) is refused before it could be
+// cut to the 16-bit length of rdma_conn_param.
+std::expected<void, std::string> Endpoint::check_private_data() const {
+  if (opts_.private_data.size() > mpa::kMaxPrivateData)
+    return std::unexpected(fmt::format("{} octets of private data, an MPA frame carries at most {}",
+                                       opts_.private_data.size(), mpa::kMaxPrivateData));
+  return {};
+}
+
 std::expected<void, std::string> Endpoint::accept_one() {
   // A server waits for its client as long as it takes; a client that connects and then
   // fails the MPA exchange ends the wait with the reason.
@@ -145,6 +155,7 @@ std::expected<void, std::string> Endpoint::accept_one() {
   conn_ = ev->id;
   peer_pd_ = ev->private_data_storage;
   if (auto r = make_qp(conn_); !r) return r;
+  if (auto r = check_private_data(); !r) return r;
   rdma_conn_param p;
   p.private_data = opts_.private_data.data();
   p.private_data_len = static_cast<std::uint16_t>(opts_.private_data.size());
@@ -165,6 +176,7 @@ std::expected<void, std::string> Endpoint::connect(const std::string& host, std:
   rdma_resolve_route(conn_, 2000);
   if (auto e = wait_event(RDMA_CM_EVENT_ROUTE_RESOLVED); !e) return std::unexpected(e.error());
   if (auto r = make_qp(conn_); !r) return r;
+  if (auto r = check_private_data(); !r) return r;
   rdma_conn_param p;
   p.private_data = opts_.private_data.data();
   p.private_data_len = static_cast<std::uint16_t>(opts_.private_data.size());

@@ -98,6 +98,7 @@ class Endpoint {
   std::vector<ibv_mr*> mrs_;
   std::optional<mpa::ConnectionParams> params_;
   Bytes peer_pd_;
+  std::expected<void, std::string> check_private_data() const;
 };
 
 }  // namespace iwarp::verbs
