@@ -134,6 +134,7 @@ void SegmentReceiver::receive(TcpSeq seq, ByteSpan payload, SegmentVisitor& v) {
     auto it = blocks_.upper_bound(at);
     std::uint64_t gap = it == blocks_.begin() ? next_ : std::prev(it)->second;
     for (; it != blocks_.end() && gap < end; ++it) {
+      ++stats_.steps;
       const Hole h{gap, it->first};
       if (at <= h.begin && end >= h.end)
         closed.push_back(h);
@@ -196,6 +197,7 @@ void SegmentReceiver::insert(std::uint64_t off, ByteSpan data, SegmentVisitor& v
   std::uint64_t begin = off, finish = end;
   auto it = first;
   for (; it != blocks_.end() && it->first <= end; ++it) {
+    ++stats_.steps;
     const std::uint64_t bs = it->first, be = it->second;
     if (bs > pos)
       add_chunk(pos, data.subspan(static_cast<std::size_t>(pos - off),
@@ -221,6 +223,7 @@ void SegmentReceiver::deliver(SegmentVisitor& v) {
     const std::uint64_t end = blocks_.begin()->second;
     blocks_.erase(blocks_.begin());
     while (next_ < end) {
+      ++stats_.steps;
       if (auto c = claimed_.find(next_); c != claimed_.end()) {
         const std::uint64_t at = next_;
         const std::uint32_t w = c->second.wire_length;
@@ -241,6 +244,7 @@ void SegmentReceiver::deliver(SegmentVisitor& v) {
     }
     // The block's chunks are all behind the in-order point now.
     while (!chunks_.empty() && chunks_.begin()->first + chunks_.begin()->second.size() <= next_) {
+      ++stats_.steps;
       held_octets_ -= chunks_.begin()->second.size();
       chunks_.erase(chunks_.begin());
     }
@@ -356,6 +360,7 @@ bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uin
     auto it = chunks_.cend();
     for (std::uint64_t m = (lo + kMarkerInterval - 1) / kMarkerInterval * kMarkerInterval;
          m + kMarkerSize <= mend; m += kMarkerInterval) {
+      ++stats_.steps;
       std::uint8_t p[kMarkerSize];
       copy_held(chunks_, it, m, kMarkerSize, p);
       const std::uint16_t ptr = load_be16(p + 2);
@@ -370,10 +375,14 @@ bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uin
     auto back = it;
     for (std::size_t n = 0; n < kMaxCandidates && back != s.begin(); ++n) {
       --back;
+      ++stats_.steps;
       if (*back < lo) break;
       add(*back);
     }
-    for (std::size_t n = 0; n < kMaxCandidates && it != s.end() && *it < hi; ++n, ++it) add(*it);
+    for (std::size_t n = 0; n < kMaxCandidates && it != s.end() && *it < hi; ++n, ++it) {
+      ++stats_.steps;
+      add(*it);
+    }
   };
   // RFC 5044 §8 (FPDU alignment): a sender starts each TCP segment with an FPDU. With markers
   // no FPDU starts inside a marker or right after one (an FPDU that begins at a marker position
@@ -401,6 +410,7 @@ bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uin
   {
     std::vector<std::uint64_t> rewalks;
     for (auto it = cand.begin(); it != cand.end();) {
+      ++stats_.steps;
       const std::uint64_t c = it->first;
       auto e = fpdu_end_at(c, bend);
       if (!e || *e > changed || known_.count(c)) {
@@ -419,6 +429,7 @@ bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uin
   }
   Bytes ulpdu;
   for (const auto& [c, from] : cand) {
+    ++stats_.steps;
     if (budget_used_ >= kDiscoverBudget) return false;
     // A start already found was followed then: its chain went as far as it could, and where it
     // stopped is chained (or found).
@@ -434,6 +445,7 @@ bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uin
     bool crossed_marker = false;
     bool cut = false;
     while (s < bend && !claimed_.count(s)) {
+      ++stats_.steps;
       if (budget_used_ >= kDiscoverBudget) {
         cut = true;
         break;

@@ -142,6 +142,11 @@ class SegmentReceiver {
     // Segments whose search for FPDUs beyond a hole stopped at its budget (kDiscoverBudget in
     // segment_receiver.cpp); what it did not find goes through the stream when the hole closes.
     std::uint64_t discovery_cut = 0;
+    // Loop steps taken in receive(): holes and blocks visited, runs delivered, FPDU starts and
+    // chains looked at. Per segment it stays bounded (by the holes and blocks a segment
+    // reaches, which it closes or merges, and by the discovery limits): a count, not a time,
+    // so tests can hold the receiver to its logarithmic cost.
+    std::uint64_t steps = 0;
   };
   const Stats& stats() const { return stats_; }
 
