@@ -71,13 +71,17 @@ void check_plan(const replay::Plan& plan) {
       }
       const int d = replay::index(st.dir);
       switch (st.kind) {
-        case replay::Step::Kind::Segment:
-          FUZZ_CHECK(static_cast<std::uint32_t>(st.seq - c.stream_seq[d]) ==
-                         static_cast<std::uint32_t>(st.offset),
-                     "segment of frame %llu: offset %llu, seq - stream start %u",
-                     (unsigned long long)st.frame, (unsigned long long)st.offset,
-                     static_cast<std::uint32_t>(st.seq - c.stream_seq[d]));
+        case replay::Step::Kind::Segment: {
+          // A segment that starts before the stream (its first octets precede the MPA frame)
+          // has offset 0; any other has the offset of its first octet.
+          const std::int64_t rel = st.seq - c.stream_seq[d];
+          FUZZ_CHECK(rel < 0
+                         ? st.offset == 0
+                         : static_cast<std::uint32_t>(rel) == static_cast<std::uint32_t>(st.offset),
+                     "segment of frame %llu: offset %llu, seq - stream start %lld",
+                     (unsigned long long)st.frame, (unsigned long long)st.offset, (long long)rel);
           break;
+        }
         case replay::Step::Kind::PostRead:
           FUZZ_CHECK(st.item < c.ep[replay::index(st.side)].reads.size(), "read %zu of %zu",
                      st.item, c.ep[replay::index(st.side)].reads.size());

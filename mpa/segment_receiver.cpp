@@ -1,6 +1,7 @@
 #include "mpa/segment_receiver.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "mpa/crc32c.hpp"
@@ -435,11 +436,15 @@ bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uin
     // stopped is chained (or found).
     if (known_.count(c) || overlaps_known(c, 1)) continue;
     // Follow the chain of FPDUs from this start: each one's length gives the next. With the
-    // CRC on each FPDU proves itself; with markers a marker's pointer does (every marker inside
-    // an FPDU must point back to its start, so a chain from a segment start that crosses a
-    // marker is proven too). Otherwise nothing checks the framing but alignment: the chain
-    // counts once an FPDU ends exactly where a received segment ended.
+    // CRC on each FPDU proves itself. With markers (and no CRC) a marker's pointer proves the
+    // FPDU it sits in (RFC 5044 §5), and the FPDUs after it follow by their lengths; the FPDUs
+    // of a chain from a segment start before its first marker prove nothing (octets inside an
+    // FPDU may read as a length that ends exactly where the next FPDU begins), so they wait
+    // for the stream. Without either, nothing checks the framing but alignment (RFC 5044 §8):
+    // the chain counts once an FPDU ends exactly where a received segment ended.
     bool trusted = cfg_.crc || (cfg_.markers && from != 0);
+    const bool needs_marker = cfg_.markers && !cfg_.crc && from == 0;
+    std::size_t proven_from = needs_marker ? SIZE_MAX : 0;  // the chain's first proven FPDU
     std::vector<std::pair<OooFpdu, Bytes>> chain;
     std::uint64_t s = c;
     bool crossed_marker = false;
@@ -456,8 +461,13 @@ bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uin
         break;
       }
       if (cfg_.markers &&
-          (s + f.wire_length - 1) / kMarkerInterval > (s == 0 ? 0 : (s - 1) / kMarkerInterval))
+          (s + f.wire_length - 1) / kMarkerInterval > (s == 0 ? 0 : (s - 1) / kMarkerInterval)) {
         crossed_marker = true;
+        if (proven_from == SIZE_MAX) {
+          proven_from = chain.size();
+          trusted = true;
+        }
+      }
       chain.emplace_back(f, ulpdu);
       s += f.wire_length;
       // A chain that lands exactly on an FPDU already found is proven by it (and, trusted, it
@@ -471,10 +481,13 @@ bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uin
         break;
       }
     }
+    // A chain no marker proved (it reached a known FPDU or a segment end) proves nothing.
+    if (proven_from == SIZE_MAX) trusted = false;
     // The FPDU after a trusted chain starts where the chain ended, whenever it arrives.
     if (trusted && !chain.empty() && !known_.count(s) && !claimed_.count(s)) chained_.insert(s);
     if (trusted) {
-      for (auto& [f, bytes] : chain) {
+      for (std::size_t i = proven_from; i < chain.size(); ++i) {
+        auto& [f, bytes] = chain[i];
         if (known_.count(f.offset) || f.offset < next_) continue;
         known_[f.offset] = f.wire_length;
         chained_.erase(f.offset);

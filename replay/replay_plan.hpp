@@ -114,10 +114,11 @@ struct Step {
   mpa::Direction dir = mpa::Direction::FromInitiator;  // Segment/Fin: the direction it travels
   Side side = Side::Initiator;                         // PostRead/PostAtomic: who posts
   std::uint64_t frame = 0, time_us = 0;
-  TcpSeq seq;                       // Segment: first payload octet; Fin: the FIN's sequence number
-  Bytes payload;                    // Segment
-  std::size_t item = 0;             // PostRead/PostAtomic: index into the endpoint's reads/atomics
-  std::uint64_t offset = 0;         // Segment: stream offset of seq (MPA frame included)
+  TcpSeq seq;                // Segment: first payload octet; Fin: the FIN's sequence number
+  Bytes payload;             // Segment
+  std::size_t item = 0;      // PostRead/PostAtomic: index into the endpoint's reads/atomics
+  std::uint64_t offset = 0;  // Segment: stream offset of seq (MPA frame included); 0 when seq
+                             // lies before the stream (the receiver drops those octets)
   std::vector<TaggedRange> tagged;  // Segment: Write / Read Response data its FPDUs place
 };
 
