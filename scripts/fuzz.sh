@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_TARGETS=(stream_decoder mpa_frame segment_receiver qp_receive pcap enlarge_wire)
+ALL_TARGETS=(stream_decoder mpa_frame segment_receiver qp_receive pcap enlarge_wire enlarge_connection)
 
 usage() {
   cat <<EOF
