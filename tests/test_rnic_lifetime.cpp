@@ -553,6 +553,28 @@ TEST(RnicLifetime, SendOffsetsNeverWrapPast4GiB) {
   EXPECT_GT(mo, 0xFFFF0000ull);
 }
 
+namespace {
+
+// Sends `wire` with its CRC spoilt, head first (so a large payload is then read straight into
+// its target), and expects the RNIC's one answer: the LLP CRC Terminate, 2/0/0x02.
+void send_with_bad_crc(RawConnection& rc, Bytes wire) {
+  ASSERT_FALSE(wire.empty());
+  wire.back() ^= 0x01;  // the CRC's last octet
+  const std::uint64_t before = received_bytes(rc.server);
+  ASSERT_TRUE(rc.peer->write(ByteSpan(wire).first(64)));
+  ASSERT_TRUE(eventually([&] { return received_bytes(rc.server) - before >= 64; }));
+  ASSERT_TRUE(rc.peer->write(ByteSpan(wire).subspan(64)));
+  auto& r = rc.peer->read_until_closed();
+  EXPECT_TRUE(rc.peer->closed());
+  ASSERT_EQ(r.terminates.size(), 1u);
+  EXPECT_EQ(r.terminates[0].layer, 2);     // LLP (MPA)
+  EXPECT_EQ(r.terminates[0].etype, 0);     // MPA error
+  EXPECT_EQ(r.terminates[0].ecode, 0x02);  // CRC error
+  EXPECT_EQ(ibv_query_qp_state(rc.server.qp()), IBV_QPS_ERR);
+}
+
+}  // namespace
+
 // CRC and placement (docs/hostile-peers.md, "CRC and placement"): DDP places an FPDU's payload
 // as it arrives, before the CRC at the FPDU's end is known, as siw does (siw_rx_data places,
 // the CRC is checked at the end); checking first would stage every FPDU. What a bad CRC never
@@ -571,21 +593,8 @@ TEST(RnicLifetime, BadCrcWritePlacesNothingOutsideItsRangeAndEndsInTheCrcTermina
     ASSERT_NE(mr, nullptr);
     const std::uint64_t base = reinterpret_cast<std::uint64_t>(g.data());
     Bytes payload(payload_len, kPeerData);
-    Bytes wire = rc.peer->fpdu(write_segment(STag{mr->rkey}, base + 100, payload));
-    ASSERT_FALSE(wire.empty());
-    wire.back() ^= 0x01;  // the CRC's last octet
-    // The head first, so the large payload is read straight into the region.
-    const std::uint64_t before = received_bytes(rc.server);
-    ASSERT_TRUE(rc.peer->write(ByteSpan(wire).first(64)));
-    ASSERT_TRUE(eventually([&] { return received_bytes(rc.server) - before >= 64; }));
-    ASSERT_TRUE(rc.peer->write(ByteSpan(wire).subspan(64)));
-    auto& r = rc.peer->read_until_closed();
-    EXPECT_TRUE(rc.peer->closed());
-    ASSERT_EQ(r.terminates.size(), 1u);
-    EXPECT_EQ(r.terminates[0].layer, 2);     // LLP (MPA)
-    EXPECT_EQ(r.terminates[0].etype, 0);     // MPA error
-    EXPECT_EQ(r.terminates[0].ecode, 0x02);  // CRC error
-    EXPECT_EQ(ibv_query_qp_state(rc.server.qp()), IBV_QPS_ERR);
+    ASSERT_NO_FATAL_FAILURE(
+        send_with_bad_crc(rc, rc.peer->fpdu(write_segment(STag{mr->rkey}, base + 100, payload))));
     // Outside [100, 100 + len) of the region, and around it, nothing changed.
     EXPECT_TRUE(std::all_of(g.data(), g.data() + 100, [](auto b) { return b == kCanary; }));
     EXPECT_TRUE(std::all_of(g.data() + 100 + payload_len, g.data() + g.size(),
@@ -614,17 +623,7 @@ TEST(RnicLifetime, BadCrcSendFlushesItsReceiveWr) {
     RawConnection rc(so);
     ASSERT_TRUE(rc.ok());
     Bytes payload(payload_len, kPeerData);
-    Bytes wire = rc.peer->fpdu(send_segment(1, 0, payload));
-    wire.back() ^= 0x01;
-    const std::uint64_t before = received_bytes(rc.server);
-    ASSERT_TRUE(rc.peer->write(ByteSpan(wire).first(64)));
-    ASSERT_TRUE(eventually([&] { return received_bytes(rc.server) - before >= 64; }));
-    ASSERT_TRUE(rc.peer->write(ByteSpan(wire).subspan(64)));
-    auto& r = rc.peer->read_until_closed();
-    ASSERT_EQ(r.terminates.size(), 1u);
-    EXPECT_EQ(r.terminates[0].layer, 2);
-    EXPECT_EQ(r.terminates[0].etype, 0);
-    EXPECT_EQ(r.terminates[0].ecode, 0x02);
+    ASSERT_NO_FATAL_FAILURE(send_with_bad_crc(rc, rc.peer->fpdu(send_segment(1, 0, payload))));
     auto wc = wait_wc(rc.server.recv_cq());
     ASSERT_TRUE(wc);
     EXPECT_EQ(wc->wr_id, 7u);
