@@ -9,7 +9,8 @@
 
 namespace iwarp::rnic {
 
-CompletionChannel::CompletionChannel() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+CompletionChannel::CompletionChannel(bool nonblocking_fd)
+    : fd_(::eventfd(0, EFD_CLOEXEC | (nonblocking_fd ? EFD_NONBLOCK : 0))) {
   if (fd_ < 0) throw std::runtime_error("eventfd failed for a completion channel");
 }
 
@@ -28,31 +29,33 @@ void CompletionChannel::signal(CompletionQueue* cq) {
 
 void CompletionChannel::purge(CompletionQueue* cq) {
   std::lock_guard l(mu_);
-  std::erase(events_, cq);
+  // The eventfd counts while events are queued: read it only when this purge emptied the
+  // queue (reading a zero count would block on a blocking eventfd).
+  if (std::erase(events_, cq) > 0 && events_.empty()) {
+    std::uint64_t v;
+    [[maybe_unused]] auto n = ::read(fd_, &v, sizeof v);
+  }
+}
+
+CompletionQueue* CompletionChannel::try_take() {
+  std::lock_guard l(mu_);
+  if (events_.empty()) return nullptr;
+  auto* cq = events_.front();
+  events_.pop_front();
   if (events_.empty()) {
     std::uint64_t v;
     [[maybe_unused]] auto n = ::read(fd_, &v, sizeof v);
   }
+  std::lock_guard cl(cq->mu_);
+  ++cq->events_;
+  return cq;
 }
 
 CompletionQueue* CompletionChannel::wait(std::optional<std::chrono::milliseconds> timeout) {
   const auto deadline = timeout ? std::chrono::steady_clock::now() + *timeout
                                 : std::chrono::steady_clock::time_point{};
   for (;;) {
-    {
-      std::lock_guard l(mu_);
-      if (!events_.empty()) {
-        auto* cq = events_.front();
-        events_.pop_front();
-        if (events_.empty()) {
-          std::uint64_t v;
-          [[maybe_unused]] auto n = ::read(fd_, &v, sizeof v);
-        }
-        std::lock_guard cl(cq->mu_);
-        ++cq->events_;
-        return cq;
-      }
-    }
+    if (auto* cq = try_take()) return cq;
     int ms = -1;
     if (timeout) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

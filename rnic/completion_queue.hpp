@@ -21,13 +21,17 @@ class CompletionQueue;
 
 class CompletionChannel {
  public:
-  CompletionChannel();
+  // nonblocking_fd = false: the eventfd is blocking, as rdma-core's channel fd, so a consumer
+  // that set O_NONBLOCK on it can be told apart (the drop-in libibverbs reads its flags).
+  explicit CompletionChannel(bool nonblocking_fd = true);
   ~CompletionChannel();
   CompletionChannel(const CompletionChannel&) = delete;
   CompletionChannel& operator=(const CompletionChannel&) = delete;
 
   // Blocks until a CQ on this channel has an event (or the timeout passes: nullptr).
   CompletionQueue* wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // The next event without waiting (nullptr when none), counted as delivered like wait()'s.
+  CompletionQueue* try_take();
   int fd() const { return fd_; }  // readable while an event is pending
 
   void signal(CompletionQueue* cq);  // engine side

@@ -9,10 +9,12 @@
 
 #include <atomic>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
+#include <future>
 #include <stdexcept>
 
 #include "common/log.hpp"
@@ -52,8 +54,8 @@ std::string_view to_string(CmEventType t) {
   return "?";
 }
 
-EventChannel::EventChannel() : q_(std::make_shared<Queue>()) {
-  q_->fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+EventChannel::EventChannel(bool nonblocking_fd) : q_(std::make_shared<Queue>()) {
+  q_->fd = ::eventfd(0, EFD_CLOEXEC | (nonblocking_fd ? EFD_NONBLOCK : 0));
   if (q_->fd < 0) throw std::runtime_error("eventfd failed for an event channel");
 }
 EventChannel::~EventChannel() {
@@ -77,21 +79,22 @@ void EventChannel::Queue::push(CmEvent e) {
   [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
 }
 
+std::optional<CmEvent> EventChannel::try_get() {
+  std::lock_guard l(q_->mu);
+  if (q_->events.empty()) return std::nullopt;
+  CmEvent e = std::move(q_->events.front());
+  q_->events.pop_front();
+  if (q_->events.empty()) {
+    std::uint64_t v;
+    [[maybe_unused]] auto n = ::read(q_->fd, &v, sizeof v);
+  }
+  return e;
+}
+
 std::optional<CmEvent> EventChannel::get(std::optional<std::chrono::milliseconds> timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout.value_or(std::chrono::hours(0));
   for (;;) {
-    {
-      std::lock_guard l(q_->mu);
-      if (!q_->events.empty()) {
-        CmEvent e = std::move(q_->events.front());
-        q_->events.pop_front();
-        if (q_->events.empty()) {
-          std::uint64_t v;
-          [[maybe_unused]] auto n = ::read(q_->fd, &v, sizeof v);
-        }
-        return e;
-      }
-    }
+    if (auto e = try_get()) return e;
     int ms = -1;
     if (timeout) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -186,6 +189,8 @@ std::optional<mpa::MpaFrame> CmId::request() const {
 }
 
 void CmId::emit(CmEventType t, std::string detail, Bytes pdata) {
+  if (t == CmEventType::ConnectError || t == CmEventType::Rejected || t == CmEventType::Unreachable)
+    failed_ = true;
   CmEvent e;
   e.type = t;
   e.id = shared_from_this();
@@ -218,30 +223,69 @@ void CmId::arm_timer(std::chrono::milliseconds t, std::string what) {
 }
 
 int CmId::listen(const std::string& addr, std::uint16_t port, std::string* why) {
+  if (int e = bind(addr, port, why)) return e;
+  return listen(why);
+}
+
+int CmId::bind(const std::string& addr, std::uint16_t port, std::string* why) {
   boost::system::error_code ec;
   auto a = asio::ip::make_address(addr, ec);
   if (ec) {
     if (why) *why = fmt::format("'{}' is not an IP address", addr);
     return EINVAL;
   }
+  if (acceptor_) {
+    if (why) *why = "the id is bound already";
+    return EINVAL;
+  }
   acceptor_.emplace(dev_.io());
-  listener_ = std::make_shared<Listener>();
   tcp::endpoint ep(a, port);
   acceptor_->open(ep.protocol(), ec);
   if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
+  // "::" takes IPv4 too, as the kernel's rdma_cm binds a wildcard IPv6 address.
+  if (!ec && a.is_v6()) acceptor_->set_option(asio::ip::v6_only(false), ec);
   if (!ec) acceptor_->bind(ep, ec);
-  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    if (why) *why = fmt::format("cannot listen on {}:{}: {}", addr, port, ec.message());
+    if (why) *why = fmt::format("cannot bind {}:{}: {}", addr, port, ec.message());
+    const int err = ec == asio::error::address_in_use  ? EADDRINUSE
+                    : ec == asio::error::access_denied ? EACCES
+                                                       : EADDRNOTAVAIL;
     acceptor_.reset();
+    return err;
+  }
+  std::lock_guard l(mu_);
+  peer_ = fmt::format("listen {}:{}", addr, acceptor_->local_endpoint().port());
+  return 0;
+}
+
+int CmId::listen(std::string* why) {
+  if (!acceptor_) {
+    if (why) *why = "listen needs a bound id";
+    return EINVAL;
+  }
+  if (listener_) return 0;  // listening already
+  boost::system::error_code ec;
+  acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    if (why) *why = fmt::format("cannot listen on {}: {}", peer(), ec.message());
     return EADDRINUSE;
   }
-  {
-    std::lock_guard l(mu_);
-    peer_ = fmt::format("listen {}:{}", addr, acceptor_->local_endpoint().port());
-  }
+  listener_ = std::make_shared<Listener>();
   asio::post(dev_.io(), [self = shared_from_this()] { self->do_accept_loop(); });
   return 0;
+}
+
+void CmId::stop_listening() {
+  if (!acceptor_) return;
+  auto done = std::make_shared<std::promise<void>>();
+  auto settled = done->get_future();
+  asio::post(dev_.io(), [self = shared_from_this(), done] {
+    boost::system::error_code ig;
+    if (self->acceptor_) self->acceptor_->close(ig);
+    done->set_value();
+  });
+  // Bounded: an engine that stopped never runs it (the port then stays taken).
+  settled.wait_for(std::chrono::seconds(5));
 }
 
 std::uint16_t CmId::local_port() const {
@@ -252,6 +296,39 @@ std::uint16_t CmId::local_port() const {
     if (!ec) return ep.port();
   }
   return 0;
+}
+
+tcp::endpoint CmId::local_endpoint() const {
+  boost::system::error_code ec;
+  if (sock_) {
+    auto ep = sock_->local_endpoint(ec);
+    if (!ec) return ep;
+  }
+  if (acceptor_) {
+    auto ep = acceptor_->local_endpoint(ec);
+    if (!ec) return ep;
+  }
+  return {};
+}
+
+tcp::endpoint CmId::remote_endpoint() const {
+  boost::system::error_code ec;
+  if (sock_) {
+    auto ep = sock_->remote_endpoint(ec);
+    if (!ec) return ep;
+  }
+  return {};
+}
+
+void CmId::migrate(EventChannel& ch) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto settled = done->get_future();
+  // ch_ is read by the engine thread when it emits; change it there.
+  asio::post(dev_.io(), [self = shared_from_this(), q = ch.q_, done] {
+    self->ch_ = q;
+    done->set_value();
+  });
+  settled.wait_for(std::chrono::seconds(5));
 }
 
 void CmId::do_accept_loop() {
@@ -370,6 +447,7 @@ void CmId::on_tcp_accepted(tcp::socket s) {
   ++lst.pending;
   auto child = std::shared_ptr<CmId>(new CmId(dev_, ch_, opts_));
   child->listener_ = listener_;
+  child->parent_ = weak_from_this();
   child->holds_slot_ = true;
   lst.awaiting.push_back(child);
   child->awaiting_ = std::prev(lst.awaiting.end());

@@ -5,6 +5,7 @@
 // connect error, disconnected. A peer that never finishes the MPA exchange is timed out.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -53,12 +54,16 @@ struct CmEvent {
 
 class EventChannel {
  public:
-  EventChannel();
+  // nonblocking_fd = false: a blocking eventfd, as librdmacm's channel fd (see
+  // CompletionChannel).
+  explicit EventChannel(bool nonblocking_fd = true);
   ~EventChannel();
   EventChannel(const EventChannel&) = delete;
   EventChannel& operator=(const EventChannel&) = delete;
   // Blocks for the next event; nullopt on timeout.
   std::optional<CmEvent> get(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // The next event without waiting.
+  std::optional<CmEvent> try_get();
   void push(CmEvent e);
   int fd() const { return q_->fd; }
 
@@ -143,7 +148,24 @@ class CmId : public std::enable_shared_from_this<CmId> {
 
   // Binds and listens (synchronously, so errors come back here). Port 0 picks one.
   int listen(const std::string& addr, std::uint16_t port, std::string* why);
+  // The same in two steps, as rdma_bind_addr and rdma_listen: bind() takes the address at once
+  // (so local_port() tells the port picked for 0), listen() then accepts connections.
+  int bind(const std::string& addr, std::uint16_t port, std::string* why);
+  int listen(std::string* why);
+  // Stops a listener (rdma_destroy_id): when this returns the port is free for another one;
+  // connections it accepted live on. Any thread but the engine's; bounded.
+  void stop_listening();
+  // The listener this id came from (for an id from a ConnectRequest), if it still exists.
+  std::shared_ptr<CmId> listener_id() const { return parent_.lock(); }
+  // The connection attempt failed (CONNECT_ERROR, REJECTED or UNREACHABLE was reported).
+  bool failed() const { return failed_.load(); }
   std::uint16_t local_port() const;
+  // The connection's addresses (any thread); a default endpoint while there is no connection.
+  boost::asio::ip::tcp::endpoint local_endpoint() const;
+  boost::asio::ip::tcp::endpoint remote_endpoint() const;
+  // Later events of this id go to `ch` (rdma_migrate_id). Any thread but the engine's; events
+  // already queued stay where they are.
+  void migrate(EventChannel& ch);
   // Starts the TCP connect and the MPA exchange; the outcome comes as an event.
   void connect(const std::string& host, std::uint16_t port, std::shared_ptr<QueuePair> qp,
                const ConnParam& param);
@@ -212,7 +234,9 @@ class CmId : public std::enable_shared_from_this<CmId> {
   bool started_ = false;                // the QP was started (engine thread)
   bool disconnect_requested_ = false;   // disconnect() before the QP was started (engine thread)
   std::shared_ptr<Listener> listener_;  // a listener's, shared with the ids it accepted
-  bool holds_slot_ = false;             // counted in listener_->pending (engine thread)
+  std::weak_ptr<CmId> parent_;          // the listener that accepted this id
+  std::atomic<bool> failed_{false};
+  bool holds_slot_ = false;  // counted in listener_->pending (engine thread)
   // In listener_'s list of connections with no MPA Request yet, oldest first (engine thread).
   std::optional<std::list<std::weak_ptr<CmId>>::iterator> awaiting_;
 };

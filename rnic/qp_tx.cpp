@@ -159,7 +159,9 @@ bool QueuePair::start_sq_wqe(std::uint64_t index, TxMsg& m) {
                                   wr.wr_id, s.lkey.value(), s.addr, s.length,
                                   p.error() == LocalFault::AccessRights
                                       ? ": an iWARP Read sink needs LOCAL_WRITE and REMOTE_WRITE"
-                                      : ""));
+                                  : p.error() == LocalFault::Bounds     ? ": outside the region"
+                                  : p.error() == LocalFault::PdMismatch ? ": region in another PD"
+                                                                        : ": no such valid STag"));
           return false;
         }
         sink = s.lkey;

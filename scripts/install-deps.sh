@@ -25,6 +25,8 @@ PKGS=(
   python3
   ccache                             # shared compile cache across the plain, sanitizer and fuzz builds
   clang-19 libclang-rt-19-dev        # libFuzzer targets (fuzz/, scripts/fuzz.sh)
+  libibverbs-dev librdmacm-dev       # rdma-core 44's headers: the drop-in libraries' ABI (verbs_abi/)
+  rdmacm-utils ibverbs-utils perftest qperf  # unmodified programs run over the drop-in
 )
 
 missing=()

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   add(iwarp::tools::add_replay_command);
   add(iwarp::tools::add_enlarge_demo_command);
   add(iwarp::tools::add_enlarge_bench_command);
+  add(iwarp::tools::add_run_command);
 
   try {
     app.parse(argc, argv);

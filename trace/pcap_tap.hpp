@@ -9,9 +9,9 @@
 #include "rnic/connection_manager.hpp"
 #include "trace/pcap_writer.hpp"
 
-namespace iwarp::tools {
+namespace iwarp::trace {
 
 // A factory for CmOptions::tap: the first connection writes `path`, later ones path-2, path-3...
 rnic::TapFactory pcap_tap_factory(const std::string& path);
 
-}  // namespace iwarp::tools
+}  // namespace iwarp::trace

@@ -1,0 +1,151 @@
+// rnic run: runs an unmodified RDMA program (rping, perftest, qperf, your own libibverbs code)
+// on the emulated RNIC. It puts the drop-in libibverbs.so.1 / librdmacm.so.1 (verbs_abi/) first
+// on LD_LIBRARY_PATH, turns its flags into the RNIC_* settings those libraries read, and execs
+// the program, which then talks iWARP over TCP with no kernel module, no /dev/infiniband and
+// no root.
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tools/commands.hpp"
+
+namespace iwarp::tools {
+
+namespace {
+
+struct RunOptions {
+  std::string crc, markers, mpa_rev, p2p, rtr, capture_dir, log, device, timeout_ms;
+  bool print_env = false;
+};
+
+// Where the drop-in libraries are: $RNIC_DROPIN_DIR, else next to this binary in a build tree
+// (verbs_abi/lib), else an installed ../lib/rnic.
+std::string dropin_dir(std::string* looked) {
+  std::vector<std::filesystem::path> candidates;
+  if (const char* d = std::getenv("RNIC_DROPIN_DIR"); d && *d) candidates.emplace_back(d);
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back(exe.parent_path() / "verbs_abi" / "lib");
+    candidates.push_back(exe.parent_path().parent_path() / "lib" / "rnic");
+  }
+  for (const auto& c : candidates) {
+    if (!looked->empty()) *looked += ", ";
+    *looked += c.string();
+    if (std::filesystem::exists(c / "libibverbs.so.1", ec) &&
+        std::filesystem::exists(c / "librdmacm.so.1", ec))
+      return c.string();
+  }
+  return {};
+}
+
+int run(const RunOptions& o, const std::vector<std::string>& command) {
+  if (command.empty()) {
+    std::cerr << "rnic run: no program to run (rnic run [OPTIONS] -- PROGRAM [ARGS...])\n";
+    return 2;
+  }
+  std::string looked;
+  const std::string dir = dropin_dir(&looked);
+  if (dir.empty()) {
+    std::cerr << "rnic run: the drop-in libibverbs.so.1/librdmacm.so.1 are not in " << looked
+              << " (build the 'dropin' target, or set RNIC_DROPIN_DIR)\n";
+    return 1;
+  }
+  std::string path = dir;
+  if (const char* old = std::getenv("LD_LIBRARY_PATH"); old && *old) path += ":" + std::string(old);
+  ::setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  auto set = [](const char* var, const std::string& v) {
+    if (!v.empty()) ::setenv(var, v.c_str(), 1);
+  };
+  set("RNIC_CRC", o.crc);
+  set("RNIC_MARKERS", o.markers);
+  set("RNIC_MPA_REV", o.mpa_rev);
+  set("RNIC_P2P", o.p2p.empty() ? "" : (o.p2p == "on" ? "1" : "0"));
+  set("RNIC_RTR", o.rtr);
+  set("RNIC_LOG", o.log);
+  set("RNIC_DEVICE", o.device);
+  set("RNIC_TIMEOUT_MS", o.timeout_ms);
+  if (!o.capture_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.capture_dir, ec);
+    if (ec) {
+      std::cerr << "rnic run: --capture-dir " << o.capture_dir << ": " << ec.message() << "\n";
+      return 2;
+    }
+    set("RNIC_CAPTURE_DIR", std::filesystem::absolute(o.capture_dir).string());
+  }
+  if (o.print_env) {
+    for (const char* v :
+         {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P", "RNIC_RTR",
+          "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS", "RNIC_CAPTURE_DIR"})
+      if (const char* x = std::getenv(v)) std::cerr << v << "=" << x << "\n";
+  }
+  std::vector<char*> argv;
+  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  std::cerr << "rnic run: cannot run " << command[0] << ": " << std::strerror(errno) << "\n";
+  return errno == ENOENT ? 127 : 126;
+}
+
+}  // namespace
+
+Runner add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  auto* sub = app.add_subcommand(
+      "run",
+      "Run an unmodified RDMA program (rping, ucmatose, perftest's ib_* with -R, qperf -cm1,\n"
+      "ibv_devinfo, your own libibverbs/librdmacm code) on the emulated RNIC, through the\n"
+      "drop-in libibverbs.so.1 and librdmacm.so.1: no kernel module, no root.\n"
+      "  rnic run -- rping -s -a 127.0.0.1 -v -C 10\n"
+      "  rnic run -- rping -c -a 127.0.0.1 -v -C 10\n"
+      "  rnic run --capture-dir caps -- ib_write_bw -R -F -d rnic0 127.0.0.1\n"
+      "Each flag sets an environment variable the libraries read, which can also be set by\n"
+      "hand (with LD_LIBRARY_PATH pointing at the libraries):\n"
+      "  RNIC_CRC, RNIC_MARKERS, RNIC_MPA_REV, RNIC_P2P (1/0), RNIC_RTR, RNIC_TIMEOUT_MS,\n"
+      "  RNIC_CAPTURE_DIR, RNIC_LOG, RNIC_DEVICE; RNIC_DROPIN_DIR says where the libraries are.\n"
+      "Not supported (a one-line message says so): UD/UC/XRC QPs, address handles, multicast,\n"
+      "memory windows, on-demand paging, rsockets, perftest without -R (iWARP connects through\n"
+      "the CM).");
+  sub->add_option("--crc", o->crc,
+                  "CRC32c policy: required (ask for it), optional (follow the peer; default), off")
+      ->check(CLI::IsMember({"required", "optional", "off"}));
+  sub->add_option("--markers", o->markers, "MPA markers policy: required, optional, off (default)")
+      ->check(CLI::IsMember({"required", "optional", "off"}));
+  sub->add_option("--mpa-rev", o->mpa_rev, "Highest MPA revision to speak: 1 or 2 (default 2)")
+      ->check(CLI::IsMember({"1", "2"}));
+  sub->add_option("--p2p", o->p2p,
+                  "RFC 6581 peer-to-peer mode (the initiator sends an RTR first): on (default "
+                  "with MPA revision 2) or off")
+      ->check(CLI::IsMember({"on", "off"}));
+  sub->add_option("--rtr", o->rtr,
+                  "The RTR message offered in peer-to-peer mode: write, read, send")
+      ->check(CLI::IsMember({"write", "read", "send"}));
+  sub->add_option("--timeout", o->timeout_ms,
+                  "Milliseconds the MPA exchange waits for the peer (default 5000)")
+      ->check(CLI::Range(100, 3600000));
+  sub->add_option("--capture-dir", o->capture_dir,
+                  "Record every connection of the program as a pcap in this directory\n"
+                  "(PROGRAM-PID.pcap, PROGRAM-PID-2.pcap, ...), for Wireshark, rnic decode and\n"
+                  "rnic replay");
+  sub->add_option("--log", o->log,
+                  "Log levels of the emulated RNIC: LEVEL or LAYER=LEVEL,... (layers: mpa, ddp,\n"
+                  "rnic, cm, tool; default error)");
+  sub->add_option("--device", o->device, "The device's name (default rnic0)");
+  sub->add_flag("--print-env", o->print_env, "Print the environment set for the program");
+  auto command = std::make_shared<std::vector<std::string>>();
+  sub->add_option("command", *command, "The program and its arguments (after --)")->required();
+  sub->positionals_at_end();
+  return [o, command] { return run(*o, *command); };
+}
+
+}  // namespace iwarp::tools

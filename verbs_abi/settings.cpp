@@ -1,0 +1,130 @@
+#include "verbs_abi/settings.hpp"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "common/log.hpp"
+#include "trace/pcap_tap.hpp"
+
+namespace iwarp::verbs_abi {
+
+namespace {
+
+// The program's name, for capture file names ("ib_write_bw-4242.pcap").
+std::string program_name() {
+  std::ifstream f("/proc/self/comm");
+  std::string s;
+  std::getline(f, s);
+  return s.empty() ? std::string("program") : s;
+}
+
+}  // namespace
+
+Settings parse_settings(const char* (*get)(const char*)) {
+  Settings s;
+  auto& pol = s.cm.policy;
+  auto fail = [&](const char* var, const char* value, const std::string& expected) {
+    if (s.error.empty())
+      s.error = fmt::format("{}={}: expected {}", var, value ? value : "", expected);
+  };
+  if (const char* v = get("RNIC_DEVICE"); v && *v) {
+    if (std::strlen(v) >= 64)
+      fail("RNIC_DEVICE", v, "a name shorter than 64 characters");
+    else
+      s.device_name = v;
+  }
+  if (const char* v = get("RNIC_MPA_REV"); v && *v) {
+    if (std::strcmp(v, "1") == 0)
+      pol.revision = 1;
+    else if (std::strcmp(v, "2") == 0)
+      pol.revision = 2;
+    else
+      fail("RNIC_MPA_REV", v, "1 or 2");
+  }
+  if (const char* v = get("RNIC_CRC"); v && *v) {
+    if (std::strcmp(v, "required") == 0)
+      pol.crc = mpa::CrcPolicy::Required;
+    else if (std::strcmp(v, "optional") == 0)
+      pol.crc = mpa::CrcPolicy::Optional;
+    else if (std::strcmp(v, "off") == 0)
+      pol.crc = mpa::CrcPolicy::Off;
+    else
+      fail("RNIC_CRC", v, "required, optional or off");
+  }
+  if (const char* v = get("RNIC_MARKERS"); v && *v) {
+    if (std::strcmp(v, "required") == 0)
+      pol.markers = mpa::MarkerPolicy::Required;
+    else if (std::strcmp(v, "optional") == 0)
+      pol.markers = mpa::MarkerPolicy::Optional;
+    else if (std::strcmp(v, "off") == 0)
+      pol.markers = mpa::MarkerPolicy::Off;
+    else
+      fail("RNIC_MARKERS", v, "required, optional or off");
+  }
+  // Peer-to-peer mode by default: programs such as ucmatose have the responder send first,
+  // which RFC 5044 §7.1 forbids before the initiator's first FPDU unless RFC 6581's RTR comes
+  // first. A peer that does not speak it just does not negotiate it.
+  pol.peer_to_peer = pol.revision >= 2;
+  if (const char* v = get("RNIC_P2P"); v && *v) {
+    if (std::strcmp(v, "1") == 0) {
+      pol.peer_to_peer = true;
+      if (pol.revision < 2)
+        fail("RNIC_P2P", v, "RNIC_MPA_REV=2 with it (peer-to-peer mode is RFC 6581)");
+    } else if (std::strcmp(v, "0") == 0) {
+      pol.peer_to_peer = false;
+    } else {
+      fail("RNIC_P2P", v, "0 or 1");
+    }
+  }
+  if (const char* v = get("RNIC_RTR"); pol.peer_to_peer && v && *v) {
+    const std::string rtr = v;
+    if (rtr == "write")
+      pol.rtr = static_cast<mpa::RtrMask>(mpa::RtrType::Write);
+    else if (rtr == "read")
+      pol.rtr = static_cast<mpa::RtrMask>(mpa::RtrType::Read);
+    else if (rtr == "send")
+      pol.rtr = static_cast<mpa::RtrMask>(mpa::RtrType::Send);
+    else
+      fail("RNIC_RTR", v, "write, read or send");
+  }
+  if (const char* v = get("RNIC_TIMEOUT_MS"); v && *v) {
+    int ms = 0;
+    auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);
+    if (ec != std::errc{} || *p || ms < 100 || ms > 3600000)
+      fail("RNIC_TIMEOUT_MS", v, "milliseconds from 100 to 3600000");
+    else
+      s.cm.mpa_timeout = s.cm.connect_timeout = std::chrono::milliseconds(ms);
+  }
+  if (const char* v = get("RNIC_CAPTURE_DIR"); v && *v) {
+    struct stat st {};
+    if (::stat(v, &st) != 0 || !S_ISDIR(st.st_mode) || ::access(v, W_OK) != 0) {
+      fail("RNIC_CAPTURE_DIR", v, "a directory this process can write");
+    } else {
+      s.capture_dir = v;
+      s.cm.tap = trace::pcap_tap_factory(
+          fmt::format("{}/{}-{}.pcap", s.capture_dir, program_name(), ::getpid()));
+    }
+  }
+  if (const char* v = get("RNIC_LOG"); v && *v) s.log_spec = v;
+  return s;
+}
+
+const Settings& settings() {
+  static const Settings s = [] {
+    Settings r = parse_settings([](const char* n) -> const char* { return std::getenv(n); });
+    if (auto err = log::configure(r.log_spec); !err.empty() && r.error.empty())
+      r.error = fmt::format("RNIC_LOG={}: {}", r.log_spec, err);
+    if (!r.error.empty()) std::fprintf(stderr, "rnic verbs: %s\n", r.error.c_str());
+    return r;
+  }();
+  return s;
+}
+
+}  // namespace iwarp::verbs_abi

@@ -1,0 +1,37 @@
+// The drop-in libraries' settings, read once from the environment (`rnic run` sets them from
+// its flags; see `rnic run --help` and the README):
+//   RNIC_DEVICE       the device's name (default rnic0)
+//   RNIC_MPA_REV      highest MPA revision spoken: 1 or 2 (default 2; 2 adds RFC 6581 IRD/ORD)
+//   RNIC_CRC          CRC32c policy: required, optional (follow the peer; default) or off
+//   RNIC_MARKERS      MPA markers policy: required, optional or off (default)
+//   RNIC_P2P          RFC 6581 peer-to-peer mode: 1 (default with MPA revision 2) or 0; RNIC_RTR
+//                     offers one RTR message (write, read or send; default: all three)
+//   RNIC_TIMEOUT_MS   how long the MPA exchange may wait for the peer (default 5000)
+//   RNIC_CAPTURE_DIR  record every connection of the process as a pcap in this directory
+//   RNIC_LOG          log levels, as --log-level: "debug" or "mpa=trace,rnic=debug" (default:
+//   error)
+#pragma once
+
+#include <string>
+
+#include "rnic/connection_manager.hpp"
+
+namespace iwarp::verbs_abi {
+
+struct Settings {
+  std::string device_name = "rnic0";
+  rnic::CmOptions cm;  // policy, timeouts and the capture tap for every id
+  std::string capture_dir;
+  std::string log_spec = "error";
+  // Empty, or one line saying which variable is wrong and why (the device then does not open).
+  std::string error;
+};
+
+// Read once, on first use (thread-safe).
+const Settings& settings();
+
+// Parses the environment as settings() does (for tests and `rnic run`, which checks its flags
+// the same way).
+Settings parse_settings(const char* (*getenv_fn)(const char*));
+
+}  // namespace iwarp::verbs_abi
