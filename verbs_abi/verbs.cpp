@@ -15,6 +15,7 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "verbs_abi/context.hpp"
@@ -148,7 +149,11 @@ int post_send_op(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
         r.imm_data = ntohl(wr->imm_data);  // big-endian on the C ABI
       if (wr->opcode == IBV_WR_SEND_WITH_INV || wr->opcode == IBV_WR_LOCAL_INV)
         r.invalidate_rkey = STag{wr->invalidate_rkey};
-      err = qp->qp->post_send(r, nullptr, false);
+      std::string why;
+      err = qp->qp->post_send(r, &why, false);
+      // A program's mistake says what it was, once per distinct reason (a full queue,
+      // ENOMEM, is ordinary back-pressure and says nothing).
+      if (err == EINVAL) report_unsupported("ibv_post_send", why.c_str());
     }
     if (err) {
       if (bad) *bad = wr;
@@ -177,8 +182,11 @@ int post_recv_op(ibv_qp* q, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     else if (wr->num_sge < 0 || static_cast<std::uint32_t>(wr->num_sge) > qp->cap.max_recv_sge ||
              (wr->num_sge && !wr->sg_list))
       err = EINVAL;
-    else
-      err = qp->qp->post_recv(to_recv(*wr), nullptr);
+    else {
+      std::string why;
+      err = qp->qp->post_recv(to_recv(*wr), &why);
+      if (err == EINVAL) report_unsupported("ibv_post_recv", why.c_str());
+    }
     if (err) {
       if (bad) *bad = wr;
       return err;
@@ -194,8 +202,11 @@ int post_srq_recv_op(ibv_srq* s, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     if (wr->num_sge < 0 || static_cast<std::uint32_t>(wr->num_sge) > srq->attr.max_sge ||
         (wr->num_sge && !wr->sg_list))
       err = EINVAL;
-    else
-      err = srq->srq->post_recv(to_recv(*wr), nullptr);
+    else {
+      std::string why;
+      err = srq->srq->post_recv(to_recv(*wr), &why);
+      if (err == EINVAL) report_unsupported("ibv_post_srq_recv", why.c_str());
+    }
     if (err) {
       if (bad) *bad = wr;
       return err;

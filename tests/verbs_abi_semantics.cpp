@@ -1,0 +1,501 @@
+// The drop-in libibverbs.so.1 / librdmacm.so.1 (verbs_abi/) through their C ABI, as an
+// unmodified program sees them: this binary is compiled against the system's
+// <infiniband/verbs.h> and <rdma/rdma_cma.h> and linked to the drop-in libraries. What the
+// programs depend on: channel fds with read() semantics (blocking, O_NONBLOCK -> EAGAIN, a
+// signal -> EINTR, poll()able, cancellable), an engine thread that never takes the program's
+// signals and survives fork(), rdma_accept returning with a QP that can send, a disconnect that
+// flushes posted receives and fires the completion event, and rdma-core's error codes.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <pthread.h>
+#include <rdma/rdma_cma.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <dirent.h>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+void no_op(int) {}
+
+// A handler without SA_RESTART, as qperf installs its SIGALRM handler.
+void install_interrupting(int sig) {
+  struct sigaction sa {};
+  sa.sa_handler = no_op;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  ASSERT_EQ(sigaction(sig, &sa, nullptr), 0);
+}
+
+struct Device {
+  ibv_context* ctx = nullptr;
+  Device() {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    if (list && n == 1) ctx = ibv_open_device(list[0]);
+    ibv_free_device_list(list);
+  }
+  ~Device() {
+    if (ctx) ibv_close_device(ctx);
+  }
+};
+
+// Fails the test if `f` has not returned within `limit` (it then hangs the thread, so the test
+// binary's timeout ends it).
+template <class F>
+auto bounded(std::chrono::milliseconds limit, F f) {
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (!done && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(5ms);
+    if (!done) {
+      ADD_FAILURE() << "a call did not return within " << limit.count() << " ms";
+      std::fflush(nullptr);
+      std::abort();
+    }
+  });
+  auto r = f();
+  done = true;
+  watchdog.join();
+  return r;
+}
+
+TEST(VerbsAbi, OneIwarpDeviceWithAnActiveEthernetPort) {
+  int n = -1;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_NE(list, nullptr);
+  ASSERT_EQ(n, 1);
+  EXPECT_EQ(list[1], nullptr);
+  EXPECT_STREQ(ibv_get_device_name(list[0]), "rnic0");
+  EXPECT_EQ(list[0]->node_type, IBV_NODE_RNIC);
+  EXPECT_EQ(list[0]->transport_type, IBV_TRANSPORT_IWARP);
+  ibv_context* ctx = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  ASSERT_NE(ctx, nullptr);
+  ibv_device_attr a{};
+  ASSERT_EQ(ibv_query_device(ctx, &a), 0);
+  EXPECT_EQ(a.max_qp_rd_atom, 128);  // rnic::DeviceLimits::max_ird
+  EXPECT_EQ(a.phys_port_cnt, 1);
+  ibv_port_attr p{};
+  ASSERT_EQ(ibv_query_port(ctx, 1, &p), 0);  // the inline verb, through verbs_context
+  EXPECT_EQ(p.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(p.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_NE(ibv_query_port(ctx, 2, &p), 0);
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
+  EXPECT_EQ(gid.raw[10], 0xff);  // ::ffff:a.b.c.d
+  EXPECT_NE(ibv_query_gid(ctx, 1, 1, &gid), 0);
+  ibv_close_device(ctx);
+}
+
+TEST(VerbsAbi, CompletionChannelHasReadSemantics) {
+  Device d;
+  ASSERT_NE(d.ctx, nullptr);
+  ibv_comp_channel* ch = ibv_create_comp_channel(d.ctx);
+  ASSERT_NE(ch, nullptr);
+  ibv_cq* cq = ibv_create_cq(d.ctx, 4, nullptr, ch, 0);
+  ASSERT_NE(cq, nullptr);
+  EXPECT_GE(cq->cqe, 4);
+  ibv_cq* got = nullptr;
+  void* ctx = nullptr;
+  // Non-blocking: EAGAIN at once.
+  const int fl = fcntl(ch->fd, F_GETFL);
+  ASSERT_EQ(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_get_cq_event(ch, &got, &ctx), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  ASSERT_EQ(fcntl(ch->fd, F_SETFL, fl), 0);
+  // Blocking: a signal interrupts the wait with EINTR (qperf's SIGALRM).
+  install_interrupting(SIGALRM);
+  const pthread_t self = pthread_self();
+  std::thread killer([self] {
+    std::this_thread::sleep_for(100ms);
+    pthread_kill(self, SIGALRM);
+  });
+  errno = 0;
+  const int r = bounded(5000ms, [&] { return ibv_get_cq_event(ch, &got, &ctx); });
+  const int err = errno;
+  killer.join();
+  EXPECT_EQ(r, -1);
+  EXPECT_EQ(err, EINTR);
+  // A thread blocked in it can be cancelled (rping stops its CQ thread so).
+  pthread_t waiter;
+  struct Args {
+    ibv_comp_channel* ch;
+  } args{ch};
+  ASSERT_EQ(pthread_create(
+                &waiter, nullptr,
+                [](void* p) -> void* {
+                  auto* a = static_cast<Args*>(p);
+                  ibv_cq* c;
+                  void* x;
+                  ibv_get_cq_event(a->ch, &c, &x);
+                  return nullptr;
+                },
+                &args),
+            0);
+  std::this_thread::sleep_for(50ms);
+  ASSERT_EQ(pthread_cancel(waiter), 0);
+  void* ret = nullptr;
+  bounded(5000ms, [&] { return pthread_join(waiter, &ret); });
+  EXPECT_EQ(ret, PTHREAD_CANCELED);
+  // Nothing is readable without an event.
+  pollfd pf{ch->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pf, 1, 0), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), EBUSY);  // a CQ still uses it
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
+TEST(VerbsAbi, CmEventChannelHasReadSemantics) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  rdma_cm_event* ev = nullptr;
+  const int fl = fcntl(ch->fd, F_GETFL);
+  ASSERT_EQ(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK), 0);
+  errno = 0;
+  EXPECT_EQ(rdma_get_cm_event(ch, &ev), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  ASSERT_EQ(fcntl(ch->fd, F_SETFL, fl), 0);
+  install_interrupting(SIGALRM);
+  const pthread_t self = pthread_self();
+  std::thread killer([self] {
+    std::this_thread::sleep_for(100ms);
+    pthread_kill(self, SIGALRM);
+  });
+  errno = 0;
+  const int r = bounded(5000ms, [&] { return rdma_get_cm_event(ch, &ev); });
+  const int err = errno;
+  killer.join();
+  EXPECT_EQ(r, -1);
+  EXPECT_EQ(err, EINTR);
+  // An event makes the fd readable, and the call returns it.
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(9);
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000), 0);
+  pollfd pf{ch->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pf, 1, 2000), 1);
+  ASSERT_EQ(rdma_get_cm_event(ch, &ev), 0);
+  EXPECT_EQ(ev->event, RDMA_CM_EVENT_ADDR_RESOLVED);
+  EXPECT_EQ(ev->id, id);
+  EXPECT_NE(id->verbs, nullptr);
+  rdma_ack_cm_event(ev);
+  EXPECT_EQ(rdma_destroy_id(id), 0);
+  rdma_destroy_event_channel(ch);
+}
+
+// Every thread the library started blocks the signals a program relies on getting itself.
+TEST(VerbsAbi, EngineThreadBlocksSignals) {
+  Device d;
+  ASSERT_NE(d.ctx, nullptr);
+  const std::string main_tid = std::to_string(getpid());
+  std::vector<std::string> others;
+  DIR* dir = opendir("/proc/self/task");
+  ASSERT_NE(dir, nullptr);
+  while (dirent* e = readdir(dir))
+    if (e->d_name[0] != '.' && main_tid != e->d_name) others.emplace_back(e->d_name);
+  closedir(dir);
+  ASSERT_FALSE(others.empty()) << "no engine thread";
+  for (const auto& tid : others) {
+    std::ifstream f("/proc/self/task/" + tid + "/status");
+    std::string line;
+    std::uint64_t blocked = 0;
+    while (std::getline(f, line))
+      if (line.rfind("SigBlk:", 0) == 0) blocked = std::stoull(line.substr(7), nullptr, 16);
+    for (int sig : {SIGALRM, SIGINT, SIGTERM, SIGUSR1, SIGPIPE, SIGCHLD})
+      EXPECT_TRUE(blocked & (1ull << (sig - 1))) << "thread " << tid << " takes signal " << sig;
+  }
+}
+
+// qperf's server forks a child per test and only the child uses verbs; a parent that had
+// started the engine goes on working too.
+TEST(VerbsAbi, ForkedChildGetsItsOwnEngine) {
+  Device d;
+  ASSERT_NE(d.ctx, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(d.ctx);
+  ASSERT_NE(pd, nullptr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    Device c;
+    if (!c.ctx) _exit(2);
+    ibv_pd* cpd = ibv_alloc_pd(c.ctx);
+    if (!cpd) _exit(3);
+    std::vector<char> buf(4096);
+    ibv_mr* mr = ibv_reg_mr(cpd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    if (!mr || ibv_dereg_mr(mr) != 0) _exit(4);  // deregistration needs a live engine thread
+    _exit(0);
+  }
+  int st = 0;
+  bounded(10000ms, [&] { return waitpid(pid, &st, 0); });
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+  std::vector<char> buf(4096);
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY);  // an MR is still in it; the PD stays usable
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+TEST(VerbsAbi, UnsupportedFeaturesFailCleanly) {
+  Device d;
+  ASSERT_NE(d.ctx, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(d.ctx);
+  ibv_cq* cq = ibv_create_cq(d.ctx, 8, nullptr, nullptr, 0);
+  ASSERT_TRUE(pd && cq);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.qp_type = IBV_QPT_UD;
+  ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+  ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp(pd, &ia), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_ah_attr ah{};
+  errno = 0;
+  EXPECT_EQ(ibv_create_ah(pd, &ah), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  std::vector<char> buf(64);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND),
+            nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  // Remote write without local write is refused, as by the kernel.
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_REMOTE_WRITE), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // Optional access bits (relaxed ordering, as perftest passes) are hints.
+  ibv_mr* mr = ibv_reg_mr_iova2(pd, buf.data(), buf.size(), reinterpret_cast<uintptr_t>(buf.data()),
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(mr->lkey, mr->rkey);
+  // A full send queue refuses more (rdma-core: ENOMEM), with bad_wr at the first refused WR.
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = 2;
+  ibv_qp* qp = ibv_create_qp(pd, &ia);
+  ASSERT_NE(qp, nullptr);
+  EXPECT_GE(ia.cap.max_send_wr, 2u);
+  ibv_qp_attr qa{};
+  qa.qp_state = IBV_QPS_RTR;
+  qa.dest_qp_num = 7;
+  EXPECT_EQ(ibv_modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_DEST_QPN), EINVAL);  // no IB addressing
+  qa.min_rnr_timer = 12;
+  EXPECT_EQ(ibv_modify_qp(qp, &qa, IBV_QP_MIN_RNR_TIMER), 0);  // perftest, qperf
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  errno = 0;
+  EXPECT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_UDP), -1);
+  EXPECT_EQ(errno, EPROTONOSUPPORT);
+  rdma_destroy_event_channel(ch);
+}
+
+// A connection between two ids of this process, through the C ABI.
+struct Pair {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* listener = nullptr;
+  rdma_cm_id* server = nullptr;
+  rdma_cm_id* client = nullptr;
+  ibv_comp_channel* cc = nullptr;
+  ibv_cq* server_cq = nullptr;
+  ibv_cq* client_cq = nullptr;
+  ibv_pd* pd = nullptr;
+  std::vector<char> buf = std::vector<char>(4096, 'x');
+  ibv_mr* mr = nullptr;
+
+  rdma_cm_event* next(rdma_cm_event_type want) {
+    rdma_cm_event* ev = nullptr;
+    if (bounded(10000ms, [&] { return rdma_get_cm_event(ch, &ev); }) != 0) return nullptr;
+    EXPECT_EQ(ev->event, want) << rdma_event_str(ev->event) << " status " << ev->status;
+    return ev;
+  }
+
+  void connect() {
+    ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(rdma_bind_addr(listener, reinterpret_cast<sockaddr*>(&a)), 0);
+    const std::uint16_t port = ntohs(rdma_get_src_port(listener));  // port 0: picked at bind
+    ASSERT_NE(port, 0);
+    ASSERT_EQ(rdma_listen(listener, 4), 0);
+    ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
+    a.sin_port = htons(port);
+    ASSERT_EQ(rdma_resolve_addr(client, nullptr, reinterpret_cast<sockaddr*>(&a), 1000), 0);
+    rdma_ack_cm_event(next(RDMA_CM_EVENT_ADDR_RESOLVED));
+    ASSERT_EQ(rdma_resolve_route(client, 1000), 0);
+    rdma_ack_cm_event(next(RDMA_CM_EVENT_ROUTE_RESOLVED));
+    pd = ibv_alloc_pd(client->verbs);
+    cc = ibv_create_comp_channel(client->verbs);
+    client_cq = ibv_create_cq(client->verbs, 16, nullptr, cc, 0);
+    server_cq = ibv_create_cq(client->verbs, 16, nullptr, cc, 0);
+    mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_TRUE(pd && cc && client_cq && server_cq && mr);
+    ibv_qp_init_attr ia{};
+    ia.cap.max_send_wr = ia.cap.max_recv_wr = 8;
+    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+    ia.qp_type = IBV_QPT_RC;
+    ia.send_cq = ia.recv_cq = client_cq;
+    ASSERT_EQ(rdma_create_qp(client, pd, &ia), 0);
+    rdma_conn_param cp{};
+    cp.initiator_depth = cp.responder_resources = 4;
+    ASSERT_EQ(rdma_connect(client, &cp), 0);
+    rdma_cm_event* req = next(RDMA_CM_EVENT_CONNECT_REQUEST);
+    ASSERT_NE(req, nullptr);
+    server = req->id;
+    EXPECT_EQ(req->listen_id, listener);
+    rdma_ack_cm_event(req);
+    ia.send_cq = ia.recv_cq = server_cq;
+    ASSERT_EQ(rdma_create_qp(server, pd, &ia), 0);
+  }
+
+  ~Pair() {
+    for (rdma_cm_id* id : {client, server})
+      if (id) {
+        if (id->qp) rdma_destroy_qp(id);
+        rdma_destroy_id(id);
+      }
+    if (listener) rdma_destroy_id(listener);
+    if (mr) ibv_dereg_mr(mr);
+    if (client_cq) ibv_destroy_cq(client_cq);
+    if (server_cq) ibv_destroy_cq(server_cq);
+    if (cc) ibv_destroy_comp_channel(cc);
+    if (pd) ibv_dealloc_pd(pd);
+    rdma_destroy_event_channel(ch);
+  }
+};
+
+int poll_one(ibv_cq* cq, ibv_wc* wc) {
+  return bounded(10000ms, [&] {
+    int n = 0;
+    while ((n = ibv_poll_cq(cq, 1, wc)) == 0) std::this_thread::sleep_for(100us);
+    return n;
+  });
+}
+
+// perftest's control connection posts a Send right after rdma_accept, before ESTABLISHED.
+TEST(VerbsAbi, AcceptReturnsWithAQpThatCanSend) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(p.connect());
+  ibv_sge sge{reinterpret_cast<uintptr_t>(p.buf.data()), 64, p.mr->lkey};
+  ibv_recv_wr rw[2]{};
+  for (int i = 0; i < 2; ++i) {
+    rw[i].wr_id = static_cast<std::uint64_t>(i + 1);
+    rw[i].sg_list = &sge;
+    rw[i].num_sge = 1;
+    rw[i].next = i == 0 ? &rw[1] : nullptr;
+  }
+  ibv_recv_wr* bad_r = nullptr;
+  ASSERT_EQ(ibv_post_recv(p.client->qp, rw, &bad_r), 0);
+  ASSERT_EQ(rdma_accept(p.server, nullptr), 0);
+  // A Send, then RFC 7306 Immediate Data (which carries no payload on iWARP).
+  ibv_send_wr sw[2]{};
+  sw[0].wr_id = 2;
+  sw[0].sg_list = &sge;
+  sw[0].num_sge = 1;
+  sw[0].opcode = IBV_WR_SEND;
+  sw[0].send_flags = IBV_SEND_SIGNALED;
+  sw[0].next = &sw[1];
+  sw[1].wr_id = 3;
+  sw[1].opcode = IBV_WR_SEND_WITH_IMM;
+  sw[1].imm_data = htonl(0x01020304);
+  sw[1].send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(p.server->qp, sw, &bad), 0) << strerror(errno);
+  ibv_wc wc{};
+  ASSERT_EQ(poll_one(p.client_cq, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+  EXPECT_EQ(wc.byte_len, 64u);
+  ASSERT_EQ(poll_one(p.client_cq, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(ntohl(wc.imm_data), 0x01020304u);  // big-endian on the C ABI
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(poll_one(p.server_cq, &wc), 1);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  }
+  // Both sides see ESTABLISHED.
+  rdma_ack_cm_event(p.next(RDMA_CM_EVENT_ESTABLISHED));
+  rdma_ack_cm_event(p.next(RDMA_CM_EVENT_ESTABLISHED));
+}
+
+// rping's CQ thread ends only on a flushed receive: a disconnect must flush the posted
+// receives and fire the armed CQ's event.
+TEST(VerbsAbi, DisconnectFlushesReceivesAndFiresTheEvent) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(p.connect());
+  ASSERT_EQ(rdma_accept(p.server, nullptr), 0);
+  rdma_ack_cm_event(p.next(RDMA_CM_EVENT_ESTABLISHED));
+  rdma_ack_cm_event(p.next(RDMA_CM_EVENT_ESTABLISHED));
+  ibv_sge sge{reinterpret_cast<uintptr_t>(p.buf.data()), 64, p.mr->lkey};
+  ibv_recv_wr rw{};
+  rw.wr_id = 77;
+  rw.sg_list = &sge;
+  rw.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_recv(p.server->qp, &rw, &bad), 0);
+  ASSERT_EQ(ibv_req_notify_cq(p.server_cq, 0), 0);
+  ASSERT_EQ(rdma_disconnect(p.client), 0);
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(bounded(10000ms, [&] { return ibv_get_cq_event(p.cc, &ev_cq, &ev_ctx); }), 0);
+  EXPECT_EQ(ev_cq, p.server_cq);
+  ibv_ack_cq_events(ev_cq, 1);
+  ibv_wc wc{};
+  ASSERT_EQ(poll_one(p.server_cq, &wc), 1);
+  EXPECT_EQ(wc.wr_id, 77u);
+  EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+  rdma_ack_cm_event(p.next(RDMA_CM_EVENT_DISCONNECTED));
+  rdma_ack_cm_event(p.next(RDMA_CM_EVENT_DISCONNECTED));
+  EXPECT_EQ(rdma_disconnect(p.server), 0);  // again, after the peer left: 0
+}
+
+// perftest destroys the listener right after accepting and listens again on the same port.
+TEST(VerbsAbi, ListenerPortIsFreeAfterDestroy) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* a = nullptr;
+  rdma_cm_id* b = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &a, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(rdma_bind_addr(a, reinterpret_cast<sockaddr*>(&sa)), 0);
+  ASSERT_EQ(rdma_listen(a, 1), 0);
+  sa.sin_port = rdma_get_src_port(a);
+  ASSERT_EQ(rdma_create_id(ch, &b, nullptr, RDMA_PS_TCP), 0);
+  errno = 0;
+  EXPECT_EQ(rdma_bind_addr(b, reinterpret_cast<sockaddr*>(&sa)), -1);  // a listener holds it
+  EXPECT_EQ(errno, EADDRINUSE);
+  ASSERT_EQ(rdma_destroy_id(b), 0);
+  ASSERT_EQ(rdma_destroy_id(a), 0);
+  ASSERT_EQ(rdma_create_id(ch, &b, nullptr, RDMA_PS_TCP), 0);
+  ASSERT_EQ(rdma_bind_addr(b, reinterpret_cast<sockaddr*>(&sa)), 0);
+  EXPECT_EQ(rdma_listen(b, 1), 0);
+  rdma_destroy_id(b);
+  rdma_destroy_event_channel(ch);
+}
+
+}  // namespace
