@@ -285,9 +285,13 @@ void QueuePair::on_rx_error(const boost::system::error_code& ec) {
 bool QueuePair::take_rqe() {
   std::optional<RecvWr> wr;
   if (init_.srq) {
-    wr = init_.srq->take();
+    wr = init_.srq->take(init_.rnr_wait);
   } else {
-    std::lock_guard l(mu_);
+    std::unique_lock l(mu_);
+    // QpInit::rnr_wait: give the application a bounded chance to post the receive.
+    if (rq_.empty() && init_.rnr_wait.count() > 0)
+      rq_posted_.wait_for(l, init_.rnr_wait,
+                          [&] { return !rq_.empty() || state_.load() == QpState::Error; });
     if (!rq_.empty()) {
       wr = std::move(rq_.front());
       rq_.pop_front();

@@ -140,11 +140,13 @@ int SharedReceiveQueue::post_recv(const RecvWr& wr, std::string* why) {
     return ENOMEM;
   }
   q_.push_back(wr);
+  posted_.notify_all();
   return 0;
 }
 
-std::optional<RecvWr> SharedReceiveQueue::take() {
-  std::lock_guard l(mu_);
+std::optional<RecvWr> SharedReceiveQueue::take(std::chrono::milliseconds wait) {
+  std::unique_lock l(mu_);
+  if (q_.empty() && wait.count() > 0) posted_.wait_for(l, wait, [&] { return !q_.empty(); });
   if (q_.empty()) return std::nullopt;
   RecvWr wr = std::move(q_.front());
   q_.pop_front();
@@ -310,6 +312,7 @@ int QueuePair::post_recv(const RecvWr& wr, std::string* why) {
         return ENOMEM;
       }
       rq_.push_back(wr);
+      rq_posted_.notify_all();
       return 0;
     }
   }

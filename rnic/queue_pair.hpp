@@ -10,6 +10,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -57,12 +58,15 @@ class SharedReceiveQueue {
       : pd_(pd), max_wr_(max_wr), max_sge_(max_sge) {}
   // 0, or an errno value with `why` filled in.
   int post_recv(const RecvWr& wr, std::string* why);
-  std::optional<RecvWr> take();
+  // The oldest receive WR; with a wait, blocks up to it for one to be posted (see
+  // QpInit::rnr_wait).
+  std::optional<RecvWr> take(std::chrono::milliseconds wait = std::chrono::milliseconds(0));
   std::size_t size() const;
   PdHandle pd() const { return pd_; }
 
  private:
   mutable std::mutex mu_;
+  std::condition_variable posted_;
   PdHandle pd_;
   std::uint32_t max_wr_, max_sge_;
   std::deque<RecvWr> q_;
@@ -92,6 +96,13 @@ struct QpInit {
   // Owners of the CQs above (and anything else the QP must not outlive), held as long as the
   // QP object lives: the engine may still complete into them after the application let go.
   std::vector<std::shared_ptr<void>> keep_alive;
+  // Receiver-not-ready emulation, local and invisible on the wire: a Send that finds no receive
+  // WR waits this long for the application to post one before it is the DDP error of RFC 5041
+  // §7.2 (a Terminate). iWARP has no RNR NAK; programs written for InfiniBand (qperf's rc_bw
+  // keeps 1024 Sends in flight and re-posts receives as it polls) count on one. The wait holds
+  // the engine thread, so every QP of the device pauses meanwhile: 0 (the default) except for
+  // programs that need it (the drop-in libibverbs, RNIC_RNR_WAIT_MS).
+  std::chrono::milliseconds rnr_wait{0};
 };
 
 // Default bound on closing a stream whose peer does not read: RFC 5040 §5.6 ends the stream
@@ -309,7 +320,8 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryU
   std::uint32_t qp_num_;
   std::atomic<QpState> state_{QpState::Idle};
 
-  mutable std::mutex mu_;  // guards the rings, the error reason and setup_
+  mutable std::mutex mu_;              // guards the rings, the error reason and setup_
+  std::condition_variable rq_posted_;  // a receive WR was posted (QpInit::rnr_wait)
   std::vector<SqEntry> sq_;
   std::uint64_t sq_head_ = 0, sq_next_ = 0, sq_tail_ = 0;  // free-running
   std::deque<RecvWr> rq_;

@@ -473,6 +473,38 @@ TEST(VerbsAbi, DisconnectFlushesReceivesAndFiresTheEvent) {
   EXPECT_EQ(rdma_disconnect(p.server), 0);  // again, after the peer left: 0
 }
 
+// iWARP has no RNR NAK; qperf's rc_bw keeps Sends in flight and re-posts receives as it polls.
+// A Send that finds no receive waits (RNIC_RNR_WAIT_MS, default 1000 ms) for one to be posted.
+TEST(VerbsAbi, SendWaitsBrieflyForAReceive) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(p.connect());
+  ASSERT_EQ(rdma_accept(p.server, nullptr), 0);
+  rdma_ack_cm_event(p.next(RDMA_CM_EVENT_ESTABLISHED));
+  rdma_ack_cm_event(p.next(RDMA_CM_EVENT_ESTABLISHED));
+  ibv_sge sge{reinterpret_cast<uintptr_t>(p.buf.data()), 64, p.mr->lkey};
+  ibv_send_wr sw{};
+  sw.wr_id = 5;
+  sw.sg_list = &sge;
+  sw.num_sge = 1;
+  sw.opcode = IBV_WR_SEND;
+  sw.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(p.client->qp, &sw, &bad), 0);
+  std::this_thread::sleep_for(200ms);  // the Send has arrived by now, with no receive posted
+  ibv_recv_wr rw{};
+  rw.wr_id = 6;
+  rw.sg_list = &sge;
+  rw.num_sge = 1;
+  ibv_recv_wr* bad_r = nullptr;
+  ASSERT_EQ(ibv_post_recv(p.server->qp, &rw, &bad_r), 0);
+  ibv_wc wc{};
+  ASSERT_EQ(poll_one(p.server_cq, &wc), 1);
+  EXPECT_EQ(wc.wr_id, 6u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  ASSERT_EQ(poll_one(p.client_cq, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+}
+
 // perftest destroys the listener right after accepting and listens again on the same port.
 TEST(VerbsAbi, ListenerPortIsFreeAfterDestroy) {
   rdma_event_channel* ch = rdma_create_event_channel();

@@ -102,6 +102,14 @@ Settings parse_settings(const char* (*get)(const char*)) {
     else
       s.cm.mpa_timeout = s.cm.connect_timeout = std::chrono::milliseconds(ms);
   }
+  if (const char* v = get("RNIC_RNR_WAIT_MS"); v && *v) {
+    int ms = 0;
+    auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);
+    if (ec != std::errc{} || *p || ms < 0 || ms > 60000)
+      fail("RNIC_RNR_WAIT_MS", v, "milliseconds from 0 to 60000");
+    else
+      s.rnr_wait = std::chrono::milliseconds(ms);
+  }
   if (const char* v = get("RNIC_CAPTURE_DIR"); v && *v) {
     struct stat st {};
     if (::stat(v, &st) != 0 || !S_ISDIR(st.st_mode) || ::access(v, W_OK) != 0) {

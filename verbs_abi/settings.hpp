@@ -7,6 +7,9 @@
 //   RNIC_P2P          RFC 6581 peer-to-peer mode: 1 (default with MPA revision 2) or 0; RNIC_RTR
 //                     offers one RTR message (write, read or send; default: all three)
 //   RNIC_TIMEOUT_MS   how long the MPA exchange may wait for the peer (default 5000)
+//   RNIC_RNR_WAIT_MS  how long a Send that finds no posted receive waits for one before it is a
+//                     protocol error (default 1000; 0: at once, as the RFCs have it). iWARP has no
+//                     RNR NAK; InfiniBand programs such as qperf's rc_bw count on one.
 //   RNIC_CAPTURE_DIR  record every connection of the process as a pcap in this directory
 //   RNIC_LOG          log levels, as --log-level: "debug" or "mpa=trace,rnic=debug" (default:
 //   error)
@@ -23,6 +26,7 @@ struct Settings {
   rnic::CmOptions cm;  // policy, timeouts and the capture tap for every id
   std::string capture_dir;
   std::string log_spec = "error";
+  std::chrono::milliseconds rnr_wait{1000};  // rnic::QpInit::rnr_wait
   // Empty, or one line saying which variable is wrong and why (the device then does not open).
   std::string error;
 };

@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "verbs_abi/context.hpp"
+#include "verbs_abi/settings.hpp"
 #include "verbs_abi/unsupported.hpp"
 
 #undef ibv_reg_mr
@@ -532,6 +533,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
                std::max(actual.max_recv_sge, 1u), actual.max_inline_data};
   init.sq_sig_all = attr->sq_sig_all != 0;
   init.keep_alive = {scq->cq, rcq->cq};
+  init.rnr_wait = settings().rnr_wait;
   auto* qp = new Qp;
   std::memset(&qp->pub, 0, sizeof qp->pub);
   qp->qp = std::make_shared<rnic::QueuePair>(dev(), init);
