@@ -6,6 +6,9 @@
 # against librdmacm's rping over siw in the guest, one connection per case:
 #   ours->siw  `rnic ping --client 127.0.0.1:HOSTPORT` -> slirp hostfwd -> guest `rping -s` on 10.0.2.15
 #   siw->ours  guest `rping -c -a 10.0.2.2` -> slirp -> `rnic ping --server --bind 127.0.0.1`
+# and MIXED cases, where an unmodified Debian program runs on our drop-in libibverbs/librdmacm
+# (`rnic run [--crc ...] --log cm=info --capture-dir DIR -- PROGRAM`) against the same program
+# over siw: rping (r2s / s2r) and perftest's `ib_write_bw -R -F` (w2s / s2w).
 # Each case records a pcap on our side (--pcap) that must decode cleanly with `rnic decode` and
 # tshark; the negotiated MPA parameters our side prints must equal what siw put on the wire (the
 # guest's own capture on eth0, decoded by `rnic decode`). Prints a pass/fail table (also written to
@@ -15,7 +18,10 @@
 # Env:   RNIC (default build/rnic), SIWVM_CACHE, SIWVM_PORT_BASE (default 17200: host ports
 #        BASE.. for hostfwd, BASE+1000.. for our servers), CASE_TIMEOUT (s, default 90),
 #        SIW_FIRST_DELAY (our client's option against siw's accept race, default
-#        "--first-fpdu-delay 50"; cases with --p2p or their own delay get none)
+#        "--first-fpdu-delay 50"; cases with --p2p or their own delay get none),
+#        MIX_TIMEOUT (s, default 60: bound on each host program of a mixed case), MIX_TRIES
+#        (default 3: attempts of a mixed case our drop-in initiates; a further attempt runs only
+#        when the previous one stalled with siw answering none of our FPDUs, its accept race)
 set -uo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RNIC="${RNIC:-$SRC/build/rnic}"
@@ -26,7 +32,7 @@ while [ $# -gt 0 ]; do
     --results) RES="$2"; shift 2 ;;
     --cache) CACHE="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "siw-interop: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -34,6 +40,8 @@ RES="${RES:-$SRC/build/siw-interop/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$RES"; RES="$(cd "$RES" && pwd)"
 BASE="${SIWVM_PORT_BASE:-17200}"
 CASE_TIMEOUT="${CASE_TIMEOUT:-90}"
+MIX_TIMEOUT="${MIX_TIMEOUT:-60}"
+MIX_TRIES="${MIX_TRIES:-3}"
 # how our initiator lives with siw 6.1's accept race (see docs/siw-interop.md)
 FIRST_DELAY="${SIW_FIRST_DELAY---first-fpdu-delay 50}"
 T0=$SECONDS
@@ -51,6 +59,10 @@ for t in tshark tcpdump; do command -v "$t" >/dev/null || { echo "siw-interop: $
 # ---------------------------------------------------------------- the cases
 # ID | dir | siw rping -S | our --size | count | expect | our options | what it shows
 #   dir: o2s = our client -> siw rping server; s2o = siw rping client -> our server
+#        mixed (the host program is unmodified Debian code on our drop-in libraries, `rnic run`;
+#        "our options" are rnic run's; the same -S/-s and -C/-n on both sides):
+#        r2s = `rping -c` -> siw's `rping -s`; s2r = siw's `rping -c` -> `rping -s`;
+#        w2s = `ib_write_bw -R -F` client -> siw's server; s2w = siw's client -> our server
 #   expect: ok | v1noread (MPA rev 1 connects, our Send arrives, siw's rping cannot post its
 #           RDMA Read: siw gives a rev 1 QP ORD 0; we report the close) | refused (siw, the
 #           initiator, refuses our rev 1 Reply; we report the close) | terminate (siw ends the connection with a Terminate and we report it)
@@ -84,6 +96,14 @@ e3|o2s|64|64|1|fault|--fault unknown-stag|our RDMA Write to an STag siw never ad
 e4|s2o|64|64|2|srvfault|--fault no-recv|siw's second Send finds no receive posted on our side: our Terminate ends siw's rping
 f1|o2u|1048576|1048576|8|ok||beyond rping's 64 KiB: siw's ucmatose sends 8 Sends of 1 MiB, we send 8 back
 f2|o2u|4194304|4194304|3|ok|--crc required|4 MiB Sends each way, CRC on
+r1|r2s|4096|4096|10|ok|--crc required|unmodified rping client on our drop-in -> siw's rping server, CRC on
+r2|r2s|4096|4096|10|ok|--crc off|as r1, CRC off
+r3|s2r|4096|4096|10|ok|--crc required|siw's rping client -> unmodified rping server on our drop-in, CRC on
+r4|s2r|4096|4096|10|ok|--crc off|as r3, CRC off
+p1|w2s|65536|65536|100|ok|--crc required|perftest ib_write_bw -R -F client on our drop-in -> siw's ib_write_bw server, CRC on
+p2|w2s|65536|65536|100|ok|--crc off|as p1, CRC off
+p3|s2w|65536|65536|100|ok|--crc required|siw's ib_write_bw -R -F client -> ib_write_bw server on our drop-in, CRC on
+p4|s2w|65536|65536|100|ok|--crc off|as p3, CRC off
 EOT
 )
 # Our initiator's first-FPDU delay must work (a local self-check, two `rnic ping` processes on
@@ -107,6 +127,24 @@ HAVE_FAULT=0
 # (the help text first: grep -q on a pipe may exit early and leave rnic a SIGPIPE)
 PING_HELP=$("$RNIC" ping --help 2>&1 || true)
 if grep -q -- '--fault' <<< "$PING_HELP"; then HAVE_FAULT=1; fi
+# mixed cases need `rnic run`, its drop-in libraries, and the Debian programs on the host
+RUN_PROBLEM=""
+RUN_ENV=$(timeout 10 "$RNIC" run --print-env -- true 2>&1) || RUN_PROBLEM="\`rnic run\` does not work: $(tail -1 <<< "$RUN_ENV")"
+DROPIN_DIR=$(sed -nE 's/^LD_LIBRARY_PATH=([^:]*).*/\1/p' <<< "$RUN_ENV" | head -1)
+if [ -z "$RUN_PROBLEM" ] && { [ ! -e "$DROPIN_DIR/libibverbs.so.1" ] || [ ! -e "$DROPIN_DIR/librdmacm.so.1" ]; }; then
+  RUN_PROBLEM="no drop-in libibverbs.so.1/librdmacm.so.1 in '$DROPIN_DIR' (build them)"
+fi
+mixed_prog() {  # the Debian program of a mixed dir kind (none for the others)
+  case "$1" in r2s|s2r) echo rping ;; w2s|s2w) echo ib_write_bw ;; esac
+}
+mixed_cmd() {  # mixed_cmd DIR PORT SIZE COUNT: the host program's command line (into MIX)
+  case "$1" in
+    r2s) MIX=(rping -c -a 127.0.0.1 -p "$2" -S "$3" -C "$4" -V) ;;
+    s2r) MIX=(rping -s -a 127.0.0.1 -p "$2" -S "$3" -C "$4" -V) ;;
+    w2s) MIX=(ib_write_bw -R -F -d rnic0 -p "$2" -s "$3" -n "$4" 127.0.0.1) ;;
+    s2w) MIX=(ib_write_bw -R -F -d rnic0 -p "$2" -s "$3" -n "$4") ;;
+  esac
+}
 
 : > "$RES/plan.txt"; FWD=""; n=0
 declare -A GPORT HPORT SKIP
@@ -117,22 +155,36 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     # A fault case that cannot run is a failure, never a silent skip.
     SKIP[$id]="rnic ping ($RNIC) has no --fault option"; continue
   fi
-  n=$((n + 1))
-  if [ "$dir" = o2s ] || [ "$dir" = o2u ]; then
-    GPORT[$id]=$((7200 + n)); HPORT[$id]=$((BASE + n))
-    FWD="$FWD,tcp:127.0.0.1:${HPORT[$id]}-:${GPORT[$id]}"
-    role=srv; [ "$dir" = o2u ] && role=ucm
-    echo "$id $role ${GPORT[$id]} $gsz $cnt" >> "$RES/plan.txt"
+  prog=$(mixed_prog "$dir")
+  if [ -n "$prog" ]; then
+    # A mixed case that cannot run is a failure too.
+    if [ -n "$RUN_PROBLEM" ]; then SKIP[$id]="$RUN_PROBLEM"; continue; fi
+    command -v "$prog" >/dev/null || { SKIP[$id]="no $prog on the host (apt-get install rdmacm-utils perftest)"; continue; }
+  fi
+  if [ "$dir" = o2s ] || [ "$dir" = o2u ] || [ "$dir" = r2s ] || [ "$dir" = w2s ]; then
+    role=srv; [ "$dir" = o2u ] && role=ucm; [ "$dir" = w2s ] && role=bws
+    # mixed cases where our drop-in initiates get spare attempts against siw's accept race,
+    # each its own connection on its own port; the guest starts one only on ID.tryK.go
+    tries=1; [ -n "$prog" ] && tries=$MIX_TRIES
+    for k in $(seq 1 "$tries"); do
+      aid=$id; gate=""; [ "$k" -gt 1 ] && { aid="$id.try$k"; gate=" gated"; }
+      n=$((n + 1))
+      GPORT[$aid]=$((7200 + n)); HPORT[$aid]=$((BASE + n))
+      FWD="$FWD,tcp:127.0.0.1:${HPORT[$aid]}-:${GPORT[$aid]}"
+      echo "$aid $role ${GPORT[$aid]} $gsz $cnt$gate" >> "$RES/plan.txt"
+    done
   else
+    n=$((n + 1))
     HPORT[$id]=$((BASE + 1000 + n)); GPORT[$id]=${HPORT[$id]}
-    echo "$id cli ${HPORT[$id]} $gsz $cnt" >> "$RES/plan.txt"
+    role=cli; [ "$dir" = s2w ] && role=bwc
+    echo "$id $role ${HPORT[$id]} $gsz $cnt" >> "$RES/plan.txt"
   fi
 done <<< "$CASES"
 
 # ---------------------------------------------------------------- boot
 VM_TIMEOUT=$((60 + n * 25)); [ "$VM_TIMEOUT" -gt 570 ] && VM_TIMEOUT=570
 say "booting the VM for $n cases (bounded to ${VM_TIMEOUT}s); results in $RES"
-mkdir -p "$RES/out"; rm -f "$RES"/out/*.rc "$RES"/out/*.ready "$RES"/out/guest-up "$RES"/*.go "$RES"/*.done
+mkdir -p "$RES/out"; rm -f "$RES"/out/*.rc "$RES"/out/*.ready "$RES"/out/guest-up "$RES"/*.go "$RES"/*.done "$RES"/*.skip
 SIWVM_CACHE="$CACHE" SIWVM_RESULTS="$RES" SIWVM_HOSTFWD="${FWD#,}" SIWVM_TIMEOUT="$VM_TIMEOUT" \
   bash "$SRC/scripts/siwvm/run.sh" interop CASE_TIMEOUT="$CASE_TIMEOUT" SCEN_TIMEOUT=$((VM_TIMEOUT - 20)) \
   > "$RES/run.log" 2>&1 &
@@ -157,9 +209,23 @@ client_mitigation() {  # the option our client adds for siw's accept race, given
   case " $1 " in *" --mpa-rev 1 "*) ;; *) echo "--p2p" ;; esac
 }
 listening() { ss -ltnH "sport = :$1" 2>/dev/null | grep -q .; }
+declare -A ATTEMPTS
+ordered_pcaps() {  # DIR: the drop-in's captures PROG-PID.pcap, PROG-PID-2.pcap, ... in connection order
+  local f k
+  for f in "$1"/*.pcap; do
+    [ -e "$f" ] || continue
+    k=$(sed -nE 's/.*-[0-9]+-([0-9]+)\.pcap$/\1/p' <<< "$f"); echo "${k:-1} $f"
+  done | sort -n | cut -d' ' -f2-
+}
+race_suspect() {  # PCAP: the initiator's first connection sent FPDUs and siw answered none
+  local d
+  [ -s "$1" ] || return 1
+  d=$(timeout 60 "$RNIC" decode "$1" 2>/dev/null)
+  grep -qE ' c0 I>R @[0-9]+ +FPDU' <<< "$d" && ! grep -qE ' c0 R>I @[0-9]+ +FPDU' <<< "$d"
+}
 while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   [ -n "$id" ] && [ -n "${HPORT[$id]:-}" ] || continue
-  hp=${HPORT[$id]}; pc="$RES/$id.ours.pcap"; log="$RES/$id.ours.log"
+  hp=${HPORT[$id]}; pc="$RES/$id.ours.pcap"; log="$RES/$id.ours.log"; prog=$(mixed_prog "$dir")
   # shellcheck disable=SC2086
   if [ "$dir" = o2s ]; then
     extra=$(client_mitigation "$opts")
@@ -179,6 +245,39 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     else
       echo "the guest's ucmatose server never listened" > "$log"; echo noguest > "$RES/$id.ours.rc"
     fi
+  elif [ "$dir" = r2s ] || [ "$dir" = w2s ]; then
+    # mixed: the unmodified program on our drop-in, one pcap per connection in AID.ours.caps/;
+    # attempt K (AID ID.tryK) only when attempt K-1 stalled in siw's accept race
+    k=1; aid=$id
+    while :; do
+      ATTEMPTS[$id]=$k; hp=${HPORT[$aid]}; log="$RES/$aid.ours.log"
+      mixed_cmd "$dir" "$hp" "$osz" "$cnt"; mkdir -p "$RES/$aid.ours.caps"
+      if wait_for "$RES/out/$aid.ready" "$CASE_TIMEOUT"; then
+        timeout -k 5 "$MIX_TIMEOUT" "$RNIC" run $opts --log cm=info --capture-dir "$RES/$aid.ours.caps" -- "${MIX[@]}" \
+          > "$log" 2>&1
+        echo $? > "$RES/$aid.ours.rc"
+      else
+        echo "the guest's $prog server never listened" > "$log"; echo noguest > "$RES/$aid.ours.rc"
+      fi
+      : > "$RES/$aid.done"
+      wait_for "$RES/out/$aid.guest.rc" $((CASE_TIMEOUT + 10)) || echo "none" > "$RES/out/$aid.guest.rc"
+      say "$aid: ours rc $(cat "$RES/$aid.ours.rc"), siw $prog rc $(cat "$RES/out/$aid.guest.rc")"
+      [ "$k" -lt "$MIX_TRIES" ] && [ "$(cat "$RES/$aid.ours.rc")" = 124 ] \
+        && race_suspect "$(ordered_pcaps "$RES/$aid.ours.caps" | head -1)" || break
+      k=$((k + 1)); aid="$id.try$k"
+      say "$id: siw answered none of our FPDUs (accept race?): attempt $k on a new connection"
+      : > "$RES/$aid.go"
+    done
+    for j in $(seq $((k + 1)) "$MIX_TRIES"); do : > "$RES/$id.try$j.skip"; done
+    continue
+  elif [ "$dir" = s2r ] || [ "$dir" = s2w ]; then
+    mixed_cmd "$dir" "$hp" "$osz" "$cnt"; mkdir -p "$RES/$id.ours.caps"
+    timeout -k 5 $((MIX_TIMEOUT + 20)) "$RNIC" run $opts --log cm=info --capture-dir "$RES/$id.ours.caps" -- "${MIX[@]}" \
+      > "$log" 2>&1 &
+    spid=$!
+    k=0; while ! listening "$hp" && [ $k -lt 100 ] && kill -0 $spid 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+    : > "$RES/$id.go"
+    wait $spid; echo $? > "$RES/$id.ours.rc"
   else
     timeout $((CASE_TIMEOUT + 20)) "$RNIC" ping --server --bind 127.0.0.1 --port "$hp" --size "$osz" \
       --timeout 60000 --pcap "$pc" $opts > "$log" 2>&1 &
@@ -189,7 +288,7 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   fi
   : > "$RES/$id.done"
   wait_for "$RES/out/$id.guest.rc" $((CASE_TIMEOUT + 10)) || echo "none" > "$RES/out/$id.guest.rc"
-  say "$id: ours rc $(cat "$RES/$id.ours.rc"), siw rping rc $(cat "$RES/out/$id.guest.rc")"
+  say "$id: ours rc $(cat "$RES/$id.ours.rc"), siw ${prog:-rping} rc $(cat "$RES/out/$id.guest.rc")"
 done <<< "$CASES"
 wait "$VMPID"; VMRC=$?
 say "VM finished (run.sh exit $VMRC)"
@@ -201,8 +300,10 @@ ours_params() {  # from our program's own line ("connected to ..." / "connection
     | sed -E 's/MPA rev ([12])( enhanced)?/rev \1/; s/ \((initiator|responder)\)//g'
 }
 wire_params() {  # from `rnic decode --json` of a capture (first connection)
-  "$RNIC" decode --json "$1" 2>/dev/null | tr -d ' \n' | sed -E 's/.*"params":\{([^}]*)\}.*/\1/' | tr ',' '\n' \
-    | tr -d '"' | awk -F: '{v[$1]=$2} END {
+  "$RNIC" decode --json "$1" 2>/dev/null | tr -d ' \n' | sed -E 's/.*"params":\{([^}]*)\}.*/\1/' | params_fmt
+}
+params_fmt() {  # one connection's JSON params, k:v,k:v,... on stdin -> the params line
+  tr ',' '\n' | tr -d '"' | awk -F: '{v[$1]=$2} END {
         if (v["revision"] == "") { print "none"; exit }
         printf "rev %s, CRC %s, markers %s/%s, IRD/ORD %s/%s %s/%s%s\n", v["revision"],
           v["crc"] == "true" ? "on" : "off", v["markers_to_responder"] == "true" ? "on" : "off",
@@ -210,12 +311,72 @@ wire_params() {  # from `rnic decode --json` of a capture (first connection)
           v["responder_ird"], v["responder_ord"],
           v["peer_to_peer"] == "true" ? ", peer-to-peer RTR " v["rtr"] : "" }'
 }
-tshark_check() {  # prints "ok N" or the problem
-  local f="$1" nf bad mal
-  nf=$(timeout 60 tshark -r "$f" -Y 'iwarp_mpa' -T fields -e frame.number 2>/dev/null | wc -l)
-  bad=$(timeout 60 tshark -r "$f" -V -Y 'iwarp_mpa' 2>/dev/null | grep -c 'Bad CRC32')
-  mal=$(timeout 60 tshark -r "$f" -Y '_ws.malformed' -T fields -e frame.number 2>/dev/null | wc -l)
+# Mixed cases: every connection of the case, in order, as "PARAMS; PARAMS; ..." (perftest -R
+# makes two: its data exchange, then the test QP's).
+wire_params_all() {  # FILE...: every connection of the captures, in order
+  local f b
+  for f in "$@"; do
+    "$RNIC" decode --json "$f" 2>/dev/null | tr -d ' \n' | grep -oE '"params":\{[^}]*\}' | sed -E 's/^"params":\{//; s/\}$//' \
+      | while read -r b; do params_fmt <<< "$b"; done
+  done | paste -sd ';' | sed 's/;/; /g'
+}
+mixed_ours_params() {  # from the drop-in's `--log cm=info` lines "... ESTABLISHED: rev 2 crc on ..."
+  grep -E ' \[cm\] info: .* ESTABLISHED: ' "$1" | sed -E 's/.* ESTABLISHED: //' \
+    | sed -E 's/^rev ([12]) crc (on|off) markers i->r (on|off) r->i (on|off)/rev \1, CRC \2, markers \3\/\4/
+              s/ initiator IRD\/ORD ([0-9]+\/[0-9]+) responder IRD\/ORD ([0-9]+\/[0-9]+)/, IRD\/ORD \1 \2/
+              /IRD\/ORD/! s/(markers [a-z]+\/[a-z]+)/\1, IRD\/ORD 0\/0 0\/0/
+              s/ p2p rtr ([a-z]+)/, peer-to-peer RTR \1/' | paste -sd ';' | sed 's/;/; /g'
+}
+tshark_check() {  # FILE [TSHARK OPTIONS]: prints "ok N" or the problem
+  local f="$1" nf bad mal; shift
+  nf=$(timeout 60 tshark "$@" -r "$f" -Y 'iwarp_mpa' -T fields -e frame.number 2>/dev/null | wc -l)
+  bad=$(timeout 60 tshark "$@" -r "$f" -V -Y 'iwarp_mpa' 2>/dev/null | grep -c 'Bad CRC32')
+  mal=$(timeout 60 tshark "$@" -r "$f" -Y '_ws.malformed' -T fields -e frame.number 2>/dev/null | wc -l)
   if [ "$nf" -gt 0 ] && [ "$bad" = 0 ] && [ "$mal" = 0 ]; then echo "ok $nf"; else echo "MPA frames $nf, bad CRC $bad, malformed $mal"; fi
+}
+judge_mixed() {  # AID: judge one attempt of a mixed case (sets orc grc why pcol dcol tcol ours)
+  local a="$1" log="$RES/$1.ours.log" op wp pp want f t drc nf tbad bw last
+  local -a pcs
+  orc=$(cat "$RES/$a.ours.rc" 2>/dev/null || echo none); grc=$(cat "$RES/out/$a.guest.rc" 2>/dev/null || echo none)
+  case "$exp" in
+    ok) [ "$orc" = 0 ] || why="$why; our $prog exit $orc"
+        [ "$grc" = 0 ] || why="$why; siw's $prog exit $grc" ;;
+    *) why="$why; no expectation '$exp' for mixed cases" ;;
+  esac
+  mapfile -t pcs < <(ordered_pcaps "$RES/$a.ours.caps")
+  timeout 60 tcpdump -r "$RES/out/guest.pcap" -w "$RES/$a.siw.pcap" "tcp port ${GPORT[$a]}" 2>/dev/null
+  op=$(mixed_ours_params "$log"); wp=$(wire_params_all "$RES/$a.siw.pcap")
+  pp=""; [ "${#pcs[@]}" -gt 0 ] && pp=$(wire_params_all "${pcs[@]}")
+  if [ -n "$op" ] && [ "$op" = "$wp" ] && [ "$op" = "$pp" ]; then pcol="$op"
+  else pcol="ours: ${op:-none}; siw's wire: ${wp:-none}; our pcaps: ${pp:-none}"; why="$why; parameters differ"; fi
+  # the CRC asked for must be the CRC every connection runs with
+  want=""; case " $opts " in *" --crc required "*) want=on ;; *" --crc off "*) want=off ;; esac
+  if [ -n "$want" ] && [ -n "$op" ] && tr ';' '\n' <<< "$op" | grep -qv "CRC $want,"; then why="$why; a connection without CRC $want"; fi
+  # our captures: rnic decode and tshark, every one (tshark's RPC-over-RDMA heuristic misreads
+  # perftest's small Sends as malformed RPC: off, here and on siw's own capture alike)
+  if [ "${#pcs[@]}" -gt 0 ]; then
+    : > "$RES/$a.ours.decode.txt"; drc=0; nf=0; tbad=""
+    for f in "${pcs[@]}"; do
+      timeout 60 "$RNIC" decode "$f" >> "$RES/$a.ours.decode.txt" 2>&1 || drc=$?
+      t=$(tshark_check "$f" --disable-heuristic rpcordma)
+      case "$t" in ok*) nf=$((nf + ${t#ok })) ;; *) tbad="$tbad ${f##*/}: $t" ;; esac
+    done
+    dcol="clean (${#pcs[@]} pcaps)"; [ "$drc" = 0 ] || { dcol="exit $drc"; why="$why; rnic decode exit $drc"; }
+    if [ -z "$tbad" ]; then tcol="clean ($nf MPA frames)"; else tcol="$tbad"; why="$why; tshark:$tbad"; fi
+  else
+    dcol="no pcap"; tcol="no pcap"; why="$why; no pcap"
+  fi
+  ours="$(grep -c ' ESTABLISHED: ' "$log") connection(s) established"
+  if [ "$prog" = ib_write_bw ]; then
+    bw=$(grep -A1 -E '^ *#bytes' "$log" | tail -1 | awk 'NF >= 4 {print $1 " x " $2 ", average " $4 " MB/s"}')
+    [ -n "$bw" ] && ours="$ours, $bw"
+  fi
+  if [ "$orc" != 0 ]; then
+    last=$(grep -vE '^\[|^ *$' "$log" | tail -1 | cut -c1-120 | tr '|' '/'); [ -n "$last" ] && ours="$ours; $last"
+  fi
+  if [ -n "$why" ] && { [ "$dir" = r2s ] || [ "$dir" = w2s ]; } && race_suspect "$RES/$a.siw.pcap"; then
+    why="$why; siw accept race: siw answered none of our FPDUs on the first connection (see docs/siw-interop.md)"
+  fi
 }
 PASS=0; FAIL=0
 TABLE="| case | direction | siw -S / our --size x count | our options | expect | our side | siw rping | params: ours = siw's wire | rnic decode | tshark | result |
@@ -226,6 +387,11 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   [ -n "$id" ] || continue
   echo "$id" | grep -qE "$ONLY" || continue
   dirs="ours -> siw"; [ "$dir" = s2o ] && dirs="siw -> ours"; [ "$dir" = o2u ] && dirs="ours <-> siw ucmatose"
+  prog=$(mixed_prog "$dir")
+  case "$dir" in
+    r2s|w2s) dirs="$prog on ours -> siw $prog" ;;
+    s2r|s2w) dirs="siw $prog -> $prog on ours" ;;
+  esac
   [ "$dir" = o2s ] || [ "$dir" = o2u ] && { m=$(client_mitigation "$opts"); [ -n "$m" ] && opts="${opts:+$opts }$m"; }
   if [ -n "${SKIP[$id]:-}" ]; then
     row "$id | $dirs | $gsz / $osz x $cnt | \`$opts\` | $exp | - | - | - | - | - | FAIL: cannot run: ${SKIP[$id]}"
@@ -234,6 +400,28 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   log="$RES/$id.ours.log"; pc="$RES/$id.ours.pcap"
   orc=$(cat "$RES/$id.ours.rc" 2>/dev/null || echo none); grc=$(cat "$RES/out/$id.guest.rc" 2>/dev/null || echo none)
   why=""
+  if [ -n "$prog" ]; then
+    # ---- mixed: an unmodified program on our drop-in against the same program over siw
+    tries=${ATTEMPTS[$id]:-1}; aid=$id; [ "$tries" -gt 1 ] && aid="$id.try$tries"
+    judge_mixed "$aid"
+    # every earlier attempt must be siw's accept race, seen on siw's own wire
+    k=1; early=""
+    while [ "$k" -lt "$tries" ]; do
+      eid=$id; [ "$k" -gt 1 ] && eid="$id.try$k"
+      timeout 60 tcpdump -r "$RES/out/guest.pcap" -w "$RES/$eid.siw.pcap" "tcp port ${GPORT[$eid]}" 2>/dev/null
+      if race_suspect "$RES/$eid.siw.pcap"; then
+        early="$early attempt $k: stalled (exit $(cat "$RES/$eid.ours.rc")), siw answered none of our FPDUs on its wire (accept race);"
+      else
+        why="$why; attempt $k failed and is not siw's accept race (siw answered on its wire)"
+      fi
+      k=$((k + 1))
+    done
+    res=PASS; [ -n "$why" ] && res="FAIL${why/;/:}"
+    [ "$tries" -gt 1 ] && res="$res (attempt $tries of $MIX_TRIES;${early%;})"
+    [ -z "$why" ] && PASS=$((PASS + 1)) || FAIL=$((FAIL + 1))
+    row "$id | $dirs | $gsz / $osz x $cnt | \`${opts:-}\` | $exp | exit $orc: $ours | exit $grc | $pcol | $dcol | $tcol | $res"
+    continue
+  fi
   case "$exp" in
     ok)
       [ "$orc" = 0 ] || why="$why; our side exit $orc"

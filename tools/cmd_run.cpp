@@ -140,11 +140,6 @@ Runner add_run_command(CLI::App& app) {
                   "protocol error (default 1000; 0: at once). iWARP has no RNR NAK; programs\n"
                   "written for InfiniBand, such as qperf's rc_bw, count on one")
       ->check(CLI::Range(0, 60000));
-  sub->add_option("--rnr-wait", o->rnr_wait,
-                  "Milliseconds a Send that finds no posted receive waits for one before it is a\n"
-                  "protocol error (default 1000; 0: at once). iWARP has no RNR NAK; programs\n"
-                  "written for InfiniBand, such as qperf's rc_bw, count on one")
-      ->check(CLI::Range(0, 60000));
   sub->add_option("--capture-dir", o->capture_dir,
                   "Record every connection of the program as a pcap in this directory\n"
                   "(PROGRAM-PID.pcap, PROGRAM-PID-2.pcap, ...), for Wireshark, rnic decode and\n"

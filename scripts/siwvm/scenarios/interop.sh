@@ -1,4 +1,5 @@
-# interop: siw's rping in the guest against the host's `rnic ping`, one connection per plan line.
+# interop: siw's rping (or ucmatose, or perftest's ib_write_bw) in the guest against the host's
+# `rnic ping` / `rnic cmatose` / unmodified programs under `rnic run`, one case per plan line.
 # The host (scripts/siw-interop.sh) writes /mnt/host/plan.txt, one case a line:
 #   ID srv PORT SIZE COUNT   siw is the rping server on 10.0.2.15:PORT (the host reaches it through
 #                            a slirp hostfwd); the guest marks $OUT/ID.ready once it listens
@@ -6,7 +7,13 @@
 #                            64 KiB); marked ready like srv
 #   ID cli PORT SIZE COUNT   siw is the rping client of 10.0.2.2:PORT (the host's 127.0.0.1:PORT);
 #                            it starts when the host creates /mnt/host/ID.go
-# For each case the guest writes $OUT/ID.guest.log and $OUT/ID.guest.rc (rping's exit status,
+#   ID bws PORT SIZE COUNT   siw's `ib_write_bw -R -F -d siw0` is the server on PORT (SIZE octets,
+#                            COUNT iterations); marked ready like srv
+#   ID bwc PORT SIZE COUNT   siw's `ib_write_bw -R -F -d siw0` is the client of 10.0.2.2:PORT;
+#                            it starts on /mnt/host/ID.go like cli
+# A line may end in "gated" (a spare attempt of a case): the guest then starts nothing until the
+# host creates /mnt/host/ID.go, and skips the line (rc "skipped") on /mnt/host/ID.skip.
+# For each case the guest writes $OUT/ID.guest.log and $OUT/ID.guest.rc (the program's exit status,
 # or "killed" when it was still running CASE_TIMEOUT seconds in, or 3 s after the host's ID.done).
 # The whole session is captured on eth0 (siw's side of slirp) straight into $OUT/guest.pcap.
 . "$SDIR/lib.sh"
@@ -22,8 +29,12 @@ mark guest-up
 wait_file() {  # wait_file FILE TENTHS
   j=0; while [ ! -e "$1" ] && [ "$j" -lt "$2" ]; do sleep 0.1; j=$((j + 1)); done; [ -e "$1" ]
 }
-while read -r id role port size count; do
+while read -r id role port size count gate; do
   [ -n "$id" ] || continue
+  if [ "$gate" = gated ]; then
+    j=0; while [ ! -e "$H/$id.go" ] && [ ! -e "$H/$id.skip" ] && [ "$j" -lt $((CASE_TIMEOUT * 10)) ]; do sleep 0.1; j=$((j + 1)); done
+    if [ ! -e "$H/$id.go" ]; then echo skipped > "$OUT/$id.guest.rc"; continue; fi
+  fi
   case "$role" in
     srv)
       rping -s -a 10.0.2.15 -p "$port" -C "$count" -S "$size" -V > "$OUT/$id.guest.log" 2>&1 &
@@ -45,9 +56,24 @@ while read -r id role port size count; do
       rping -c -a 10.0.2.2 -p "$port" -C "$count" -S "$size" -V > "$OUT/$id.guest.log" 2>&1 &
       pid=$!
       ;;
+    bws)
+      # perftest over rdma_cm (-R): a data-exchange connection, then the test QP's, both to PORT
+      ib_write_bw -R -F -d siw0 -p "$port" -s "$size" -n "$count" > "$OUT/$id.guest.log" 2>&1 &
+      pid=$!
+      wait_listen "$port" 100
+      mark "$id.ready"
+      ;;
+    bwc)
+      if ! wait_file "$H/$id.go" $((CASE_TIMEOUT * 10)); then
+        echo "host never said go" > "$OUT/$id.guest.log"; echo nogo > "$OUT/$id.guest.rc"; continue
+      fi
+      ib_write_bw -R -F -d siw0 -p "$port" -s "$size" -n "$count" 10.0.2.2 > "$OUT/$id.guest.log" 2>&1 &
+      pid=$!
+      ;;
     *) log "bad plan line: $id $role"; continue ;;
   esac
-  log "$id: rping $role port $port size $size count $count (pid $pid)"
+  prog=rping; case "$role" in ucm) prog=ucmatose ;; bws|bwc) prog=ib_write_bw ;; esac
+  log "$id: $prog $role port $port size $size count $count (pid $pid)"
   j=0; grace=30
   while kill -0 "$pid" 2>/dev/null && [ "$j" -lt $((CASE_TIMEOUT * 10)) ]; do
     if [ -e "$H/$id.done" ]; then grace=$((grace - 1)); [ "$grace" -le 0 ] && break; fi
@@ -57,12 +83,12 @@ while read -r id role port size count; do
     # a process stuck in the kernel does not die: never wait for it unbounded
     kill "$pid" 2>/dev/null; j=0
     while kill -0 "$pid" 2>/dev/null && [ "$j" -lt 50 ]; do [ "$j" = 10 ] && kill -9 "$pid" 2>/dev/null; sleep 0.1; j=$((j + 1)); done
-    if kill -0 "$pid" 2>/dev/null; then rc=stuck; log "$id: rping does not die: $(cat /proc/$pid/stack 2>/dev/null | head -3 | tr '\n' ' ')"
+    if kill -0 "$pid" 2>/dev/null; then rc=stuck; log "$id: $prog does not die: $(cat /proc/$pid/stack 2>/dev/null | head -3 | tr '\n' ' ')"
     else wait "$pid" 2>/dev/null; rc=killed; fi
   else
     wait "$pid"; rc=$?
   fi
-  log "$id: rping exit $rc"
+  log "$id: $prog exit $rc"
   echo "$rc" > "$OUT/$id.guest.rc"; sync
 done < "$H/plan.txt"
 sleep 0.5
