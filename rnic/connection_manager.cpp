@@ -227,7 +227,7 @@ int CmId::listen(const std::string& addr, std::uint16_t port, std::string* why) 
   return listen(why);
 }
 
-int CmId::bind(const std::string& addr, std::uint16_t port, std::string* why) {
+int CmId::bind(const std::string& addr, std::uint16_t port, std::string* why, bool queue_now) {
   boost::system::error_code ec;
   auto a = asio::ip::make_address(addr, ec);
   if (ec) {
@@ -245,6 +245,10 @@ int CmId::bind(const std::string& addr, std::uint16_t port, std::string* why) {
   // "::" takes IPv4 too, as the kernel's rdma_cm binds a wildcard IPv6 address.
   if (!ec && a.is_v6()) acceptor_->set_option(asio::ip::v6_only(false), ec);
   if (!ec) acceptor_->bind(ep, ec);
+  if (!ec && queue_now) {
+    acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+    backlog_ = !ec;
+  }
   if (ec) {
     if (why) *why = fmt::format("cannot bind {}:{}: {}", addr, port, ec.message());
     const int err = ec == asio::error::address_in_use  ? EADDRINUSE
@@ -265,7 +269,7 @@ int CmId::listen(std::string* why) {
   }
   if (listener_) return 0;  // listening already
   boost::system::error_code ec;
-  acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (!backlog_) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     if (why) *why = fmt::format("cannot listen on {}: {}", peer(), ec.message());
     return EADDRINUSE;

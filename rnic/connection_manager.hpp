@@ -150,7 +150,10 @@ class CmId : public std::enable_shared_from_this<CmId> {
   int listen(const std::string& addr, std::uint16_t port, std::string* why);
   // The same in two steps, as rdma_bind_addr and rdma_listen: bind() takes the address at once
   // (so local_port() tells the port picked for 0), listen() then accepts connections.
-  int bind(const std::string& addr, std::uint16_t port, std::string* why);
+  // With queue_now the socket listens at once, so that TCP connections arriving between bind()
+  // and listen() wait in the kernel's backlog instead of being refused: qperf's server sends
+  // its port to the client between rdma_bind_addr and rdma_listen.
+  int bind(const std::string& addr, std::uint16_t port, std::string* why, bool queue_now = false);
   int listen(std::string* why);
   // Stops a listener (rdma_destroy_id): when this returns the port is free for another one;
   // connections it accepted live on. Any thread but the engine's; bounded.
@@ -235,6 +238,7 @@ class CmId : public std::enable_shared_from_this<CmId> {
   bool disconnect_requested_ = false;   // disconnect() before the QP was started (engine thread)
   std::shared_ptr<Listener> listener_;  // a listener's, shared with the ids it accepted
   std::weak_ptr<CmId> parent_;          // the listener that accepted this id
+  bool backlog_ = false;                // the bound socket listens already (bind's queue_now)
   std::atomic<bool> failed_{false};
   bool holds_slot_ = false;  // counted in listener_->pending (engine thread)
   // In listener_'s list of connections with no MPA Request yet, oldest first (engine thread).

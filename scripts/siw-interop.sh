@@ -20,8 +20,8 @@
 #        SIW_FIRST_DELAY (our client's option against siw's accept race, default
 #        "--first-fpdu-delay 50"; cases with --p2p or their own delay get none),
 #        MIX_TIMEOUT (s, default 60: bound on each host program of a mixed case), MIX_TRIES
-#        (default 3: attempts of a mixed case our drop-in initiates; a further attempt runs only
-#        when the previous one stalled with siw answering none of our FPDUs, its accept race)
+#        (default 5: attempts of a mixed case our drop-in initiates; a further attempt runs only
+#        when the previous one failed in a known race: siw's accept race or perftest's listen race)
 set -uo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RNIC="${RNIC:-$SRC/build/rnic}"
@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
     --results) RES="$2"; shift 2 ;;
     --cache) CACHE="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "siw-interop: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -41,7 +41,7 @@ mkdir -p "$RES"; RES="$(cd "$RES" && pwd)"
 BASE="${SIWVM_PORT_BASE:-17200}"
 CASE_TIMEOUT="${CASE_TIMEOUT:-90}"
 MIX_TIMEOUT="${MIX_TIMEOUT:-60}"
-MIX_TRIES="${MIX_TRIES:-3}"
+MIX_TRIES="${MIX_TRIES:-5}"
 # how our initiator lives with siw 6.1's accept race (see docs/siw-interop.md)
 FIRST_DELAY="${SIW_FIRST_DELAY---first-fpdu-delay 50}"
 T0=$SECONDS
@@ -163,7 +163,8 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   fi
   if [ "$dir" = o2s ] || [ "$dir" = o2u ] || [ "$dir" = r2s ] || [ "$dir" = w2s ]; then
     role=srv; [ "$dir" = o2u ] && role=ucm; [ "$dir" = w2s ] && role=bws
-    # mixed cases where our drop-in initiates get spare attempts against siw's accept race,
+    # mixed cases where our drop-in initiates get spare attempts (siw's accept race, perftest's
+    # listen race: see retry_reason),
     # each its own connection on its own port; the guest starts one only on ID.tryK.go
     tries=1; [ -n "$prog" ] && tries=$MIX_TRIES
     for k in $(seq 1 "$tries"); do
@@ -223,6 +224,22 @@ race_suspect() {  # PCAP: the initiator's first connection sent FPDUs and siw an
   d=$(timeout 60 "$RNIC" decode "$1" 2>/dev/null)
   grep -qE ' c0 I>R @[0-9]+ +FPDU' <<< "$d" && ! grep -qE ' c0 R>I @[0-9]+ +FPDU' <<< "$d"
 }
+# Why an attempt of a mixed case our drop-in initiates deserves another one (empty: it does not):
+#   accept race   it stalled (timeout) and siw answered none of our FPDUs (siw 6.1's accept race)
+#   listen race   ib_write_bw: the data-exchange connection came up, the test QP's connection was
+#                 reset before the MPA Reply (siw's perftest server destroys its listener after
+#                 the first connection and listens anew only after a handshake; our client
+#                 connects first), after which perftest's own retry crashes
+retry_reason() {  # AID
+  local a="$1" rc
+  rc=$(cat "$RES/$a.ours.rc" 2>/dev/null)
+  if [ "$rc" = 124 ] && race_suspect "$(ordered_pcaps "$RES/$a.ours.caps" | head -1)"; then
+    echo "siw answered none of our FPDUs (siw's accept race)"
+  elif [ "$prog" = ib_write_bw ] && [ "$rc" != 0 ] && [ "$(grep -c ' ESTABLISHED: ' "$RES/$a.ours.log")" = 1 ] \
+       && grep -q 'CONNECT_ERROR: .*Connection reset by peer' "$RES/$a.ours.log"; then
+    echo "the test QP's connection was reset before the MPA Reply (perftest's listen race)"
+  fi
+}
 while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   [ -n "$id" ] && [ -n "${HPORT[$id]:-}" ] || continue
   hp=${HPORT[$id]}; pc="$RES/$id.ours.pcap"; log="$RES/$id.ours.log"; prog=$(mixed_prog "$dir")
@@ -253,7 +270,9 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
       ATTEMPTS[$id]=$k; hp=${HPORT[$aid]}; log="$RES/$aid.ours.log"
       mixed_cmd "$dir" "$hp" "$osz" "$cnt"; mkdir -p "$RES/$aid.ours.caps"
       if wait_for "$RES/out/$aid.ready" "$CASE_TIMEOUT"; then
-        timeout -k 5 "$MIX_TIMEOUT" "$RNIC" run $opts --log cm=info --capture-dir "$RES/$aid.ours.caps" -- "${MIX[@]}" \
+        # our initiator holds its first FPDU as `rnic ping` does against siw's accept race
+        timeout -k 5 "$MIX_TIMEOUT" "$RNIC" run $opts $(client_mitigation "$opts" | sed 's/--p2p//') \
+          --log cm=info --capture-dir "$RES/$aid.ours.caps" -- "${MIX[@]}" \
           > "$log" 2>&1
         echo $? > "$RES/$aid.ours.rc"
       else
@@ -262,10 +281,10 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
       : > "$RES/$aid.done"
       wait_for "$RES/out/$aid.guest.rc" $((CASE_TIMEOUT + 10)) || echo "none" > "$RES/out/$aid.guest.rc"
       say "$aid: ours rc $(cat "$RES/$aid.ours.rc"), siw $prog rc $(cat "$RES/out/$aid.guest.rc")"
-      [ "$k" -lt "$MIX_TRIES" ] && [ "$(cat "$RES/$aid.ours.rc")" = 124 ] \
-        && race_suspect "$(ordered_pcaps "$RES/$aid.ours.caps" | head -1)" || break
+      rwhy=$(retry_reason "$aid")
+      [ "$k" -lt "$MIX_TRIES" ] && [ -n "$rwhy" ] || break
       k=$((k + 1)); aid="$id.try$k"
-      say "$id: siw answered none of our FPDUs (accept race?): attempt $k on a new connection"
+      say "$id: $rwhy: attempt $k on a new connection"
       : > "$RES/$aid.go"
     done
     for j in $(seq $((k + 1)) "$MIX_TRIES"); do : > "$RES/$id.try$j.skip"; done
@@ -358,7 +377,7 @@ judge_mixed() {  # AID: judge one attempt of a mixed case (sets orc grc why pcol
     : > "$RES/$a.ours.decode.txt"; drc=0; nf=0; tbad=""
     for f in "${pcs[@]}"; do
       timeout 60 "$RNIC" decode "$f" >> "$RES/$a.ours.decode.txt" 2>&1 || drc=$?
-      t=$(tshark_check "$f" --disable-heuristic rpcordma)
+      t=$(tshark_check "$f" --disable-protocol rpcordma)
       case "$t" in ok*) nf=$((nf + ${t#ok })) ;; *) tbad="$tbad ${f##*/}: $t" ;; esac
     done
     dcol="clean (${#pcs[@]} pcaps)"; [ "$drc" = 0 ] || { dcol="exit $drc"; why="$why; rnic decode exit $drc"; }
@@ -411,8 +430,11 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
       timeout 60 tcpdump -r "$RES/out/guest.pcap" -w "$RES/$eid.siw.pcap" "tcp port ${GPORT[$eid]}" 2>/dev/null
       if race_suspect "$RES/$eid.siw.pcap"; then
         early="$early attempt $k: stalled (exit $(cat "$RES/$eid.ours.rc")), siw answered none of our FPDUs on its wire (accept race);"
+      elif [ "$prog" = ib_write_bw ] && grep -q 'CONNECT_ERROR: .*Connection reset by peer' "$RES/$eid.ours.log" \
+           && [ "$(timeout 60 tshark -r "$RES/$eid.siw.pcap" -Y "tcp.flags.reset == 1 && tcp.srcport == ${GPORT[$eid]}" 2>/dev/null | wc -l)" -gt 0 ]; then
+        early="$early attempt $k: exit $(cat "$RES/$eid.ours.rc"), siw reset the test QP's connection (perftest's listen race);"
       else
-        why="$why; attempt $k failed and is not siw's accept race (siw answered on its wire)"
+        why="$why; attempt $k failed and is neither siw's accept race nor perftest's listen race on siw's wire"
       fi
       k=$((k + 1))
     done

@@ -505,6 +505,46 @@ TEST(VerbsAbi, SendWaitsBrieflyForAReceive) {
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
 }
 
+// qperf's server sends its port (bound to 0) to the client before it calls rdma_listen: a
+// connection that comes in between waits in the backlog instead of being refused.
+TEST(VerbsAbi, ConnectionsBetweenBindAndListenWait) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&sa)), 0);
+  sa.sin_port = rdma_get_src_port(id);
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(s, 0);
+  EXPECT_EQ(connect(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0) << strerror(errno);
+  close(s);
+  ASSERT_EQ(rdma_listen(id, 0), 0);
+  EXPECT_EQ(rdma_destroy_id(id), 0);
+  rdma_destroy_event_channel(ch);
+}
+
+// perftest's connect retry uses an id it destroyed: an error, not a crash.
+TEST(VerbsAbi, DestroyedIdIsRefused) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  ASSERT_EQ(rdma_destroy_id(id), 0);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(9);
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  errno = 0;
+  EXPECT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(rdma_destroy_id(id), -1);
+  auto* bogus = reinterpret_cast<rdma_cm_id*>(0x5550000f0cc6);  // what perftest passed
+  EXPECT_EQ(rdma_connect(bogus, nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  rdma_destroy_event_channel(ch);
+}
+
 // perftest destroys the listener right after accepting and listens again on the same port.
 TEST(VerbsAbi, ListenerPortIsFreeAfterDestroy) {
   rdma_event_channel* ch = rdma_create_event_channel();

@@ -23,7 +23,8 @@ namespace iwarp::tools {
 namespace {
 
 struct RunOptions {
-  std::string crc, markers, mpa_rev, p2p, rtr, capture_dir, log, device, timeout_ms, rnr_wait;
+  std::string crc, markers, mpa_rev, p2p, rtr, capture_dir, log, device, timeout_ms, rnr_wait,
+      first_fpdu_delay;
   bool print_env = false;
 };
 
@@ -75,6 +76,7 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
   set("RNIC_DEVICE", o.device);
   set("RNIC_TIMEOUT_MS", o.timeout_ms);
   set("RNIC_RNR_WAIT_MS", o.rnr_wait);
+  set("RNIC_FIRST_FPDU_DELAY_MS", o.first_fpdu_delay);
   if (!o.capture_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.capture_dir, ec);
@@ -85,9 +87,9 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
     set("RNIC_CAPTURE_DIR", std::filesystem::absolute(o.capture_dir).string());
   }
   if (o.print_env) {
-    for (const char* v :
-         {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P", "RNIC_RTR",
-          "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS", "RNIC_RNR_WAIT_MS", "RNIC_CAPTURE_DIR"})
+    for (const char* v : {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P",
+                          "RNIC_RTR", "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS",
+                          "RNIC_RNR_WAIT_MS", "RNIC_FIRST_FPDU_DELAY_MS", "RNIC_CAPTURE_DIR"})
       if (const char* x = std::getenv(v)) std::cerr << v << "=" << x << "\n";
   }
   std::vector<char*> argv;
@@ -114,6 +116,7 @@ Runner add_run_command(CLI::App& app) {
       "hand (with LD_LIBRARY_PATH pointing at the libraries):\n"
       "  RNIC_CRC, RNIC_MARKERS, RNIC_MPA_REV, RNIC_P2P (1/0), RNIC_RTR, RNIC_TIMEOUT_MS,\n"
       "  RNIC_RNR_WAIT_MS,\n"
+      "  RNIC_FIRST_FPDU_DELAY_MS,\n"
       "  RNIC_CAPTURE_DIR, RNIC_LOG, RNIC_DEVICE; RNIC_DROPIN_DIR says where the libraries are.\n"
       "Not supported (a one-line message says so): UD/UC/XRC QPs, address handles, multicast,\n"
       "memory windows, on-demand paging, rsockets, perftest without -R (iWARP connects through\n"
@@ -135,6 +138,10 @@ Runner add_run_command(CLI::App& app) {
   sub->add_option("--timeout", o->timeout_ms,
                   "Milliseconds the MPA exchange waits for the peer (default 5000)")
       ->check(CLI::Range(100, 3600000));
+  sub->add_option("--first-fpdu-delay", o->first_fpdu_delay,
+                  "Milliseconds the initiator holds its first FPDU after the MPA Reply (default\n"
+                  "0; Linux siw 6.1 can stall on one that comes within ~2 ms)")
+      ->check(CLI::Range(0, 10000));
   sub->add_option("--rnr-wait", o->rnr_wait,
                   "Milliseconds a Send that finds no posted receive waits for one before it is a\n"
                   "protocol error (default 1000; 0: at once). iWARP has no RNR NAK; programs\n"

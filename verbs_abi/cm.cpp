@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/log.hpp"
 #include "rnic/connection_manager.hpp"
@@ -47,6 +48,7 @@ struct Id {
   std::shared_ptr<rnic::CmId> cm;
   EventChannel* ch = nullptr;
   bool listening = false;
+  bool bound = false;  // rdma_bind_addr made a socket (which queues connections until listen)
   bool qp_by_number = false;  // connected through conn_param->qp_num: CONNECT_RESPONSE
   bool own_cqs = false;       // rdma_create_qp made the CQs and their channels
   bool has_dst = false;
@@ -62,19 +64,31 @@ struct Event {
 std::mutex ids_mu;
 std::unordered_map<const rnic::CmId*, Id*> ids;
 
+// Every id the program holds, so that a call on a destroyed (or never created) id fails with
+// EINVAL instead of touching freed memory: perftest's connect retry calls rdma_resolve_addr with
+// an id it destroyed.
+std::unordered_set<const rdma_cm_id*> live_ids;
+
 void remember(Id* id) {
   std::lock_guard l(ids_mu);
   ids[id->cm.get()] = id;
+  live_ids.insert(&id->pub);
+}
+
+// The program's id, or nullptr (errno EINVAL) for a pointer that is not a live id.
+Id* live_id(rdma_cm_id* i) {
+  std::lock_guard l(ids_mu);
+  if (!i || !live_ids.contains(i)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return reinterpret_cast<Id*>(i);
 }
 
 Id* lookup(const rnic::CmId* cm) {
   std::lock_guard l(ids_mu);
   auto it = ids.find(cm);
   return it == ids.end() ? nullptr : it->second;
-}
-
-Id* id_of(rdma_cm_id* id) {
-  return reinterpret_cast<Id*>(id);
 }
 
 // The PD rdma_create_qp uses when the program gives none (as librdmacm's per-device PD).
@@ -346,23 +360,25 @@ int iwarp_cm_rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, void*
 }
 
 int iwarp_cm_rdma_destroy_id(rdma_cm_id* i) {
-  if (!i) return fail_neg(EINVAL);
-  Id* id = id_of(i);
-  if (id->listening) id->cm->stop_listening();
+  Id* id = live_id(i);
+  if (!id) return -1;
+  if (id->listening || id->bound) id->cm->stop_listening();
   // A connection still up ends (the kernel's rdma_destroy_id does the same); its QP stays the
   // program's to destroy.
   if (id->cm->qp()) id->cm->disconnect();
   {
     std::lock_guard l(ids_mu);
     ids.erase(id->cm.get());
+    live_ids.erase(&id->pub);
   }
   delete id;
   return 0;
 }
 
 int iwarp_cm_rdma_bind_addr(rdma_cm_id* i, sockaddr* addr) {
-  if (!i || !addr) return fail_neg(EINVAL);
-  Id* id = id_of(i);
+  Id* id = live_id(i);
+  if (!id) return -1;
+  if (!addr) return fail_neg(EINVAL);
   std::string host;
   std::uint16_t port = 0;
   if (!from_sockaddr(addr, &host, &port)) {
@@ -370,7 +386,9 @@ int iwarp_cm_rdma_bind_addr(rdma_cm_id* i, sockaddr* addr) {
     return fail_neg(EAFNOSUPPORT);
   }
   std::string why;
-  if (int e = id->cm->bind(host, port, &why)) return fail_neg(e);
+  // Connections that come before rdma_listen wait in the backlog (CmId::bind's queue_now).
+  if (int e = id->cm->bind(host, port, &why, true)) return fail_neg(e);
+  id->bound = true;
   to_sockaddr(id->cm->local_endpoint(), &i->route.addr.src_storage);
   i->verbs = shared_context();
   i->port_num = 1;
@@ -378,8 +396,8 @@ int iwarp_cm_rdma_bind_addr(rdma_cm_id* i, sockaddr* addr) {
 }
 
 int iwarp_cm_rdma_listen(rdma_cm_id* i, int /*backlog*/) {
-  if (!i) return fail_neg(EINVAL);
-  Id* id = id_of(i);
+  Id* id = live_id(i);
+  if (!id) return -1;
   std::string why;
   if (i->route.addr.src_addr.sa_family == 0) {
     // As the kernel: an id that was not bound listens on every address, on a port it picks.
@@ -394,7 +412,7 @@ int iwarp_cm_rdma_listen(rdma_cm_id* i, int /*backlog*/) {
 }
 
 std::uint16_t iwarp_cm_rdma_get_src_port(rdma_cm_id* i) {
-  if (!i) return 0;
+  if (!live_id(i)) return 0;
   const auto& a = i->route.addr;
   if (a.src_addr.sa_family == AF_INET) return a.src_sin.sin_port;
   if (a.src_addr.sa_family == AF_INET6) return a.src_sin6.sin6_port;
@@ -402,7 +420,7 @@ std::uint16_t iwarp_cm_rdma_get_src_port(rdma_cm_id* i) {
 }
 
 std::uint16_t iwarp_cm_rdma_get_dst_port(rdma_cm_id* i) {
-  if (!i) return 0;
+  if (!live_id(i)) return 0;
   const auto& a = i->route.addr;
   if (a.dst_addr.sa_family == AF_INET) return a.dst_sin.sin_port;
   if (a.dst_addr.sa_family == AF_INET6) return a.dst_sin6.sin6_port;
@@ -410,11 +428,19 @@ std::uint16_t iwarp_cm_rdma_get_dst_port(rdma_cm_id* i) {
 }
 
 int iwarp_cm_rdma_resolve_addr(rdma_cm_id* i, sockaddr* src, sockaddr* dst, int /*timeout_ms*/) {
-  if (!i || !dst) return fail_neg(EINVAL);
-  Id* id = id_of(i);
+  Id* id = live_id(i);
+  if (!id) return -1;
+  if (!dst) return fail_neg(EINVAL);
   if (dst->sa_family != AF_INET && dst->sa_family != AF_INET6) {
     report_unsupported("rdma_resolve_addr", "only IPv4 and IPv6 addresses (no AF_IB)");
     return fail_neg(EAFNOSUPPORT);
+  }
+  if (id->bound && !id->listening) {
+    // A client that bound a source address first: the TCP connection is made from an address
+    // the kernel picks (the bound one is not kept), and the bound socket must not queue
+    // connections meanwhile.
+    id->cm->stop_listening();
+    id->bound = false;
   }
   std::memset(&i->route.addr.dst_storage, 0, sizeof i->route.addr.dst_storage);
   std::memcpy(&i->route.addr.dst_storage, dst, sockaddr_len(dst));
@@ -433,16 +459,17 @@ int iwarp_cm_rdma_resolve_addr(rdma_cm_id* i, sockaddr* src, sockaddr* dst, int 
 }
 
 int iwarp_cm_rdma_resolve_route(rdma_cm_id* i, int /*timeout_ms*/) {
-  if (!i) return fail_neg(EINVAL);
-  Id* id = id_of(i);
+  Id* id = live_id(i);
+  if (!id) return -1;
   if (!id->has_dst) return fail_neg(EINVAL);
   push(id, rnic::CmEventType::RouteResolved);
   return 0;
 }
 
 int iwarp_cm_rdma_create_qp(rdma_cm_id* i, ibv_pd* pd, ibv_qp_init_attr* attr) {
-  if (!i || !attr) return fail_neg(EINVAL);
-  Id* id = id_of(i);
+  Id* id = live_id(i);
+  if (!id) return -1;
+  if (!attr) return fail_neg(EINVAL);
   if (i->qp) return fail_neg(EINVAL);
   if (!pd) pd = default_pd();
   if (!pd) return -1;
@@ -496,7 +523,8 @@ int iwarp_cm_rdma_create_qp(rdma_cm_id* i, ibv_pd* pd, ibv_qp_init_attr* attr) {
 }
 
 int iwarp_cm_rdma_create_qp_ex(rdma_cm_id* i, ibv_qp_init_attr_ex* attr) {
-  if (!i || !attr) return fail_neg(EINVAL);
+  if (!live_id(i)) return -1;
+  if (!attr) return fail_neg(EINVAL);
   if (attr->comp_mask & ~IBV_QP_INIT_ATTR_PD) {
     report_unsupported("rdma_create_qp_ex",
                        "extended QP attributes (new post-send API, XRC, create flags) are not "
@@ -518,8 +546,8 @@ int iwarp_cm_rdma_create_qp_ex(rdma_cm_id* i, ibv_qp_init_attr_ex* attr) {
 }
 
 void iwarp_cm_rdma_destroy_qp(rdma_cm_id* i) {
-  if (!i || !i->qp) return;
-  Id* id = id_of(i);
+  Id* id = live_id(i);
+  if (!id || !i->qp) return;
   ibv_destroy_qp(i->qp);
   i->qp = nullptr;
   if (id->own_cqs) {
@@ -534,8 +562,8 @@ void iwarp_cm_rdma_destroy_qp(rdma_cm_id* i) {
 }
 
 int iwarp_cm_rdma_connect(rdma_cm_id* i, rdma_conn_param* param) {
-  if (!i) return fail_neg(EINVAL);
-  Id* id = id_of(i);
+  Id* id = live_id(i);
+  if (!id) return -1;
   if (!id->has_dst || !valid_param(param)) return fail_neg(EINVAL);
   Qp* qp = qp_for(id, param);
   if (!qp) return fail_neg(EINVAL);
@@ -549,8 +577,8 @@ int iwarp_cm_rdma_connect(rdma_cm_id* i, rdma_conn_param* param) {
 }
 
 int iwarp_cm_rdma_accept(rdma_cm_id* i, rdma_conn_param* param) {
-  if (!i) return fail_neg(EINVAL);
-  Id* id = id_of(i);
+  Id* id = live_id(i);
+  if (!id) return -1;
   if (!valid_param(param)) return fail_neg(EINVAL);
   Qp* qp = qp_for(id, param);
   if (!qp) return fail_neg(EINVAL);
@@ -577,10 +605,11 @@ int iwarp_cm_rdma_accept(rdma_cm_id* i, rdma_conn_param* param) {
 }
 
 int iwarp_cm_rdma_reject(rdma_cm_id* i, const void* private_data, std::uint8_t private_data_len) {
-  if (!i || (private_data_len && !private_data)) return fail_neg(EINVAL);
+  if (!live_id(i)) return -1;
+  if (private_data_len && !private_data) return fail_neg(EINVAL);
   auto* b = static_cast<const std::uint8_t*>(private_data);
   std::string why;
-  if (int e = id_of(i)->cm->reject(ByteSpan(b, b ? private_data_len : 0), &why)) {
+  if (int e = reinterpret_cast<Id*>(i)->cm->reject(ByteSpan(b, b ? private_data_len : 0), &why)) {
     log::layer("rnic").warn("rdma_reject: {}", why);
     return fail_neg(e);
   }
@@ -588,8 +617,8 @@ int iwarp_cm_rdma_reject(rdma_cm_id* i, const void* private_data, std::uint8_t p
 }
 
 int iwarp_cm_rdma_disconnect(rdma_cm_id* i) {
-  if (!i) return fail_neg(EINVAL);
-  Id* id = id_of(i);
+  Id* id = live_id(i);
+  if (!id) return -1;
   if (id->listening) return fail_neg(EINVAL);
   // Also after the peer disconnected (ucmatose calls it from its DISCONNECTED handler): 0.
   id->cm->disconnect();
@@ -652,7 +681,8 @@ const char* iwarp_cm_rdma_event_str(rdma_cm_event_type event) {
 }
 
 int iwarp_cm_rdma_set_option(rdma_cm_id* i, int level, int optname, void* optval, size_t optlen) {
-  if (!i || (optlen && !optval)) return fail_neg(EINVAL);
+  if (!live_id(i)) return -1;
+  if (optlen && !optval) return fail_neg(EINVAL);
   if (level == RDMA_OPTION_ID) {
     switch (optname) {
       case RDMA_OPTION_ID_TOS:
@@ -671,12 +701,12 @@ int iwarp_cm_rdma_set_option(rdma_cm_id* i, int level, int optname, void* optval
 }
 
 int iwarp_cm_rdma_migrate_id(rdma_cm_id* i, rdma_event_channel* channel) {
-  if (!i) return fail_neg(EINVAL);
+  Id* id = live_id(i);
+  if (!id) return -1;
   if (!channel) {
     report_unsupported("rdma_migrate_id", "moving an id to synchronous mode (NULL channel)");
     return fail_neg(ENOSYS);
   }
-  Id* id = id_of(i);
   auto* ch = reinterpret_cast<EventChannel*>(channel);
   id->cm->migrate(ch->ch);
   id->ch = ch;
@@ -754,7 +784,8 @@ void iwarp_cm_rdma_freeaddrinfo(rdma_addrinfo* res) {
 }
 
 int iwarp_cm_rdma_init_qp_attr(rdma_cm_id* i, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
-  if (!i || !qp_attr || !qp_attr_mask) return fail_neg(EINVAL);
+  if (!live_id(i)) return -1;
+  if (!qp_attr || !qp_attr_mask) return fail_neg(EINVAL);
   // The CM moves an iWARP QP itself; the attributes a program may apply on the way are these.
   *qp_attr_mask = IBV_QP_STATE;
   if (qp_attr->qp_state == IBV_QPS_INIT) {
@@ -768,7 +799,7 @@ int iwarp_cm_rdma_init_qp_attr(rdma_cm_id* i, ibv_qp_attr* qp_attr, int* qp_attr
 }
 
 int iwarp_cm_rdma_establish(rdma_cm_id* i) {
-  if (!i) return fail_neg(EINVAL);
+  if (!live_id(i)) return -1;
   return 0;  // the engine started the QP when the MPA exchange completed
 }
 
@@ -791,7 +822,7 @@ void iwarp_cm_rdma_free_devices(ibv_context** list) {
 }
 
 int iwarp_cm_rdma_notify(rdma_cm_id* i, ibv_event_type) {
-  if (!i) return fail_neg(EINVAL);
+  if (!live_id(i)) return -1;
   return 0;
 }
 

@@ -102,6 +102,14 @@ Settings parse_settings(const char* (*get)(const char*)) {
     else
       s.cm.mpa_timeout = s.cm.connect_timeout = std::chrono::milliseconds(ms);
   }
+  if (const char* v = get("RNIC_FIRST_FPDU_DELAY_MS"); v && *v) {
+    int ms = 0;
+    auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);
+    if (ec != std::errc{} || *p || ms < 0 || ms > 10000)
+      fail("RNIC_FIRST_FPDU_DELAY_MS", v, "milliseconds from 0 to 10000");
+    else
+      s.cm.first_fpdu_delay = std::chrono::milliseconds(ms);
+  }
   if (const char* v = get("RNIC_RNR_WAIT_MS"); v && *v) {
     int ms = 0;
     auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);
