@@ -137,4 +137,21 @@ void CompletionQueue::detach_channel() {
   channel_ = nullptr;
 }
 
+bool CompletionQueue::detach_channel_if_acked() {
+  std::lock_guard l(channel_mu_);
+  if (!channel_) return events_unacked() == 0;
+  // try_take() counts an event under the channel's lock: hold it across the check and purge.
+  std::lock_guard cl(channel_->mu_);
+  {
+    std::lock_guard ql(mu_);
+    if (events_ != acked_) return false;
+  }
+  if (std::erase(channel_->events_, this) > 0 && channel_->events_.empty()) {
+    std::uint64_t v;
+    [[maybe_unused]] auto n = ::read(channel_->fd_, &v, sizeof v);
+  }
+  channel_ = nullptr;
+  return true;
+}
+
 }  // namespace iwarp::rnic

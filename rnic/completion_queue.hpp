@@ -39,6 +39,7 @@ class CompletionChannel {
   void purge(CompletionQueue* cq);
 
  private:
+  friend class CompletionQueue;
   int fd_ = -1;
   std::mutex mu_;
   std::deque<CompletionQueue*> events_;
@@ -63,6 +64,9 @@ class CompletionQueue {
   // Stops reporting events to the channel and takes this CQ's pending events off it
   // (ibv_destroy_cq); completions may still be pushed and polled.
   void detach_channel();
+  // The same, only when every event taken so far was acknowledged, checked under the channel's
+  // lock so that no wait() can take one in between (ibv_destroy_cq's EBUSY). False otherwise.
+  bool detach_channel_if_acked();
 
   void* context() const { return context_; }
   CompletionChannel* channel() {

@@ -1,5 +1,6 @@
 #include "rnic/connection_manager.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -22,6 +23,17 @@
 #include "mpa/fpdu.hpp"
 
 namespace iwarp::rnic {
+
+namespace {
+// The engine's sockets must not leak into a program's exec()ed children: a child that kept a
+// connection's socket open would keep the peer from ever seeing it close (asio opens them
+// without SOCK_CLOEXEC).
+void set_cloexec(int fd) {
+  if (fd < 0) return;
+  const int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+}  // namespace
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -71,9 +83,47 @@ void EventChannel::push(CmEvent e) {
   q_->push(std::move(e));
 }
 
+void EventChannel::set_filter(std::function<bool(const CmEvent&)> keep) {
+  std::lock_guard l(q_->mu);
+  q_->keep = std::move(keep);
+}
+
+void EventChannel::purge(const CmId* id) {
+  auto dropped = q_->take_events_of(id);  // destroyed after the lock
+}
+
+void EventChannel::purge_if(const std::function<bool(const CmEvent&)>& drop) {
+  auto dropped = q_->take_if(drop);
+}
+
+std::deque<CmEvent> EventChannel::Queue::take_events_of(const CmId* id) {
+  return take_if([id](const CmEvent& e) { return e.id.get() == id; });
+}
+
+std::deque<CmEvent> EventChannel::Queue::take_if(const std::function<bool(const CmEvent&)>& pick) {
+  std::deque<CmEvent> out;
+  std::lock_guard l(mu);
+  const bool had = !events.empty();
+  for (auto it = events.begin(); it != events.end();) {
+    if (pick(*it)) {
+      out.push_back(std::move(*it));
+      it = events.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // The eventfd counts while events are queued: drained when this emptied the queue.
+  if (had && events.empty() && fd >= 0) {
+    std::uint64_t v;
+    [[maybe_unused]] auto n = ::read(fd, &v, sizeof v);
+  }
+  return out;
+}
+
 void EventChannel::Queue::push(CmEvent e) {
   std::lock_guard l(mu);
   if (closed) return;  // the application destroyed the channel: nobody is listening
+  if (keep && !keep(e)) return;
   events.push_back(std::move(e));
   std::uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
@@ -241,6 +291,7 @@ int CmId::bind(const std::string& addr, std::uint16_t port, std::string* why, bo
   acceptor_.emplace(dev_.io());
   tcp::endpoint ep(a, port);
   acceptor_->open(ep.protocol(), ec);
+  if (!ec) set_cloexec(acceptor_->native_handle());
   if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
   // "::" takes IPv4 too, as the kernel's rdma_cm binds a wildcard IPv6 address.
   if (!ec && a.is_v6()) acceptor_->set_option(asio::ip::v6_only(false), ec);
@@ -329,7 +380,10 @@ void CmId::migrate(EventChannel& ch) {
   auto settled = done->get_future();
   // ch_ is read by the engine thread when it emits; change it there.
   asio::post(dev_.io(), [self = shared_from_this(), q = ch.q_, done] {
+    // Events still queued on the old channel move along (as the kernel's ucma_move_events).
+    auto moved = self->ch_->take_events_of(self.get());
     self->ch_ = q;
+    for (auto& e : moved) q->push(std::move(e));
     done->set_value();
   });
   settled.wait_for(std::chrono::seconds(5));
@@ -456,6 +510,7 @@ void CmId::on_tcp_accepted(tcp::socket s) {
   lst.awaiting.push_back(child);
   child->awaiting_ = std::prev(lst.awaiting.end());
   s.set_option(tcp::no_delay(true), ec);
+  set_cloexec(s.native_handle());
   child->sock_.emplace(std::move(s));
   {
     std::lock_guard l(child->mu_);
@@ -585,6 +640,7 @@ void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<
                               fmt::format("TCP connect: {}", cerr.message()));
           }
           boost::system::error_code ig;
+          set_cloexec(self->sock_->native_handle());
           self->sock_->set_option(tcp::no_delay(true), ig);
           {
             std::lock_guard l(self->mu_);

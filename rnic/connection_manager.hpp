@@ -64,6 +64,14 @@ class EventChannel {
   std::optional<CmEvent> get(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   // The next event without waiting.
   std::optional<CmEvent> try_get();
+  // Events the consumer would drop are never queued (so the fd is readable only while there is
+  // an event to get): `keep` decides, under the queue's lock, on the engine or the caller's
+  // thread. It must not call back into this channel.
+  void set_filter(std::function<bool(const CmEvent&)> keep);
+  // Takes the queued events of `id` off the channel (its owner destroyed it), or those `drop`
+  // picks.
+  void purge(const CmId* id);
+  void purge_if(const std::function<bool(const CmEvent&)>& drop);
   void push(CmEvent e);
   int fd() const { return q_->fd; }
 
@@ -77,7 +85,11 @@ class EventChannel {
     std::mutex mu;
     std::deque<CmEvent> events;
     bool closed = false;
+    std::function<bool(const CmEvent&)> keep;
     void push(CmEvent e);
+    // Takes the events of `id` out (under the lock); the fd is drained when none are left.
+    std::deque<CmEvent> take_events_of(const CmId* id);
+    std::deque<CmEvent> take_if(const std::function<bool(const CmEvent&)>& pick);
   };
   std::shared_ptr<Queue> q_;
 };

@@ -54,7 +54,8 @@ class Device {
   // ibv_dereg_mr: takes the region out of the table and, on the engine thread, out of every
   // memory user. When this returns nothing in the engine reads or writes the region any more,
   // so its memory may be freed (a Write arriving into it later ends in a Terminate). Any
-  // thread; bounded (the engine never blocks). False for an unknown STag.
+  // thread; bounded (the engine never blocks, except while a QP waits for a receive to be
+  // posted: QpInit::rnr_wait, an opt-in bounded wait). False for an unknown STag.
   bool deregister(STag stag);
   // A memory user to tell about deregistrations (any thread; held weakly).
   void attach(std::weak_ptr<MemoryUser> user);

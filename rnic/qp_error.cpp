@@ -256,6 +256,12 @@ void QueuePair::disconnect() {
 }
 
 void QueuePair::modify_to_error() {
+  {
+    // A receive the engine waits for (QpInit::rnr_wait) will not come: stop waiting.
+    std::lock_guard l(mu_);
+    rnr_abort_ = true;
+  }
+  rq_posted_.notify_all();
   boost::asio::post(dev_.io(), [self = shared_from_this()] {
     self->enter_error({QpClosed::Cause::LocalDisconnect, "moved to ERROR by the application"});
   });

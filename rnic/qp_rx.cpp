@@ -290,8 +290,7 @@ bool QueuePair::take_rqe() {
     std::unique_lock l(mu_);
     // QpInit::rnr_wait: give the application a bounded chance to post the receive.
     if (rq_.empty() && init_.rnr_wait.count() > 0)
-      rq_posted_.wait_for(l, init_.rnr_wait,
-                          [&] { return !rq_.empty() || state_.load() == QpState::Error; });
+      rq_posted_.wait_for(l, init_.rnr_wait, [&] { return !rq_.empty() || rnr_abort_; });
     if (!rq_.empty()) {
       wr = std::move(rq_.front());
       rq_.pop_front();

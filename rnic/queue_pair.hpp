@@ -100,8 +100,9 @@ struct QpInit {
   // WR waits this long for the application to post one before it is the DDP error of RFC 5041
   // §7.2 (a Terminate). iWARP has no RNR NAK; programs written for InfiniBand (qperf's rc_bw
   // keeps 1024 Sends in flight and re-posts receives as it polls) count on one. The wait holds
-  // the engine thread, so every QP of the device pauses meanwhile: 0 (the default) except for
-  // programs that need it (the drop-in libibverbs, RNIC_RNR_WAIT_MS).
+  // the engine thread, so every QP of the device pauses meanwhile, and a peer can make it wait
+  // this long per Send: 0 (the default), opt-in for benchmarks that need it (the drop-in's
+  // RNIC_RNR_WAIT_MS / rnic run --rnr-wait, at most 5000).
   std::chrono::milliseconds rnr_wait{0};
 };
 
@@ -322,6 +323,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryU
 
   mutable std::mutex mu_;              // guards the rings, the error reason and setup_
   std::condition_variable rq_posted_;  // a receive WR was posted (QpInit::rnr_wait)
+  bool rnr_abort_ = false;             // modify_to_error(): stop waiting for one (under mu_)
   std::vector<SqEntry> sq_;
   std::uint64_t sq_head_ = 0, sq_next_ = 0, sq_tail_ = 0;  // free-running
   std::deque<RecvWr> rq_;

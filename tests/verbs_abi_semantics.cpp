@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include <dirent.h>
+#include <dlfcn.h>
+#include <sys/mman.h>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -29,6 +31,10 @@
 namespace {
 
 using namespace std::chrono_literals;
+
+// Soft RNR is opt-in (RNIC_RNR_WAIT_MS, read once per process): on for this binary, for
+// SendWaitsBrieflyForAReceive; nothing else here sends without a receive.
+const int kRnrWaitSet = setenv("RNIC_RNR_WAIT_MS", "1000", 0);
 
 void no_op(int) {}
 
@@ -474,8 +480,9 @@ TEST(VerbsAbi, DisconnectFlushesReceivesAndFiresTheEvent) {
 }
 
 // iWARP has no RNR NAK; qperf's rc_bw keeps Sends in flight and re-posts receives as it polls.
-// A Send that finds no receive waits (RNIC_RNR_WAIT_MS, default 1000 ms) for one to be posted.
+// With RNIC_RNR_WAIT_MS a Send that finds no receive waits for one to be posted.
 TEST(VerbsAbi, SendWaitsBrieflyForAReceive) {
+  ASSERT_EQ(kRnrWaitSet, 0);
   Pair p;
   ASSERT_NO_FATAL_FAILURE(p.connect());
   ASSERT_EQ(rdma_accept(p.server, nullptr), 0);
@@ -543,6 +550,143 @@ TEST(VerbsAbi, DestroyedIdIsRefused) {
   EXPECT_EQ(rdma_connect(bogus, nullptr), -1);
   EXPECT_EQ(errno, EINVAL);
   rdma_destroy_event_channel(ch);
+}
+
+// The kernel pins a region and refuses what it cannot pin (EFAULT); the engine writes the
+// process's memory itself, so a region it may not write must be refused, or a peer's RDMA Write
+// would crash the process.
+TEST(VerbsAbi, RegistrationOfMemoryThatCannotBeWrittenFails) {
+  Device d;
+  ASSERT_NE(d.ctx, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(d.ctx);
+  ASSERT_NE(pd, nullptr);
+  const long page = sysconf(_SC_PAGESIZE);
+  void* ro =
+      mmap(nullptr, static_cast<size_t>(page), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(ro, MAP_FAILED);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, ro, static_cast<size_t>(page),
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE),
+            nullptr);
+  EXPECT_EQ(errno, EFAULT);
+  ibv_mr* readable = ibv_reg_mr(pd, ro, static_cast<size_t>(page), IBV_ACCESS_REMOTE_READ);
+  EXPECT_NE(readable, nullptr);  // read-only access to read-only memory is fine
+  if (readable) ibv_dereg_mr(readable);
+  std::vector<char> small(4096);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, small.data(), 1ull << 40, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EFAULT);
+  munmap(ro, static_cast<size_t>(page));
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// A connection that goes away before its MPA Request never becomes an event: the channel's fd
+// must not turn readable with nothing for rdma_get_cm_event to return.
+TEST(VerbsAbi, HalfMadeConnectionsMakeNoEvents) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&sa)), 0);
+  ASSERT_EQ(rdma_listen(id, 8), 0);
+  sa.sin_port = rdma_get_src_port(id);
+  for (int i = 0; i < 20; ++i) {
+    const int s = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(connect(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    if (i % 2) ASSERT_EQ(write(s, "garbage, not an MPA Request......", 33), 33);
+    close(s);
+  }
+  pollfd pf{ch->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pf, 1, 500), 0) << "the channel is readable with no event for the program";
+  EXPECT_EQ(rdma_destroy_id(id), 0);
+  rdma_destroy_event_channel(ch);
+}
+
+// rping's CM thread still holds an event of an id main destroys: the id stays valid until the
+// event is acknowledged.
+TEST(VerbsAbi, DestroyWithAnUnackedEventKeepsTheIdUntilTheAck) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  int ctx_value = 42;
+  ASSERT_EQ(rdma_create_id(ch, &id, &ctx_value, RDMA_PS_TCP), 0);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(9);
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000), 0);
+  rdma_cm_event* ev = nullptr;
+  ASSERT_EQ(bounded(5000ms, [&] { return rdma_get_cm_event(ch, &ev); }), 0);
+  ASSERT_EQ(rdma_destroy_id(id), 0);
+  EXPECT_EQ(*static_cast<int*>(ev->id->context), 42);  // still the id's memory
+  EXPECT_EQ(rdma_ack_cm_event(ev), 0);
+  rdma_destroy_event_channel(ch);
+}
+
+TEST(VerbsAbi, MigrateMovesQueuedEvents) {
+  rdma_event_channel* a = rdma_create_event_channel();
+  rdma_event_channel* b = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(a, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(9);
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000), 0);
+  ASSERT_EQ(rdma_migrate_id(id, b), 0);
+  EXPECT_EQ(id->channel, b);
+  pollfd pf{a->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pf, 1, 100), 0);
+  rdma_cm_event* ev = nullptr;
+  ASSERT_EQ(bounded(5000ms, [&] { return rdma_get_cm_event(b, &ev); }), 0);
+  EXPECT_EQ(ev->event, RDMA_CM_EVENT_ADDR_RESOLVED);
+  rdma_ack_cm_event(ev);
+  EXPECT_EQ(rdma_destroy_id(id), 0);
+  rdma_destroy_event_channel(a);
+  rdma_destroy_event_channel(b);
+}
+
+// The engine's sockets must not outlive a killed program in an exec()ed child of it.
+TEST(VerbsAbi, ConnectionSocketsAreCloseOnExec) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(p.connect());
+  ASSERT_EQ(rdma_accept(p.server, nullptr), 0);
+  rdma_ack_cm_event(p.next(RDMA_CM_EVENT_ESTABLISHED));
+  rdma_ack_cm_event(p.next(RDMA_CM_EVENT_ESTABLISHED));
+  int sockets = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  ASSERT_NE(dir, nullptr);
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    char target[256] = {};
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    if (readlink(link.c_str(), target, sizeof target - 1) <= 0) continue;
+    if (std::strncmp(target, "socket:", 7) != 0) continue;
+    ++sockets;
+    EXPECT_TRUE(fcntl(fd, F_GETFD) & FD_CLOEXEC) << "socket fd " << fd << " is inherited by exec";
+  }
+  closedir(dir);
+  EXPECT_GE(sockets, 3);  // the listener and both ends
+  // A second rdma_connect on a connected id is refused, as by rdma-core.
+  errno = 0;
+  EXPECT_EQ(rdma_connect(p.client, nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST(VerbsAbi, ExportedQueryPortFillsTheCompatStruct) {
+  Device d;
+  ASSERT_NE(d.ctx, nullptr);
+  ibv_port_attr a{};
+  std::memset(&a, 0xab, sizeof a);
+  // The exported function, as a program built without the inline wrapper reaches it.
+  using Fn = int (*)(ibv_context*, uint8_t, ibv_port_attr*);
+  auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "ibv_query_port"));
+  ASSERT_NE(fn, nullptr);
+  ASSERT_EQ(fn(d.ctx, 1, &a), 0);
+  EXPECT_EQ(a.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(a.link_layer, IBV_LINK_LAYER_ETHERNET);
 }
 
 // perftest destroys the listener right after accepting and listens again on the same port.

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/log.hpp"
 #include "tools/commands.hpp"
 
 namespace iwarp::tools {
@@ -102,6 +103,22 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
 
 }  // namespace
 
+namespace {
+// CLI11's Range accepts "0x100" and "1e3" for a string option; the libraries read decimal
+// digits only, so say so here rather than at the program's first verbs call.
+CLI::Validator decimal_in(int lo, int hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+          return "expected decimal milliseconds";
+        const int n = std::stoi(v);
+        if (n < lo || n > hi) return fmt::format("expected {} to {}", lo, hi);
+        return {};
+      },
+      fmt::format("INT in [{} - {}]", lo, hi));
+}
+}  // namespace
+
 Runner add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto* sub = app.add_subcommand(
@@ -137,23 +154,26 @@ Runner add_run_command(CLI::App& app) {
       ->check(CLI::IsMember({"write", "read", "send"}));
   sub->add_option("--timeout", o->timeout_ms,
                   "Milliseconds the MPA exchange waits for the peer (default 5000)")
-      ->check(CLI::Range(100, 3600000));
+      ->check(decimal_in(100, 3600000));
   sub->add_option("--first-fpdu-delay", o->first_fpdu_delay,
                   "Milliseconds the initiator holds its first FPDU after the MPA Reply (default\n"
                   "0; Linux siw 6.1 can stall on one that comes within ~2 ms)")
-      ->check(CLI::Range(0, 10000));
+      ->check(decimal_in(0, 10000));
   sub->add_option("--rnr-wait", o->rnr_wait,
                   "Milliseconds a Send that finds no posted receive waits for one before it is a\n"
-                  "protocol error (default 1000; 0: at once). iWARP has no RNR NAK; programs\n"
-                  "written for InfiniBand, such as qperf's rc_bw, count on one")
-      ->check(CLI::Range(0, 60000));
+                  "protocol error (default 0: at once, as RFC 5041 has it; at most 5000). iWARP\n"
+                  "has no RNR NAK; InfiniBand benchmarks such as qperf's rc_bw and rc_bi_bw count\n"
+                  "on one. The wait holds the emulated RNIC's engine: every connection of the\n"
+                  "program pauses meanwhile")
+      ->check(decimal_in(0, 5000));
   sub->add_option("--capture-dir", o->capture_dir,
                   "Record every connection of the program as a pcap in this directory\n"
                   "(PROGRAM-PID.pcap, PROGRAM-PID-2.pcap, ...), for Wireshark, rnic decode and\n"
                   "rnic replay");
   sub->add_option("--log", o->log,
                   "Log levels of the emulated RNIC: LEVEL or LAYER=LEVEL,... (layers: mpa, ddp,\n"
-                  "rnic, cm, tool; default error)");
+                  "rnic, cm, tool; default error)")
+      ->check([](const std::string& v) { return log::configure(v); });
   sub->add_option("--device", o->device, "The device's name (default rnic0)");
   sub->add_flag("--print-env", o->print_env, "Print the environment set for the program");
   auto command = std::make_shared<std::vector<std::string>>();

@@ -40,6 +40,7 @@ struct EventChannel {
   rdma_event_channel pub;
   rnic::EventChannel ch{false};  // blocking fd, as librdmacm's
   std::atomic<int> readers{0};   // threads inside rdma_get_cm_event
+  std::atomic<int> ids{0};       // ids created on it (or migrated to it) and not destroyed
   std::atomic<bool> destroyed{false};
 };
 
@@ -52,27 +53,42 @@ struct Id {
   bool qp_by_number = false;  // connected through conn_param->qp_num: CONNECT_RESPONSE
   bool own_cqs = false;       // rdma_create_qp made the CQs and their channels
   bool has_dst = false;
+  bool connecting = false;  // rdma_connect or rdma_accept was called (a second one is EINVAL)
   std::uint16_t peer_ird = 0, peer_ord = 0;  // from the CONNECT_REQUEST
+  // Events naming this id (as id or listen_id) that the program holds and has not acked, and
+  // whether it was destroyed meanwhile: then the last rdma_ack_cm_event frees it (rdma-core's
+  // rdma_destroy_id waits for those acks instead). Both under ids_mu.
+  int unacked = 0;
+  bool destroyed = false;
 };
 
 struct Event {
   rdma_cm_event pub;
   Bytes private_data;
+  Id* id = nullptr;
+  Id* listen_id = nullptr;
 };
 
-// The engine's ids to the program's, so events name the program's ids.
-std::mutex ids_mu;
-std::unordered_map<const rnic::CmId*, Id*> ids;
+// The engine's ids to the program's, so events name the program's ids; every id the program
+// holds, so that a call on a destroyed (or never created) id fails with EINVAL instead of
+// touching freed memory (perftest's connect retry calls rdma_resolve_addr with an id it
+// destroyed). Allocated once and never freed: the engine thread and the program's threads may
+// still use them while the process exits.
+std::mutex& ids_mu = *new std::mutex;
+std::unordered_map<const rnic::CmId*, Id*>& ids = *new std::unordered_map<const rnic::CmId*, Id*>;
+std::unordered_set<const rdma_cm_id*>& live_ids = *new std::unordered_set<const rdma_cm_id*>;
 
-// Every id the program holds, so that a call on a destroyed (or never created) id fails with
-// EINVAL instead of touching freed memory: perftest's connect retry calls rdma_resolve_addr with
-// an id it destroyed.
-std::unordered_set<const rdma_cm_id*> live_ids;
+std::mutex default_pd_mu;
+ibv_pd* the_default_pd = nullptr;
+
+void remember_locked(Id* id) {
+  ids[id->cm.get()] = id;
+  live_ids.insert(&id->pub);
+}
 
 void remember(Id* id) {
   std::lock_guard l(ids_mu);
-  ids[id->cm.get()] = id;
-  live_ids.insert(&id->pub);
+  remember_locked(id);
 }
 
 // The program's id, or nullptr (errno EINVAL) for a pointer that is not a live id.
@@ -85,21 +101,31 @@ Id* live_id(rdma_cm_id* i) {
   return reinterpret_cast<Id*>(i);
 }
 
-Id* lookup(const rnic::CmId* cm) {
-  std::lock_guard l(ids_mu);
+Id* lookup_locked(const rnic::CmId* cm) {
   auto it = ids.find(cm);
   return it == ids.end() ? nullptr : it->second;
 }
 
+// Which engine events reach the program (EventChannel::set_filter, under the channel's lock):
+// those of ids it holds, and connect requests to listeners it holds. Anything else would make
+// the fd readable with nothing to get, and a flood of half-made connections could grow the
+// queue without bound.
+bool wanted(const rnic::CmEvent& e) {
+  std::lock_guard l(ids_mu);
+  if (e.type == rnic::CmEventType::ConnectRequest) {
+    auto listener = e.id->listener_id();
+    return listener && lookup_locked(listener.get());
+  }
+  return lookup_locked(e.id.get()) != nullptr;
+}
+
 // The PD rdma_create_qp uses when the program gives none (as librdmacm's per-device PD).
 ibv_pd* default_pd() {
-  static std::mutex mu;
-  static ibv_pd* pd = nullptr;
-  std::lock_guard l(mu);
-  if (!pd) {
-    if (ibv_context* c = shared_context()) pd = ibv_alloc_pd(c);
+  std::lock_guard l(default_pd_mu);
+  if (!the_default_pd) {
+    if (ibv_context* c = shared_context()) the_default_pd = ibv_alloc_pd(c);
   }
-  return pd;
+  return the_default_pd;
 }
 
 void to_sockaddr(const tcp::endpoint& ep, sockaddr_storage* out) {
@@ -192,17 +218,23 @@ int event_status(rdma_cm_event_type t) {
 // The program's event for an engine event, or nullptr for an event of an id the program has
 // destroyed (dropped).
 Event* translate(EventChannel* ch, rnic::CmEvent&& e) {
-  Id* id = lookup(e.id.get());
+  ibv_context* verbs = shared_context();
+  std::lock_guard l(ids_mu);  // no id goes away under us
+  Id* id = lookup_locked(e.id.get());
   Id* listener = nullptr;
   if (e.type == rnic::CmEventType::ConnectRequest) {
-    listener = e.id->listener_id() ? lookup(e.id->listener_id().get()) : nullptr;
+    auto lst = e.id->listener_id();
+    listener = lst ? lookup_locked(lst.get()) : nullptr;
+    // The kernel drops a connect request whose listener is gone (M1 of the review): the
+    // connection then times out in the MPA exchange.
+    if (!listener) return nullptr;
     // A new id for the new connection, on the listener's channel, with its context.
     auto* n = new Id;
     std::memset(&n->pub, 0, sizeof n->pub);
     n->cm = e.id;
     n->ch = ch;
     n->has_dst = true;
-    n->pub.verbs = shared_context();
+    n->pub.verbs = verbs;
     n->pub.channel = &ch->pub;
     n->pub.context = listener ? listener->pub.context : nullptr;
     n->pub.ps = RDMA_PS_TCP;
@@ -212,7 +244,8 @@ Event* translate(EventChannel* ch, rnic::CmEvent&& e) {
     n->peer_ord = e.peer_ord;
     to_sockaddr(e.id->local_endpoint(), &n->pub.route.addr.src_storage);
     to_sockaddr(e.id->remote_endpoint(), &n->pub.route.addr.dst_storage);
-    remember(n);
+    ++ch->ids;
+    remember_locked(n);
     id = n;
   }
   if (!id) return nullptr;
@@ -220,6 +253,10 @@ Event* translate(EventChannel* ch, rnic::CmEvent&& e) {
   std::memset(&ev->pub, 0, sizeof ev->pub);
   ev->pub.id = &id->pub;
   ev->pub.listen_id = listener ? &listener->pub : nullptr;
+  ev->id = id;
+  ev->listen_id = listener;
+  ++id->unacked;
+  if (listener) ++listener->unacked;
   ev->pub.event = event_type(e, id);
   ev->pub.status = event_status(ev->pub.event);
   ev->private_data = std::move(e.private_data);
@@ -234,7 +271,6 @@ Event* translate(EventChannel* ch, rnic::CmEvent&& e) {
   if (e.type == rnic::CmEventType::Established) {
     to_sockaddr(e.id->local_endpoint(), &id->pub.route.addr.src_storage);
     if (auto r = e.id->remote_endpoint(); r.port()) to_sockaddr(r, &id->pub.route.addr.dst_storage);
-    if (id->pub.qp) id->pub.qp->state = IBV_QPS_RTS;
   }
   return ev;
 }
@@ -300,6 +336,16 @@ int wait_event(EventChannel* ch, rdma_cm_event** out) {
 
 }  // namespace
 
+void forget_cm_after_fork() {
+  // The parent's ids and channels belong to an engine the child does not have: forgotten
+  // (leaked), and the locks made new in case another thread held one at the fork.
+  new (&ids_mu) std::mutex;
+  new (&ids) std::unordered_map<const rnic::CmId*, Id*>;
+  new (&live_ids) std::unordered_set<const rdma_cm_id*>;
+  new (&default_pd_mu) std::mutex;
+  the_default_pd = nullptr;
+}
+
 }  // namespace iwarp::verbs_abi
 
 using namespace iwarp;
@@ -312,6 +358,7 @@ rdma_event_channel* iwarp_cm_rdma_create_event_channel(void) {
   try {
     auto* ch = new EventChannel;
     ch->pub.fd = ch->ch.fd();
+    ch->ch.set_filter(wanted);
     return &ch->pub;
   } catch (const std::exception&) {
     errno = EMFILE;
@@ -324,8 +371,10 @@ void iwarp_cm_rdma_destroy_event_channel(rdma_event_channel* channel) {
   auto* ch = reinterpret_cast<EventChannel*>(channel);
   // A thread may still wait in rdma_get_cm_event (rping's CM thread does when main returns):
   // then the channel is left to it, never freed under it.
+  // Ids still on it keep it too (their events would go to freed memory): it is then left
+  // allocated, with nobody reading it.
   ch->destroyed = true;
-  if (ch->readers.load() == 0) delete ch;
+  if (ch->readers.load() == 0 && ch->ids.load() == 0) delete ch;
 }
 
 int iwarp_cm_rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context,
@@ -350,6 +399,7 @@ int iwarp_cm_rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, void*
   std::memset(&id->pub, 0, sizeof id->pub);
   id->ch = ch;
   id->cm = rnic::CmId::create(*dev, ch->ch, settings().cm);
+  ++ch->ids;
   id->pub.channel = channel;
   id->pub.context = context;
   id->pub.ps = ps;
@@ -366,12 +416,22 @@ int iwarp_cm_rdma_destroy_id(rdma_cm_id* i) {
   // A connection still up ends (the kernel's rdma_destroy_id does the same); its QP stays the
   // program's to destroy.
   if (id->cm->qp()) id->cm->disconnect();
+  const rnic::CmId* cm = id->cm.get();
+  bool free_now = false;
   {
     std::lock_guard l(ids_mu);
-    ids.erase(id->cm.get());
+    ids.erase(cm);
     live_ids.erase(&id->pub);
+    id->destroyed = true;
+    free_now = id->unacked == 0;
   }
-  delete id;
+  // Its queued events go with it, and so do connect requests to it that nobody took yet.
+  id->ch->ch.purge(cm);
+  id->ch->ch.purge_if([cm](const rnic::CmEvent& e) {
+    return e.type == rnic::CmEventType::ConnectRequest && e.id->listener_id().get() == cm;
+  });
+  if (--id->ch->ids == 0 && id->ch->destroyed && id->ch->readers.load() == 0) delete id->ch;
+  if (free_now) delete id;
   return 0;
 }
 
@@ -566,12 +626,13 @@ int iwarp_cm_rdma_connect(rdma_cm_id* i, rdma_conn_param* param) {
   if (!id) return -1;
   if (!id->has_dst || !valid_param(param)) return fail_neg(EINVAL);
   Qp* qp = qp_for(id, param);
-  if (!qp) return fail_neg(EINVAL);
+  if (!qp || id->connecting) return fail_neg(EINVAL);
   std::string host;
   std::uint16_t port = 0;
   if (!from_sockaddr(&i->route.addr.dst_addr, &host, &port)) return fail_neg(EINVAL);
   const rnic::DeviceLimits lim;
   auto c = conn_param(param, lim.max_ird, lim.max_ord);
+  id->connecting = true;
   id->cm->connect(host, port, qp->qp, c);
   return 0;
 }
@@ -581,7 +642,8 @@ int iwarp_cm_rdma_accept(rdma_cm_id* i, rdma_conn_param* param) {
   if (!id) return -1;
   if (!valid_param(param)) return fail_neg(EINVAL);
   Qp* qp = qp_for(id, param);
-  if (!qp) return fail_neg(EINVAL);
+  if (!qp || id->connecting) return fail_neg(EINVAL);
+  id->connecting = true;
   // Without parameters: what the peer asked for (its ORD is our IRD), within the device's.
   auto c = conn_param(param, id->peer_ord, id->peer_ird);
   std::string why;
@@ -638,7 +700,15 @@ int iwarp_cm_rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** even
 
 int iwarp_cm_rdma_ack_cm_event(rdma_cm_event* event) {
   if (!event) return fail_neg(EINVAL);
-  delete reinterpret_cast<Event*>(event);
+  auto* ev = reinterpret_cast<Event*>(event);
+  {
+    std::lock_guard l(ids_mu);
+    for (Id* id : {ev->id, ev->listen_id}) {
+      if (!id) continue;
+      if (--id->unacked == 0 && id->destroyed) delete id;  // rdma_destroy_id came first
+    }
+  }
+  delete ev;
   return 0;
 }
 
@@ -709,6 +779,8 @@ int iwarp_cm_rdma_migrate_id(rdma_cm_id* i, rdma_event_channel* channel) {
   }
   auto* ch = reinterpret_cast<EventChannel*>(channel);
   id->cm->migrate(ch->ch);
+  ++ch->ids;
+  --id->ch->ids;
   id->ch = ch;
   i->channel = channel;
   return 0;

@@ -96,6 +96,11 @@ T* impl(P* p) {
 // The QP with this number (rdma_connect/rdma_accept with conn_param->qp_num), or nullptr.
 Qp* qp_by_num(std::uint32_t num);
 
+// fork(): the child starts with no engine and none of the parent's objects; these reset the
+// tables (and locks another thread may have held at the fork) of verbs.cpp and cm.cpp.
+void forget_verbs_after_fork();
+void forget_cm_after_fork();
+
 // ibv_qp_state for an engine state.
 ibv_qp_state to_ibv_state(rnic::QpState s);
 

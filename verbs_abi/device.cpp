@@ -40,6 +40,8 @@ void forget_after_fork() {
   new (&engine_mu) std::mutex;
   the_engine = nullptr;
   the_shared_context = nullptr;
+  forget_verbs_after_fork();
+  forget_cm_after_fork();
 }
 
 // The interface address the GID and GUIDs are made from: the first IPv4 address of an
@@ -206,6 +208,7 @@ int query_port_op(ibv_context*, std::uint8_t port, ibv_port_attr* a, size_t len)
   p.active_speed = 32;  // EDR: a figure, the emulator runs at what TCP gives it
   p.phys_state = 5;     // LinkUp
   p.link_layer = IBV_LINK_LAYER_ETHERNET;
+  std::memset(a, 0, len);  // as rdma-core: what a newer caller's struct has beyond ours is 0
   std::memcpy(a, &p, std::min(len, sizeof p));
   return 0;
 }
@@ -336,10 +339,10 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* device_attr_out) {
 }
 
 // The exported fallback of the inline ibv_query_port (rdma-core 44's _compat_ibv_port_attr is
-// ibv_port_attr without its last fields).
+// ibv_port_attr up to link_layer and flags, without port_cap_flags2 and what follows).
 int ibv_query_port(ibv_context* context, std::uint8_t port_num, _compat_ibv_port_attr* port_attr) {
   return query_port_op(context, port_num, reinterpret_cast<ibv_port_attr*>(port_attr),
-                       offsetof(ibv_port_attr, link_layer));
+                       offsetof(ibv_port_attr, port_cap_flags2));
 }
 
 int ibv_query_gid(ibv_context* context, std::uint8_t port_num, int index, ibv_gid* gid) {

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <mutex>
 
 #include "common/log.hpp"
 #include "trace/pcap_tap.hpp"
@@ -113,8 +115,8 @@ Settings parse_settings(const char* (*get)(const char*)) {
   if (const char* v = get("RNIC_RNR_WAIT_MS"); v && *v) {
     int ms = 0;
     auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);
-    if (ec != std::errc{} || *p || ms < 0 || ms > 60000)
-      fail("RNIC_RNR_WAIT_MS", v, "milliseconds from 0 to 60000");
+    if (ec != std::errc{} || *p || ms < 0 || ms > 5000)
+      fail("RNIC_RNR_WAIT_MS", v, "milliseconds from 0 to 5000");
     else
       s.rnr_wait = std::chrono::milliseconds(ms);
   }
@@ -124,8 +126,23 @@ Settings parse_settings(const char* (*get)(const char*)) {
       fail("RNIC_CAPTURE_DIR", v, "a directory this process can write");
     } else {
       s.capture_dir = v;
-      s.cm.tap = trace::pcap_tap_factory(
-          fmt::format("{}/{}-{}.pcap", s.capture_dir, program_name(), ::getpid()));
+      // Named after the process that makes the connection: a fork()ed child (qperf's server
+      // runs each test in one) records its own files instead of overwriting its parent's.
+      struct PerProcess {
+        std::mutex mu;
+        pid_t pid = 0;
+        rnic::TapFactory factory;
+      };
+      auto pp = std::make_shared<PerProcess>();
+      s.cm.tap = [pp, dir = s.capture_dir](const rnic::TapInfo& ti) {
+        std::lock_guard l(pp->mu);
+        if (pp->pid != ::getpid()) {
+          pp->pid = ::getpid();
+          pp->factory =
+              trace::pcap_tap_factory(fmt::format("{}/{}-{}.pcap", dir, program_name(), pp->pid));
+        }
+        return pp->factory(ti);
+      };
     }
   }
   if (const char* v = get("RNIC_LOG"); v && *v) s.log_spec = v;

@@ -11,8 +11,9 @@
 //                     MPA Reply (default 0); Linux siw 6.1 stalls on an FPDU that comes within
 //                     ~2 ms of its Reply (docs/siw-interop.md)
 //   RNIC_RNR_WAIT_MS  how long a Send that finds no posted receive waits for one before it is a
-//                     protocol error (default 1000; 0: at once, as the RFCs have it). iWARP has no
-//                     RNR NAK; InfiniBand programs such as qperf's rc_bw count on one.
+//                     protocol error (default 0: at once, as the RFCs have it; at most 5000).
+//                     iWARP has no RNR NAK; InfiniBand benchmarks such as qperf's rc_bw count on
+//                     one. The wait holds the engine: every connection of the process pauses.
 //   RNIC_CAPTURE_DIR  record every connection of the process as a pcap in this directory
 //   RNIC_LOG          log levels, as --log-level: "debug" or "mpa=trace,rnic=debug" (default:
 //   error)
@@ -29,7 +30,7 @@ struct Settings {
   rnic::CmOptions cm;  // policy, timeouts and the capture tap for every id
   std::string capture_dir;
   std::string log_spec = "error";
-  std::chrono::milliseconds rnr_wait{1000};  // rnic::QpInit::rnr_wait
+  std::chrono::milliseconds rnr_wait{0};  // rnic::QpInit::rnr_wait
   // Empty, or one line saying which variable is wrong and why (the device then does not open).
   std::string error;
 };

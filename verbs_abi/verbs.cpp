@@ -12,6 +12,7 @@
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -55,6 +56,31 @@ bool take(std::atomic<int>& n, std::uint32_t max) {
 constexpr int kAccessSupported = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
+// Whether [addr, addr + len) is mapped, readable, and writable if `write` (from
+// /proc/self/maps). The kernel pins a region for the device and refuses (EFAULT) what it cannot
+// pin; the engine instead reads and writes the process's memory directly, so a region it may
+// not write would let a peer's RDMA Write crash the process.
+bool mapped(std::uintptr_t addr, std::size_t len, bool write) {
+  if (len == 0) return true;
+  if (addr + len < addr) return false;
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return true;  // no procfs: nothing to check against
+  std::uintptr_t covered = addr;
+  const std::uintptr_t end = addr + len;
+  char line[512];
+  while (covered < end && std::fgets(line, sizeof line, f)) {
+    unsigned long lo = 0, hi = 0;
+    char perms[5] = {};
+    if (std::sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3) continue;
+    if (hi <= covered) continue;
+    if (lo > covered) break;  // a gap
+    if (perms[0] != 'r' || (write && perms[1] != 'w')) break;
+    covered = hi;
+  }
+  std::fclose(f);
+  return covered >= end;
+}
+
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova, int access) {
   if (!pd || (!addr && length)) {
     errno = EINVAL;
@@ -75,6 +101,12 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova, int ac
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(access & IBV_ACCESS_LOCAL_WRITE)) {
     errno = EINVAL;
+    return nullptr;
+  }
+  const bool write =
+      access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+  if (!mapped(reinterpret_cast<std::uintptr_t>(addr), length, write)) {
+    errno = EFAULT;
     return nullptr;
   }
   if (!take(mrs, kMaxMr)) return nullptr;
@@ -263,6 +295,11 @@ void fill_ops(ibv_context_ops* ops) {
   ops->post_srq_recv = post_srq_recv_op;
 }
 
+void forget_verbs_after_fork() {
+  new (&qp_table_mu) std::mutex;
+  new (&qp_table) std::unordered_map<std::uint32_t, Qp*>;  // the parent's QPs: leaked
+}
+
 Qp* qp_by_num(std::uint32_t num) {
   std::lock_guard l(qp_table_mu);
   auto it = qp_table.find(num);
@@ -390,10 +427,11 @@ int ibv_destroy_cq(ibv_cq* c) {
   if (!c) return fail(EINVAL);
   auto* cq = impl<Cq>(c);
   if (cq->qps.load() > 0) return fail(EBUSY);
-  if (cq->cq->events_unacked() > 0) return fail(EBUSY);  // ibv_ack_cq_events first
-  // Its events still queued on the channel go with it; the engine (which may hold the CQ a
-  // little longer through a QP) signals nothing after this.
-  cq->cq->detach_channel();
+  // Every event taken must be acknowledged first (ibv_ack_cq_events), checked atomically with
+  // taking the CQ's queued events off the channel, so no ibv_get_cq_event can hand out this CQ
+  // after it is freed. The engine (which may hold the CQ a little longer through a QP) signals
+  // nothing after this.
+  if (!cq->cq->detach_channel_if_acked()) return fail(EBUSY);
   if (cq->channel) {
     --cq->channel->cqs;
     --cq->channel->pub.refcnt;
@@ -623,7 +661,12 @@ int ibv_modify_qp(ibv_qp* q, ibv_qp_attr* attr, int attr_mask) {
       return 0;
     case IBV_QPS_RESET:
     case IBV_QPS_INIT:
-      if (st != rnic::QpState::Idle && st != rnic::QpState::Error) return fail(EINVAL);
+      if (st == rnic::QpState::Error) {
+        report_unsupported("ibv_modify_qp",
+                           "a QP in ERROR cannot be reset and used again: create a new one");
+        return fail(EOPNOTSUPP);
+      }
+      if (st != rnic::QpState::Idle) return fail(EINVAL);
       q->state = attr->qp_state;
       return 0;
     case IBV_QPS_RTR:
@@ -643,7 +686,8 @@ int ibv_destroy_qp(ibv_qp* q) {
   if (!q) return fail(EINVAL);
   auto* qp = impl<Qp>(q);
   const auto st = qp->qp->state();
-  if (st != rnic::QpState::Idle && st != rnic::QpState::Error) {
+  if (st != rnic::QpState::Error) {
+    // Also an IDLE QP: a connection being made for it then ends instead of starting it.
     qp->qp->modify_to_error();
     // As in rdma-core the QP is gone when this returns: wait (bounded) until the engine has
     // taken it to ERROR and flushed it.
