@@ -35,14 +35,14 @@ perftest() {  # perftest PROG PORT ARGS...: runs the pair, prints the client's l
   awk '/#bytes/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { row = $0 } END { print row }' "$OUT/c.out"
 }
 
-timeout 600 "$RNIC" run -- qperf -lp "$BASE" > "$OUT/qserver.out" 2>&1 &
+timeout 600 "$RNIC" run --rnr-wait 1000 -- qperf -lp "$BASE" > "$OUT/qserver.out" 2>&1 &
 sleep 0.5
 for pass in $(seq 1 "$PASSES"); do
   port=$((BASE + 10 * pass))
-  timeout 120 "$RNIC" run -- qperf -cm1 -lp "$BASE" -t 3 -m 64K 127.0.0.1 \
+  timeout 120 "$RNIC" run --rnr-wait 1000 -- qperf -cm1 -lp "$BASE" -t 3 -m 64K 127.0.0.1 \
     tcp_bw rc_bw rc_rdma_write_bw rc_rdma_read_bw > "$OUT/qbw.out" 2>&1 ||
     { echo "dropin-results: qperf (bandwidth, pass $pass) failed:" >&2; tail -5 "$OUT/qbw.out" >&2; }
-  timeout 120 "$RNIC" run -- qperf -cm1 -lp "$BASE" -t 3 -m 64 127.0.0.1 \
+  timeout 120 "$RNIC" run --rnr-wait 1000 -- qperf -cm1 -lp "$BASE" -t 3 -m 64 127.0.0.1 \
     tcp_lat rc_lat rc_rdma_write_lat rc_rdma_read_lat > "$OUT/qlat.out" 2>&1 ||
     { echo "dropin-results: qperf (latency, pass $pass) failed:" >&2; tail -5 "$OUT/qlat.out" >&2; }
   for t in tcp_bw rc_bw rc_rdma_write_bw rc_rdma_read_bw; do
