@@ -132,6 +132,10 @@ struct ListenerStats {
 struct CmOptions {
   mpa::Policy policy;  // ird/ord are taken from ConnParam
   std::chrono::milliseconds connect_timeout{5000};
+  // A refused TCP connection is tried again, every 20 ms, for this long (0: reported at once
+  // as UNREACHABLE): a server between two listeners, as perftest's is between its control and
+  // data connections, is not gone.
+  std::chrono::milliseconds connect_retry{0};
   std::chrono::milliseconds mpa_timeout{5000};  // for the peer's MPA Request or Reply
   // siw 6.1 answers the MPA Request before it reads its socket; an initiator whose first FPDU
   // follows the Reply too closely can stall it. This delays our first FPDU (0: none).

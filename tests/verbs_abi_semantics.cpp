@@ -595,7 +595,9 @@ TEST(VerbsAbi, HalfMadeConnectionsMakeNoEvents) {
   for (int i = 0; i < 20; ++i) {
     const int s = socket(AF_INET, SOCK_STREAM, 0);
     ASSERT_EQ(connect(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-    if (i % 2) ASSERT_EQ(write(s, "garbage, not an MPA Request......", 33), 33);
+    if (i % 2) {
+      ASSERT_EQ(write(s, "garbage, not an MPA Request......", 33), 33);
+    }
     close(s);
   }
   pollfd pf{ch->fd, POLLIN, 0};
@@ -687,6 +689,53 @@ TEST(VerbsAbi, ExportedQueryPortFillsTheCompatStruct) {
   ASSERT_EQ(fn(d.ctx, 1, &a), 0);
   EXPECT_EQ(a.state, IBV_PORT_ACTIVE);
   EXPECT_EQ(a.link_layer, IBV_LINK_LAYER_ETHERNET);
+}
+
+// perftest's server is between two listeners when its client connects the data connection: a
+// refused TCP connect is retried (RNIC_CONNECT_RETRY_MS, default 1000 ms), not reported at once.
+TEST(VerbsAbi, RefusedConnectIsRetriedBriefly) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* client = nullptr;
+  rdma_cm_id* listener = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP), 0);
+  // A port nobody listens on yet.
+  const int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  socklen_t len = sizeof sa;
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  close(probe);
+  ASSERT_EQ(rdma_resolve_addr(client, nullptr, reinterpret_cast<sockaddr*>(&sa), 1000), 0);
+  rdma_cm_event* ev = nullptr;
+  ASSERT_EQ(rdma_get_cm_event(ch, &ev), 0);
+  rdma_ack_cm_event(ev);
+  ibv_pd* pd = ibv_alloc_pd(client->verbs);
+  ibv_cq* cq = ibv_create_cq(client->verbs, 8, nullptr, nullptr, 0);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = ia.cap.max_recv_wr = 2;
+  ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+  ASSERT_EQ(rdma_create_qp(client, pd, &ia), 0);
+  ASSERT_EQ(rdma_connect(client, nullptr), 0);
+  std::this_thread::sleep_for(200ms);  // refused meanwhile, and tried again
+  ASSERT_EQ(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
+  ASSERT_EQ(rdma_bind_addr(listener, reinterpret_cast<sockaddr*>(&sa)), 0);
+  ASSERT_EQ(rdma_listen(listener, 1), 0);
+  ASSERT_EQ(bounded(5000ms, [&] { return rdma_get_cm_event(ch, &ev); }), 0);
+  EXPECT_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST) << rdma_event_str(ev->event);
+  rdma_cm_id* server = ev->id;
+  rdma_ack_cm_event(ev);
+  EXPECT_EQ(rdma_reject(server, nullptr, 0), 0);
+  EXPECT_EQ(rdma_destroy_id(server), 0);
+  rdma_destroy_qp(client);
+  EXPECT_EQ(rdma_destroy_id(client), 0);
+  EXPECT_EQ(rdma_destroy_id(listener), 0);
+  ibv_destroy_cq(cq);
+  ibv_dealloc_pd(pd);
+  rdma_destroy_event_channel(ch);
 }
 
 // perftest destroys the listener right after accepting and listens again on the same port.

@@ -104,6 +104,17 @@ Settings parse_settings(const char* (*get)(const char*)) {
     else
       s.cm.mpa_timeout = s.cm.connect_timeout = std::chrono::milliseconds(ms);
   }
+  // perftest's server re-listens on its port for the data connection after the control one;
+  // a client that comes too soon is refused. Kernel timing hides that race; ours retries.
+  s.cm.connect_retry = std::chrono::milliseconds(1000);
+  if (const char* v = get("RNIC_CONNECT_RETRY_MS"); v && *v) {
+    int ms = 0;
+    auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);
+    if (ec != std::errc{} || *p || ms < 0 || ms > 60000)
+      fail("RNIC_CONNECT_RETRY_MS", v, "milliseconds from 0 to 60000");
+    else
+      s.cm.connect_retry = std::chrono::milliseconds(ms);
+  }
   if (const char* v = get("RNIC_FIRST_FPDU_DELAY_MS"); v && *v) {
     int ms = 0;
     auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);

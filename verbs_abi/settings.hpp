@@ -7,6 +7,8 @@
 //   RNIC_P2P          RFC 6581 peer-to-peer mode: 1 (default with MPA revision 2) or 0; RNIC_RTR
 //                     offers one RTR message (write, read or send; default: all three)
 //   RNIC_TIMEOUT_MS   how long the MPA exchange may wait for the peer (default 5000)
+//   RNIC_CONNECT_RETRY_MS  how long a refused TCP connect is retried (default 1000; perftest's
+//                     server is briefly between two listeners)
 //   RNIC_FIRST_FPDU_DELAY_MS  the initiator holds its first FPDU (the RTR too) this long after the
 //                     MPA Reply (default 0); Linux siw 6.1 stalls on an FPDU that comes within
 //                     ~2 ms of its Reply (docs/siw-interop.md)
