@@ -23,7 +23,9 @@ std::string configure_locked(struct Registry& r, std::string_view spec);
 
 Registry& reg() {
   // RNIC_LOG in the environment sets the starting levels ("debug", "rnic=trace,cm=info").
-  static Registry r;
+  // Never destroyed: the engine thread of a drop-in library may still log while a program
+  // exit()s and runs the static destructors (a destroyed sink crashed ucmatose at exit).
+  static Registry& r = *new Registry;
   static const bool from_env = [] {
     if (const char* env = std::getenv("RNIC_LOG")) configure_locked(r, env);
     return true;

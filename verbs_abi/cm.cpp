@@ -240,6 +240,15 @@ Event* translate(EventChannel* ch, rnic::CmEvent&& e) {
     n->pub.ps = RDMA_PS_TCP;
     n->pub.qp_type = IBV_QPT_RC;
     n->pub.port_num = 1;
+    // A Request without RFC 6581's IRD/ORD (MPA revision 1, or revision 2 without them) says
+    // nothing of the peer's: report the device's, as the kernel's iWARP CM does, so that
+    // rdma_accept(id, NULL) does not end up with ORD 0.
+    const auto req = e.id->request();
+    if (!req || !req->params) {
+      const rnic::DeviceLimits lim;
+      e.peer_ird = lim.max_ird;
+      e.peer_ord = lim.max_ord;
+    }
     n->peer_ird = e.peer_ird;
     n->peer_ord = e.peer_ord;
     to_sockaddr(e.id->local_endpoint(), &n->pub.route.addr.src_storage);
