@@ -86,9 +86,13 @@ TEST(SiwInterop, RnicPingAgainstLinuxSiwInQemu) {
 
   // 3. Every interop case, for real.
   const std::string results = ::testing::TempDir() + "siw-interop-" + std::to_string(::getpid());
+  // The sanitizer builds have no drop-in libraries (an instrumented libibverbs.so.1 cannot load
+  // into the uninstrumented Debian programs it is for): they run the `rnic ping`/`rnic cmatose`
+  // cases; the plain build runs the mixed cases (r*, p*) too.
+  const std::string only = IWARP_DROPIN_BUILT ? "" : " --only '^[a-f][0-9]'";
   auto run =
       sh("RNIC=" + quote(IWARP_RNIC_BIN) + " SIWVM_CACHE=" + quote(cache) + " timeout 840 bash " +
-         quote(src + "/scripts/siw-interop.sh") + " --results " + quote(results));
+         quote(src + "/scripts/siw-interop.sh") + " --results " + quote(results) + only);
   std::cout << run.output << std::flush;
   EXPECT_EQ(run.status, 0) << "scripts/siw-interop.sh failed (results, pcaps and logs in "
                            << results << "); the table is above";
