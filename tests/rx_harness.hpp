@@ -2,7 +2,7 @@
 // the real encoders (one FPDU per TCP segment) and fed to QueuePair::receive_segment in any
 // order, so TCP holes are exact and repeatable; what the QP transmits (Read Responses,
 // Terminates) is captured and decoded. The registered region sits between canaries.
-// Used by test_seed004_claims.cpp and test_ooo_protection.cpp.
+// Used by test_ooo_deferred_completions.cpp and test_ooo_protection.cpp.
 #pragma once
 
 #include <gtest/gtest.h>

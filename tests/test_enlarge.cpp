@@ -1,5 +1,6 @@
-// The buffer-enlargement protocol (seeds 000-002) over the verbs shim, two nodes in this
+// The buffer-enlargement protocol (docs/enlarge.md) over the verbs shim, two nodes in this
 // process talking over 127.0.0.1: every phase, iovec thresholds, refusal, both directions.
+// docs/seed-map.md maps each part of the design to the test that shows it.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -193,8 +194,9 @@ TEST(EnlargeOptions, OutOfRangeSizesAreRefusedWithTheReason) {
 
 // --- the protocol over two nodes ----------------------------------------------------------
 
-// Seed 001 claims 1, 8, 15: only the connection that needed it gets a larger buffer.
-TEST(Enlarge, Claims001_1_8_15_OnlyTheConnectionThatNeededItGrows) {
+// Each connection has its own pre-registered buffer; only the connection that needed it gets
+// a larger one.
+TEST(Enlarge, OnlyTheConnectionThatNeededItGrows) {
   Pair p({}, {}, 4);
   std::vector<std::uint64_t> s_before, c_before;
   for (int i = 0; i < 4; ++i) {
@@ -223,8 +225,10 @@ TEST(Enlarge, Claims001_1_8_15_OnlyTheConnectionThatNeededItGrows) {
   EXPECT_EQ(p.s[2]->stats().buffers_provisioned, 1u);
 }
 
-// Seed 000 claims 1-3, 5, 7-10, 15-17, 19; seed 001 claims 2, 7, 9-13, 21: the whole exchange.
-TEST(Enlarge, Claims000_1_2_3_5_7_16_19_ControlAckWriteDoneCopyOut) {
+// The whole exchange: the sender's request, the receiver provisions and acknowledges with TO
+// and STag, the sender RDMA Writes from its own larger buffer and says Done, the receiver copies
+// the data out.
+TEST(Enlarge, RequestAckWriteDoneThenCopyOut) {
   Pair p;
   std::vector<std::string> tx_events, rx_events;
   p.c[0]->on_event = [&](const std::string& e) { tx_events.push_back(e); };
@@ -254,7 +258,7 @@ TEST(Enlarge, Claims000_1_2_3_5_7_16_19_ControlAckWriteDoneCopyOut) {
   EXPECT_GT(find(rx_events, "tx Ready seq=1"), find(rx_events, "rx Done seq=1"));
   EXPECT_EQ(p.c[0]->stats().bulk_writes, 1u);
   EXPECT_EQ(p.c[0]->stats().pieces_sent, 0u);  // no data went eager
-  // Seed 000 claim 14: 100-2,000 byte pre-registered, 1,000-200,000 enlarged.
+  // Pre-registered slots of 100-2,000 bytes, enlarged buffers of 1,000-200,000.
   EXPECT_GE(p.s[0]->options().slot_size, 100u);
   EXPECT_LE(p.s[0]->options().slot_size, 2000u);
   EXPECT_EQ(p.s[0]->rx_enlarged_size(), 20000u);
@@ -307,8 +311,8 @@ TEST(Enlarge, EnlargedBufferIsARingWithSeveralWritesInFlight) {
   EXPECT_GE(p.c[0]->stats().most_writes_unanswered, 2u);
 }
 
-// Seed 000 claims 6 and 18: the small pre-registered buffer unregistered and freed.
-TEST(Enlarge, Claims000_6_18_FreeTheSmallBufferOnceEnlarged) {
+// With --free-small, the small pre-registered buffer is unregistered and freed once enlarged.
+TEST(Enlarge, FreeTheSmallBufferOnceEnlarged) {
   Options o;
   o.free_small = true;
   Pair p(o, o);
@@ -365,8 +369,8 @@ TEST(Enlarge, IdleConnectionShrinksBack) {
   EXPECT_EQ(p.c[0]->stats().enlarge_requests, 2u);
 }
 
-// Seed 000 claim 4 / 001 claim 4: each iovec element is compared with the threshold.
-TEST(Enlarge, Claims000_4_IovecElementsAreComparedOneByOne) {
+// Each iovec element, not the whole message, is compared with the threshold.
+TEST(Enlarge, IovecElementsAreComparedWithTheThresholdOneByOne) {
   Pair p;
   std::vector<Bytes> iov = {pattern(100, 14), pattern(30000, 15), pattern(10, 16),
                             pattern(40000, 17), pattern(700, 18)};
@@ -391,7 +395,7 @@ TEST(Enlarge, Claims000_4_IovecElementsAreComparedOneByOne) {
 }
 
 // The threshold is an option: with 4,000, a 3,000-byte message goes in pieces.
-TEST(Enlarge, Claims000_3_ThresholdDecides) {
+TEST(Enlarge, ThresholdDecidesBetweenPiecesAndEnlargement) {
   Options o;
   o.threshold = 4000;
   Pair p(o, o);
@@ -604,9 +608,9 @@ TEST(Enlarge, TinySlotsAndBufferChurnNeverStall) {
   }
 }
 
-// Seed 000 claim 14: enlarged buffers stay within 1,000-200,000 bytes (what a small element
-// asks for is raised to the minimum; a large one is capped at the maximum and sent in parts).
-TEST(Enlarge, Claims000_14_EnlargedSizesStayWithinTheSeedsRange) {
+// Enlarged buffers stay within 1,000-200,000 bytes (what a small element asks for is raised
+// to the minimum; a large one is capped at the maximum and sent in parts).
+TEST(Enlarge, EnlargedSizesStayWithin1000To200000Bytes) {
   Options o;
   o.threshold = 200;
   Pair p(o, o);
@@ -848,7 +852,7 @@ TEST(Enlarge, ProtocolViolationFailsTheConnectionWithTheReason) {
   EXPECT_FALSE(c.post(pattern(10, 1)));
 }
 
-// Claims the receiver cannot honour are refused before anything is copied or allocated: a
+// Requests the receiver cannot honour are refused before anything is copied or allocated: a
 // Done larger than the enlarged buffer, a message larger than this side takes.
 TEST(Enlarge, DoneBeyondTheBufferAndHugeMessagesAreProtocolErrors) {
   DrivenNode server;

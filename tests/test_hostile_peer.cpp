@@ -899,7 +899,7 @@ TEST_F(HostilePeer, UlpduLengthPastTheFpduWithMarkers) {
   ASSERT_TRUE(enc.encode(ulpdu_of(send_seg(1, 0, payload)), f1));
   ASSERT_TRUE(enc.encode(ulpdu_of(send_seg(2, 0, more)), rest));
   ASSERT_TRUE(enc.encode(ulpdu_of(send_seg(3, 0, more)), rest));
-  // f1: marker(4) | ULPDU_Length | ...; claim 900 octets instead of 118.
+  // f1: marker(4) | ULPDU_Length | ...; say 900 octets instead of 118.
   ASSERT_EQ(load_be16(&f1[4]), 118);
   f1[4] = 900 >> 8;
   f1[5] = 900 & 0xFF;

@@ -1,10 +1,9 @@
-// Seed 004 (out-of-order RDMA messages placed at once, completions deferred per TCP hole),
-// claim by claim, over real bytes: a peer's FPDU stream is built with the real encoders, cut
-// into TCP segments, and fed to a queue pair's segment path in a chosen order. What the QP
-// transmits (Read Responses, Terminates) is captured and decoded.
-//
-// The system claims (9-15) and program-product claims (16-22) restate the method claims
-// (1-8) for the same engine; each test names every form it shows.
+// Out-of-order RDMA messages placed at once, completions deferred per TCP hole, over real
+// bytes: a peer's FPDU stream is built with the real encoders, cut into TCP segments, and fed
+// to a queue pair's segment path in a chosen order. What the QP transmits (Read Responses,
+// Terminates) is captured and decoded. Placement may run ahead of the stream (RFC 5041 §5.3);
+// delivery and completions keep its order (RFC 5041 §5.4, RFC 5040 §5.5). docs/seed-map.md
+// maps each part of the design to the test that shows it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,9 +25,9 @@ using namespace iwarp::rnic::rx_harness;
 
 namespace {
 
-// --- claims 1, 9, 16: place out-of-order messages, keep their information per hole, deliver
-// in order.
-TEST(Seed004Claims, Claim1_9_16_PlacesOutOfOrderMessagesAndDeliversInOrder) {
+// Messages beyond a hole are placed at once, what their delivery needs is kept per hole, and
+// they are delivered in order when it closes.
+TEST(DeferredCompletions, OutOfOrderMessagesArePlacedAtOnceAndDeliveredInOrder) {
   for (auto framing : {mpa::FramingConfig{true, false}, mpa::FramingConfig{false, false},
                        mpa::FramingConfig{true, true}, mpa::FramingConfig{false, true}}) {
     SCOPED_TRACE(testing::Message() << "crc " << framing.crc << " markers " << framing.markers);
@@ -74,9 +73,9 @@ TEST(Seed004Claims, Claim1_9_16_PlacesOutOfOrderMessagesAndDeliversInOrder) {
   }
 }
 
-// --- claims 2, 3, 10, 17: Read Requests beyond a hole wait for the doorbell, which rings
-// when the hole closes; each read queue WQE is then processed (its Read Response goes out).
-TEST(Seed004Claims, Claim2_3_10_17_ReadRequestsBeyondAHoleRingTheDoorbellWhenItCloses) {
+// Read Requests beyond a hole wait for the doorbell, which rings when the hole closes; each
+// read queue WQE is then processed (its Read Response goes out).
+TEST(DeferredCompletions, ReadRequestsBeyondAHoleRingTheDoorbellWhenItCloses) {
   Harness h;
   const auto src1 = pattern(500, 5), src2 = pattern(3000, 6);
   std::memcpy(h.region + 200000, src1.data(), src1.size());
@@ -92,7 +91,7 @@ TEST(Seed004Claims, Claim2_3_10_17_ReadRequestsBeyondAHoleRingTheDoorbellWhenItC
   EXPECT_EQ(h.count_tx(Opcode::ReadResponse), 0u) << "no Read Response before the hole closes";
   const auto doorbells_before = h.qp->stats().doorbells;
   h.inject_all({s0});
-  // Claim 3: each read queue WQE is processed: both Read Responses, in order, with the data.
+  // Each read queue WQE is processed: both Read Responses, in order, with the data.
   std::vector<Bytes> keep;
   auto tx = h.transmitted(keep);
   std::vector<ddp::Segment> rr;
@@ -116,9 +115,9 @@ TEST(Seed004Claims, Claim2_3_10_17_ReadRequestsBeyondAHoleRingTheDoorbellWhenItC
   EXPECT_EQ(rel[0].writes, 0u);
 }
 
-// --- claims 4, 11, 18: the Send-specific information of each Send beyond a hole is put in the
-// WQE its MSN selects (before the hole closes).
-TEST(Seed004Claims, Claim4_11_18_SendInformationGoesToTheWqeItsMsnSelects) {
+// The Send-specific information of each Send beyond a hole is put in the WQE its MSN selects
+// (RFC 5041 §5.3), before the hole closes.
+TEST(DeferredCompletions, SendBeyondAHoleGoesToTheWqeItsMsnSelects) {
   Harness h;
   for (std::uint64_t i = 0; i < 4; ++i) h.post_recv(200 + i, i * 8192, 8192);
   const auto m1 = pattern(10, 1), m2 = pattern(5000, 2), m3 = pattern(1, 3), m4 = pattern(8192, 4);
@@ -141,9 +140,9 @@ TEST(Seed004Claims, Claim4_11_18_SendInformationGoesToTheWqeItsMsnSelects) {
   EXPECT_EQ(h.poll(h.rcq).size(), 4u);
 }
 
-// --- claims 5, 12, 19 and 6, 13, 20: the CQEs go to the CQ when the hole closes, as many as
-// there were Sends beyond it; two holes release separately.
-TEST(Seed004Claims, Claim5_6_12_13_19_20_AsManyCqesAsSendsWhenEachHoleCloses) {
+// The CQEs go to the CQ when the hole closes, as many as there were Sends beyond it; two
+// holes release separately.
+TEST(DeferredCompletions, AsManyCqesAsSendsWhenEachHoleCloses) {
   Harness h;
   for (std::uint64_t i = 0; i < 8; ++i) h.post_recv(300 + i, i * 4096, 4096);
   std::vector<std::size_t> s;
@@ -185,9 +184,9 @@ TEST(Seed004Claims, Claim5_6_12_13_19_20_AsManyCqesAsSendsWhenEachHoleCloses) {
   EXPECT_EQ(g.poll(g.rcq).size(), 2u);
 }
 
-// --- claims 7, 14, 21: the Send information comes back from the WQE on poll: wr_id, length,
-// opcode, and the data is in the WQE's buffer.
-TEST(Seed004Claims, Claim7_14_21_PollReturnsTheSendInformationStoredInTheWqe) {
+// The Send information comes back from the WQE on poll: wr_id, length, opcode, and the data
+// is in the WQE's buffer.
+TEST(DeferredCompletions, PollReturnsTheSendInformationStoredInTheWqe) {
   Harness h;
   h.post_recv(77, 0, 100);
   h.post_recv(78, 100, 3000);
@@ -207,9 +206,9 @@ TEST(Seed004Claims, Claim7_14_21_PollReturnsTheSendInformationStoredInTheWqe) {
   EXPECT_TRUE(region_has(h, 100, m2));
 }
 
-// --- claims 8, 15, 22: completed Read Responses beyond a hole are counted per hole; the Read
-// work requests complete when it closes.
-TEST(Seed004Claims, Claim8_15_22_ReadResponsesBeyondAHoleCompleteTheReadsWhenItCloses) {
+// Completed Read Responses beyond a hole are counted per hole; the Read work requests
+// complete when it closes.
+TEST(DeferredCompletions, ReadResponsesBeyondAHoleCompleteTheReadsWhenItCloses) {
   Harness h;
   h.post_recv(1, 0, 4096);
   const STag remote{0x00123401};
@@ -244,7 +243,7 @@ TEST(Seed004Claims, Claim8_15_22_ReadResponsesBeyondAHoleCompleteTheReadsWhenItC
 
 // An invalid segment beyond a hole is never placed; its Terminate comes in stream order when
 // the hole closes, after what came before it, and what came after it is flushed.
-TEST(Seed004Claims, InvalidSegmentBeyondAHoleTerminatesInStreamOrderWhenItCloses) {
+TEST(DeferredCompletions, InvalidSegmentBeyondAHoleTerminatesInStreamOrderWhenItCloses) {
   Harness h;
   h.post_recv(1, 0, 4096);
   h.post_recv(2, 4096, 4096);
@@ -280,7 +279,7 @@ TEST(Seed004Claims, InvalidSegmentBeyondAHoleTerminatesInStreamOrderWhenItCloses
 
 // Whatever order the segments arrive in (with duplicates and overlapping retransmissions), the
 // memory and the completions are the same as in order.
-TEST(Seed004Claims, AnyArrivalOrderGivesTheSameMemoryAndCompletions) {
+TEST(DeferredCompletions, AnyArrivalOrderGivesTheSameMemoryAndCompletions) {
   for (auto framing : {mpa::FramingConfig{true, false}, mpa::FramingConfig{false, false},
                        mpa::FramingConfig{true, true}, mpa::FramingConfig{false, true}}) {
     SCOPED_TRACE(testing::Message() << "crc " << framing.crc << " markers " << framing.markers);
@@ -367,7 +366,7 @@ namespace {
 
 // A hole that starts inside the last FPDU of a Send (its head read, its WQE taken): later
 // Sends beyond the hole still go to the WQEs their MSNs select (found by replaying perftest).
-TEST(Seed004Claims, Claim4_HoleInsideASendsLastFpduKeepsTheMsnToWqeMapping) {
+TEST(DeferredCompletions, HoleInsideASendsLastFpduKeepsTheMsnToWqeMapping) {
   Harness h;
   for (std::uint64_t i = 0; i < 3; ++i) h.post_recv(500 + i, i * 4096, 4096);
   const auto m1 = pattern(1000, 1), m2 = pattern(600, 2), m3 = pattern(700, 3);
