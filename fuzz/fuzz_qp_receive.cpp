@@ -145,93 +145,118 @@ std::vector<Segment> cut(ByteSpan s, int style, Rng& rng) {
   return out;
 }
 
-}  // namespace
+// The input's 8-octet header (see the top of this file) and the stream after it.
+struct Header {
+  std::uint8_t h0 = 0, h1 = 0;  // octets 0 and 1: framing, roles, posted work, cutting
+  std::uint16_t cut_seed = 0;   // octets 2-3
+  std::uint16_t dereg_after = 0;
+  std::uint8_t irdord = 0;
+  TcpSeq start{0};
+  ByteSpan stream;
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  fuzz::quiet_logs();
-  Input in(data, size);
-  const std::uint8_t h0 = in.u8(), h1 = in.u8();
-  Rng rng(in.u16() * 0x9e37ull + 7);
-  const std::uint16_t dereg_after = in.u16();
-  const std::uint8_t irdord = in.u8();
-  const TcpSeq start{0xFFFFF000u + in.u8() * 16u};
-  const ByteSpan stream = in.rest();
+  bool read_posted() const { return h0 & 0x40; }
+  bool atomic_posted() const { return h0 & 0x80; }
+  int receives() const { return (h1 >> 2) & 7; }
+  int dereg_region() const { return (h1 & 0x80) ? 7 : 0; }
+};
 
+Header read_header(Input& in) {
+  Header hd;
+  hd.h0 = in.u8();
+  hd.h1 = in.u8();
+  hd.cut_seed = in.u16();
+  hd.dereg_after = in.u16();
+  hd.irdord = in.u8();
+  hd.start = TcpSeq{0xFFFFF000u + in.u8() * 16u};
+  hd.stream = in.rest();
+  return hd;
+}
+
+// What one input runs on: the regions (and their content before the stream), the CQs, the QP.
+struct Harness {
   Device& dev = device();
   MemoryTable& mem = dev.memory();
-  const PdHandle pd = mem.alloc_pd(), other_pd = mem.alloc_pd();
-
+  PdHandle pd = mem.alloc_pd(), other_pd = mem.alloc_pd();
   Region regions[kRegions];
+  std::vector<Bytes> initial;
+  CompletionQueue scq{64, nullptr, nullptr}, rcq{64, nullptr, nullptr};
+  std::shared_ptr<QueuePair> qp;
+};
+
+// Registers the eight regions, each between canary guards and filled with its own pattern.
+void register_regions(Harness& t) {
   for (int k = 0; k < kRegions; ++k) {
-    Region& r = regions[k];
+    Region& r = t.regions[k];
     r.length = kSpec[k].length;
     r.store.resize((2 * kGuard + r.length) / 8);
     for (std::size_t i = 0; i < 2 * kGuard + r.length; ++i) r.all()[i] = canary(i);
     for (std::size_t i = 0; i < r.length; ++i) r.data()[i] = fill(k, i);
-    r.registered = mem.register_region_at(STag{kSpec[k].stag}, kSpec[k].other_pd ? other_pd : pd,
-                                          r.data(), r.length, base_to(k), kSpec[k].access);
+    r.registered =
+        t.mem.register_region_at(STag{kSpec[k].stag}, kSpec[k].other_pd ? t.other_pd : t.pd,
+                                 r.data(), r.length, base_to(k), kSpec[k].access);
     FUZZ_CHECK(r.registered, "region %d not registered (left over from an earlier input?)", k);
   }
-  const std::vector<Bytes> initial = [&] {
-    std::vector<Bytes> v;
-    for (auto& r : regions) v.emplace_back(r.data(), r.data() + r.length);
-    return v;
-  }();
+  for (auto& r : t.regions) t.initial.emplace_back(r.data(), r.data() + r.length);
+}
 
-  CompletionQueue scq(64, nullptr, nullptr), rcq(64, nullptr, nullptr);
+// Creates the QP and posts its receives: 256 octets each from region 3, some split over two
+// SGEs.
+void create_qp_with_receives(Harness& t, const Header& hd) {
   QpInit init;
-  init.pd = pd;
-  init.send_cq = &scq;
-  init.recv_cq = &rcq;
+  init.pd = t.pd;
+  init.send_cq = &t.scq;
+  init.recv_cq = &t.rcq;
   init.caps.max_send_wr = 16;
   init.caps.max_recv_wr = 16;
   init.caps.max_recv_sge = 2;
-  auto qp = std::make_shared<QueuePair>(dev, init);
-
-  // Receives: 256 octets each from region 3, some split over two SGEs.
-  const int nrecv = (h1 >> 2) & 7;
-  for (int i = 0; i < nrecv; ++i) {
+  t.qp = std::make_shared<QueuePair>(t.dev, init);
+  for (int i = 0; i < hd.receives(); ++i) {
     RecvWr wr;
     wr.wr_id = 100 + i;
     const std::uint64_t a = base_to(3) + 256 * i;
-    if ((h1 & 0x20) && (i & 1)) {
+    if ((hd.h1 & 0x20) && (i & 1)) {
       wr.sg_list.push_back(Sge{a, 100, STag{0x404}});
       wr.sg_list.push_back(Sge{a + 100, 156, STag{0x404}});
     } else {
       wr.sg_list.push_back(Sge{a, 256, STag{0x404}});
     }
-    FUZZ_CHECK(qp->post_recv(wr) == 0, "post_recv");
+    FUZZ_CHECK(t.qp->post_recv(wr) == 0, "post_recv");
   }
+}
 
+// Starts the QP in Full Operation with the negotiated parameters the header gives, over a
+// NullTransport (what it transmits is only counted).
+void start_qp(Harness& t, const Header& hd) {
   StreamSetup st;
   auto& p = st.params;
   p.revision = 2;
   p.enhanced = true;
-  p.crc = h0 & 1;
-  p.markers_to_initiator = p.markers_to_responder = (h0 & 2) != 0;
-  const std::uint16_t ird = irdord & 0xF, ord = irdord >> 4;
+  p.crc = hd.h0 & 1;
+  p.markers_to_initiator = p.markers_to_responder = (hd.h0 & 2) != 0;
+  const std::uint16_t ird = hd.irdord & 0xF, ord = hd.irdord >> 4;
   p.initiator_ird = p.responder_ird = ird;
   p.initiator_ord = p.responder_ord = ord;
-  p.peer_to_peer = h0 & 8;
+  p.peer_to_peer = hd.h0 & 8;
   static constexpr mpa::RtrType kRtr[4] = {mpa::RtrType::Write, mpa::RtrType::Send,
                                            mpa::RtrType::Write, mpa::RtrType::Read};
-  p.rtr = p.peer_to_peer ? kRtr[(h0 >> 4) & 3] : mpa::RtrType::None;
-  st.initiator = h0 & 4;
+  p.rtr = p.peer_to_peer ? kRtr[(hd.h0 >> 4) & 3] : mpa::RtrType::None;
+  st.initiator = hd.h0 & 4;
   RxOptions rx;
-  rx.stream_start = start;
+  rx.stream_start = hd.start;
   auto transmitted = std::make_shared<std::uint64_t>(0);
   on_engine([&] {
-    auto t = std::make_unique<NullTransport>(
-        dev.io(), [transmitted](ByteSpan b) { *transmitted += b.size(); });
-    if (st.initiator && p.peer_to_peer) qp->send_rtr(p.rtr);
-    qp->start(
-        std::move(t), st, {}, nullptr, [](const QpClosed&) {}, rx);
+    auto tr = std::make_unique<NullTransport>(
+        t.dev.io(), [transmitted](ByteSpan b) { *transmitted += b.size(); });
+    if (st.initiator && p.peer_to_peer) t.qp->send_rtr(p.rtr);
+    t.qp->start(
+        std::move(tr), st, {}, nullptr, [](const QpClosed&) {}, rx);
   });
+}
 
-  // Our own RDMA Read and atomic, so Read Responses and Atomic Responses have something to
-  // answer.
-  const bool read_posted = h0 & 0x40, atomic_posted = h0 & 0x80;
-  if (read_posted) {
+// Our own RDMA Read and atomic, so Read Responses and Atomic Responses have something to
+// answer.
+void post_read_and_atomic(Harness& t, const Header& hd) {
+  if (hd.read_posted()) {
     SendWr wr;
     wr.wr_id = 1;
     wr.opcode = WrOpcode::RdmaRead;
@@ -239,9 +264,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     wr.sg_list.push_back(Sge{base_to(4) + 64, 256, STag{0x505}});
     wr.remote_addr = 0x5000;
     wr.rkey = STag{kPeerStag};
-    qp->post_send(wr);
+    t.qp->post_send(wr);
   }
-  if (atomic_posted) {
+  if (hd.atomic_posted()) {
     SendWr wr;
     wr.wr_id = 2;
     wr.opcode = WrOpcode::AtomicFetchAndAdd;
@@ -250,68 +275,78 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     wr.remote_addr = 0x6000;
     wr.rkey = STag{kPeerStag};
     wr.compare_add = 1;
-    qp->post_send(wr);
+    t.qp->post_send(wr);
   }
-  drain();
+}
 
-  const int dereg = (h1 & 0x80) ? 7 : 0;
-  auto freeze_invalid = [&] {
-    // A region the peer invalidated (Send with Invalidate) may not change from now on.
-    for (int k : {0, 7}) {
-      Region& r = regions[k];
-      if (!r.registered || r.frozen) continue;
-      if (!mem.check_remote(STag{kSpec[k].stag}, pd, base_to(k), 1, kRemoteWrite, true))
-        r.frozen.emplace(r.data(), r.data() + r.length);
-    }
-  };
-  auto check_frozen = [&](const char* when) {
-    for (int k = 0; k < kRegions; ++k) {
-      Region& r = regions[k];
-      if (!r.frozen) continue;
-      for (std::size_t i = 0; i < r.length; ++i)
-        FUZZ_CHECK(r.data()[i] == (*r.frozen)[i],
-                   "region %d octet %zu changed after it was %s (%s): 0x%02x -> 0x%02x", k, i,
-                   r.registered ? "invalidated" : "deregistered", when, (*r.frozen)[i],
-                   r.data()[i]);
-    }
-  };
+// A region the peer invalidated (Send with Invalidate) may not change from now on.
+void freeze_invalidated(Harness& t) {
+  for (int k : {0, 7}) {
+    Region& r = t.regions[k];
+    if (!r.registered || r.frozen) continue;
+    if (!t.mem.check_remote(STag{kSpec[k].stag}, t.pd, base_to(k), 1, kRemoteWrite, true))
+      r.frozen.emplace(r.data(), r.data() + r.length);
+  }
+}
 
-  const auto segs = cut(stream, h1 & 3, rng);
+void check_frozen(Harness& t, const char* when) {
+  for (int k = 0; k < kRegions; ++k) {
+    Region& r = t.regions[k];
+    if (!r.frozen) continue;
+    for (std::size_t i = 0; i < r.length; ++i)
+      FUZZ_CHECK(r.data()[i] == (*r.frozen)[i],
+                 "region %d octet %zu changed after it was %s (%s): 0x%02x -> 0x%02x", k, i,
+                 r.registered ? "invalidated" : "deregistered", when, (*r.frozen)[i], r.data()[i]);
+  }
+}
+
+// Feeds the stream, cut and disordered as the header says, one segment at a time; a region is
+// deregistered midway; frozen regions are checked after every segment. Then the FIN.
+void feed_stream(Harness& t, const Header& hd) {
+  Rng rng(hd.cut_seed * 0x9e37ull + 7);
+  const int dereg = hd.dereg_region();
+  const auto segs = cut(hd.stream, hd.h1 & 3, rng);
   std::size_t done = 0;
   for (const auto& s : segs) {
-    if (done == dereg_after && regions[dereg].registered) {
+    Region& d = t.regions[dereg];
+    if (done == hd.dereg_after && d.registered) {
       on_engine([&] {
         // ibv_dereg_mr's path: out of the table and out of every QP (revoke) at once.
-        dev.deregister(STag{kSpec[dereg].stag});
-        regions[dereg].registered = false;
-        regions[dereg].frozen.emplace(regions[dereg].data(),
-                                      regions[dereg].data() + regions[dereg].length);
+        t.dev.deregister(STag{kSpec[dereg].stag});
+        d.registered = false;
+        d.frozen.emplace(d.data(), d.data() + d.length);
       });
     }
-    qp->receive_segment(start + static_cast<std::uint32_t>(s.off),
-                        Bytes(s.data.begin(), s.data.end()));
+    t.qp->receive_segment(hd.start + static_cast<std::uint32_t>(s.off),
+                          Bytes(s.data.begin(), s.data.end()));
     drain();
     ++done;
-    check_frozen("during the stream");
-    freeze_invalid();
+    check_frozen(t, "during the stream");
+    freeze_invalidated(t);
   }
-  if (h1 & 0x40) qp->receive_fin(start + static_cast<std::uint32_t>(stream.size()));
+  if (hd.h1 & 0x40) t.qp->receive_fin(hd.start + static_cast<std::uint32_t>(hd.stream.size()));
   drain();
-  Wc wc[16];
-  while (scq.poll(wc) > 0) {
-  }
-  while (rcq.poll(wc) > 0) {
-  }
-  qp->modify_to_error();
-  drain();
-  drain();
-  FUZZ_CHECK(qp->state() == QpState::Error, "QP in state %s after modify_to_error",
-             std::string(to_string(qp->state())).c_str());
-  check_frozen("at the end");
+}
 
-  // Guards intact everywhere; regions nobody may write unchanged.
+// Empties the CQs and moves the QP to ERROR, which it must reach.
+void close_qp(Harness& t) {
+  Wc wc[16];
+  while (t.scq.poll(wc) > 0) {
+  }
+  while (t.rcq.poll(wc) > 0) {
+  }
+  t.qp->modify_to_error();
+  drain();
+  drain();
+  FUZZ_CHECK(t.qp->state() == QpState::Error, "QP in state %s after modify_to_error",
+             std::string(to_string(t.qp->state())).c_str());
+}
+
+// Guards intact everywhere; regions nobody may write unchanged.
+void check_guards_and_unwritable(Harness& t, const Header& hd) {
+  const bool read_posted = hd.read_posted(), atomic_posted = hd.atomic_posted();
   for (int k = 0; k < kRegions; ++k) {
-    Region& r = regions[k];
+    Region& r = t.regions[k];
     for (std::size_t i = 0; i < kGuard; ++i) {
       FUZZ_CHECK(r.all()[i] == canary(i), "guard octet %zu before region %d changed", i, k);
       const std::size_t j = kGuard + r.length + i;
@@ -319,7 +354,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     std::size_t from = 0, to = r.length;  // the part that may change
     if (k == 1 || k == 5 || k == 6) from = to = 0;
-    if (k == 3) to = 256 * static_cast<std::size_t>(nrecv);
+    if (k == 3) to = 256 * static_cast<std::size_t>(hd.receives());
     if (k == 4) {
       from = atomic_posted ? 0 : 64;
       to = read_posted ? 64 + 256 : (atomic_posted ? 8 : 0);
@@ -327,16 +362,38 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     for (std::size_t i = 0; i < r.length; ++i)
       if (i < from || i >= to)
-        FUZZ_CHECK(r.data()[i] == initial[k][i],
+        FUZZ_CHECK(r.data()[i] == t.initial[k][i],
                    "region %d (access 0x%x%s) octet %zu changed: 0x%02x -> 0x%02x", k,
-                   kSpec[k].access, kSpec[k].other_pd ? ", other PD" : "", i, initial[k][i],
+                   kSpec[k].access, kSpec[k].other_pd ? ", other PD" : "", i, t.initial[k][i],
                    r.data()[i]);
   }
+}
 
-  qp.reset();
+// Destroys the QP and deregisters what is still registered, so the next input starts clean.
+void tear_down(Harness& t) {
+  t.qp.reset();
   drain();
   for (int k = 0; k < kRegions; ++k)
-    if (regions[k].registered) mem.deregister(STag{kSpec[k].stag});
+    if (t.regions[k].registered) t.mem.deregister(STag{kSpec[k].stag});
   drain();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  fuzz::quiet_logs();
+  Input in(data, size);
+  const Header hd = read_header(in);
+  Harness t;
+  register_regions(t);
+  create_qp_with_receives(t, hd);
+  start_qp(t, hd);
+  post_read_and_atomic(t, hd);
+  drain();
+  feed_stream(t, hd);
+  close_qp(t);
+  check_frozen(t, "at the end");
+  check_guards_and_unwritable(t, hd);
+  tear_down(t);
   return 0;
 }
