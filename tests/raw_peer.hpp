@@ -10,8 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <boost/asio/post.hpp>
 #include <chrono>
 #include <expected>
+#include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -44,6 +47,72 @@ struct PeerReplies : mpa::StreamVisitor {
     segments.push_back(*s);
   }
   void on_error(const WireError& e) override { error = e; }
+};
+
+// A TCP connection to 127.0.0.1:port (close-on-exec); -1 on failure.
+inline int connect_loopback(std::uint16_t port) {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(s);
+    return -1;
+  }
+  return s;
+}
+
+// Sends all of `b`; false once the connection refuses more.
+inline bool write_all(int fd, ByteSpan b) {
+  while (!b.empty()) {
+    ssize_t n = ::send(fd, b.data(), b.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    b = b.subspan(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+// Reads exactly `n` octets; false on close, error or the socket's receive timeout.
+inline bool read_n(int fd, std::uint8_t* p, std::size_t n) {
+  while (n) {
+    ssize_t r = ::recv(fd, p, n, 0);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+// Runs nothing on a device's engine thread until released (or `limit` passes), so that what a
+// peer sends meanwhile is all in the socket when the engine next reads it.
+class EngineBlocker {
+ public:
+  EngineBlocker(verbs::ibv_context* ctx, std::chrono::milliseconds limit) {
+    auto entered = std::make_shared<std::promise<void>>();
+    auto f = entered->get_future();
+    boost::asio::post(ctx->dev->io(), [entered, gate = gate_, limit] {
+      entered->set_value();
+      gate.wait_for(limit);
+    });
+    ok_ = f.wait_for(limit) == std::future_status::ready;
+  }
+  ~EngineBlocker() { release(); }
+  EngineBlocker(const EngineBlocker&) = delete;
+  EngineBlocker& operator=(const EngineBlocker&) = delete;
+  bool ok() const { return ok_; }
+  void release() {
+    if (!released_) {
+      released_ = true;
+      open_.set_value();
+    }
+  }
+
+ private:
+  std::promise<void> open_;
+  std::shared_future<void> gate_ = open_.get_future().share();
+  bool released_ = false;
+  bool ok_ = false;
 };
 
 class RawPeer {
@@ -86,14 +155,7 @@ class RawPeer {
     return out;
   }
 
-  bool write(ByteSpan b) {
-    while (!b.empty()) {
-      ssize_t n = ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      b = b.subspan(static_cast<std::size_t>(n));
-    }
-    return true;
-  }
+  bool write(ByteSpan b) { return write_all(fd_, b); }
 
   // Reads and decodes what arrives until the RNIC closes the stream or `limit` passes.
   PeerReplies& read_until_closed(std::chrono::milliseconds limit = std::chrono::seconds(10)) {
@@ -115,15 +177,7 @@ class RawPeer {
   PeerReplies& replies() { return replies_; }
 
  private:
-  bool read_n(std::uint8_t* p, std::size_t n) {
-    while (n) {
-      ssize_t r = ::recv(fd_, p, n, 0);
-      if (r <= 0) return false;
-      p += r;
-      n -= static_cast<std::size_t>(r);
-    }
-    return true;
-  }
+  bool read_n(std::uint8_t* p, std::size_t n) { return testing::read_n(fd_, p, n); }
 
   int fd_ = -1;
   bool ok_ = false, closed_ = false;

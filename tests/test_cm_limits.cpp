@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "process_support.hpp"
+#include "raw_peer.hpp"
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;
@@ -54,16 +55,7 @@ void skip_if_sanitized() {
 
 // An idle TCP connection to 127.0.0.1:port (it never sends anything); -1 on failure.
 int idle_connection(std::uint16_t port) {
-  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(s);
-    return -1;
-  }
-  return s;
+  return iwarp::testing::connect_loopback(port);
 }
 
 // True when the peer closed or reset `fd` within `t`.

@@ -303,61 +303,8 @@ bool engine_idle(ibv_context* ctx) {
   return f.wait_for(5s) == std::future_status::ready;
 }
 
-// Holds a device's engine thread until released, so that what a peer sends meanwhile is all in
-// the socket when the engine next reads it.
-class EngineBlocker {
- public:
-  explicit EngineBlocker(ibv_context* ctx) {
-    auto entered = std::make_shared<std::promise<void>>();
-    auto f = entered->get_future();
-    boost::asio::post(ctx->dev->io(), [entered, gate = gate_] {
-      entered->set_value();
-      gate.wait_for(5s);
-    });
-    ok_ = f.wait_for(5s) == std::future_status::ready;
-  }
-  ~EngineBlocker() { release(); }
-  EngineBlocker(const EngineBlocker&) = delete;
-  EngineBlocker& operator=(const EngineBlocker&) = delete;
-  bool ok() const { return ok_; }
-  void release() {
-    if (!released_) {
-      released_ = true;
-      open_.set_value();
-    }
-  }
-
- private:
-  std::promise<void> open_;
-  std::shared_future<void> gate_ = open_.get_future().share();
-  bool released_ = false;
-  bool ok_ = false;
-};
-
 // ---------------------------------------------------------------------------------------------
-// Raw sockets.
-
-int tcp_connect(std::uint16_t port) {
-  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(s);
-    return -1;
-  }
-  return s;
-}
-
-bool write_all(int fd, ByteSpan b) {
-  while (!b.empty()) {
-    ssize_t n = ::send(fd, b.data(), b.size(), MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    b = b.subspan(static_cast<std::size_t>(n));
-  }
-  return true;
-}
+// Raw sockets (connect_loopback, write_all: raw_peer.hpp).
 
 // Reads until the other side closes (or resets) within `limit`: the octets received, and
 // whether it closed.
@@ -420,7 +367,7 @@ int unacked_octets(int fd) {
 // a broken frame): CRC on, no markers either way.
 class MpaInitiator {
  public:
-  explicit MpaInitiator(std::uint16_t port) : fd_(tcp_connect(port)) {}
+  explicit MpaInitiator(std::uint16_t port) : fd_(connect_loopback(port)) {}
   ~MpaInitiator() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -778,7 +725,7 @@ class HostilePeerMpa : public HostilePeer {
     Bystander by(listener.ctx());
     ASSERT_TRUE(by.ok);
 
-    const int fd = tcp_connect(*port);
+    const int fd = connect_loopback(*port);
     ASSERT_GE(fd, 0);
     const auto t0 = std::chrono::steady_clock::now();
     write_all(fd, request);  // the server may close before all of it is sent
@@ -1164,7 +1111,7 @@ TEST_F(HostilePeer, ReadRequestsBeyondTheIrd) {
   Bytes f2 = fpdu_of(u2);
   wire.insert(wire.end(), f2.begin(), f2.end());
   {
-    EngineBlocker hold(server().ctx());
+    EngineBlocker hold(server().ctx(), 5s);
     ASSERT_TRUE(hold.ok());
     ASSERT_TRUE(peer().write(wire));
   }
@@ -1374,7 +1321,7 @@ TEST_F(HostilePeer, ConnectionFloodWithinTheBound) {
   ASSERT_TRUE(by.ok);
   Flood flood;
   for (int i = 0; i < 200; ++i) {
-    const int fd = tcp_connect(*port);
+    const int fd = connect_loopback(*port);
     ASSERT_GE(fd, 0) << i;
     flood.fds.push_back(fd);
   }
@@ -1417,7 +1364,7 @@ TEST_F(HostilePeer, ConnectionFloodPastTheBoundDoesNotLockOutARealClient) {
   ASSERT_TRUE(by.ok);
   Flood flood;
   for (int i = 0; i < 48; ++i) {
-    const int fd = tcp_connect(*port);
+    const int fd = connect_loopback(*port);
     ASSERT_GE(fd, 0) << i;
     flood.fds.push_back(fd);
   }

@@ -25,6 +25,7 @@
 
 using namespace iwarp;
 using namespace iwarp::verbs;
+using iwarp::testing::EngineBlocker;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -199,37 +200,6 @@ std::expected<ibv_wc, std::string> wait_cq(ibv_cq* cq) {
       ibv_ack_cq_events(static_cast<ibv_cq*>(got->context()), 1);
   }
 }
-
-// Runs nothing on a device's engine thread until released, so that what a peer sends meanwhile
-// is all in the socket when the engine reads it.
-class EngineBlocker {
- public:
-  explicit EngineBlocker(ibv_context* ctx) {
-    auto entered = std::make_shared<std::promise<void>>();
-    auto f = entered->get_future();
-    boost::asio::post(ctx->dev->io(), [entered, gate = gate_] {
-      entered->set_value();
-      gate.wait_for(kTimeout);
-    });
-    ok_ = f.wait_for(kTimeout) == std::future_status::ready;
-  }
-  ~EngineBlocker() { release(); }
-  EngineBlocker(const EngineBlocker&) = delete;
-  EngineBlocker& operator=(const EngineBlocker&) = delete;
-  bool ok() const { return ok_; }
-  void release() {
-    if (!released_) {
-      released_ = true;
-      open_.set_value();
-    }
-  }
-
- private:
-  std::promise<void> open_;
-  std::shared_future<void> gate_ = open_.get_future().share();
-  bool released_ = false;
-  bool ok_ = false;
-};
 
 // Returns once every handler queued on the device's engine before the call has run (a posted
 // doorbell, so its batch is in the kernel: the engine hands it to the socket at once).
@@ -710,7 +680,7 @@ TEST_P(RnicErrors, ReadsBeyondTheResponderIrd) {
   {
     // All four Read Requests reach the server's socket before its engine reads any of them
     // (one chain, one doorbell, one gather write), so the second is over the IRD for sure.
-    EngineBlocker block(s().ctx());
+    EngineBlocker block(s().ctx(), kTimeout);
     ASSERT_TRUE(block.ok());
     ibv_send_wr* bad = nullptr;
     ASSERT_EQ(ibv_post_send(c().qp(), wrs, &bad), 0) << ibv_last_error();

@@ -17,34 +17,18 @@
 #include "mpa/fpdu.hpp"
 #include "mpa/negotiation.hpp"
 #include "mpa/stream_decoder.hpp"
+#include "raw_peer.hpp"
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;
 using namespace iwarp::verbs;
 using namespace std::chrono_literals;
+using iwarp::testing::read_n;
+using iwarp::testing::write_all;
 
 namespace {
 
 constexpr std::uint8_t kCanary = 0x5C;
-
-bool write_all(int fd, ByteSpan b) {
-  while (!b.empty()) {
-    ssize_t n = ::send(fd, b.data(), b.size(), MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    b = b.subspan(static_cast<std::size_t>(n));
-  }
-  return true;
-}
-
-bool read_n(int fd, std::uint8_t* p, std::size_t n) {
-  while (n) {
-    ssize_t r = ::recv(fd, p, n, 0);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
 
 // Collects what the RNIC sends back, to check its Terminate is well formed.
 struct Replies : mpa::StreamVisitor {
