@@ -189,41 +189,10 @@ void check_tiling(const std::vector<Fpdu1>& fpdus, FramingConfig cfg) {
   }
 }
 
-void stream_mode(std::uint8_t mode, Rng& rng, ByteSpan wire) {
-  const FramingConfig cfg{(mode & 1) != 0, (mode & 2) != 0};
-  StreamDecoderOptions opts;
-  opts.continue_after_bad_crc = (mode & 8) != 0;
-
-  // Fed at once.
-  StreamDecoder whole(cfg, opts);
-  StreamRecorder a;
-  whole.feed(wire, a);
-  // Fed in chunks.
-  StreamDecoder chunked(cfg, opts);
-  StreamRecorder b;
-  const auto cuts = chunks(wire.size(), rng);
-  std::size_t at = 0;
-  for (auto n : cuts) {
-    chunked.feed(wire.subspan(at, n), b);
-    at += n;
-  }
-  FUZZ_CHECK(a.events == b.events, "whole and chunked feeds differ:\nwhole:\n%schunked:\n%s",
-             show(a.events).c_str(), show(b.events).c_str());
-  FUZZ_CHECK(whole.consumed() == chunked.consumed(), "consumed %llu vs %llu",
-             (unsigned long long)whole.consumed(), (unsigned long long)chunked.consumed());
-  check_tiling(a.fpdus, cfg);
-  if (!a.error) {
-    const std::uint64_t end = a.fpdus.empty() ? 0 : a.fpdus.back().offset + a.fpdus.back().wire;
-    FUZZ_CHECK(whole.consumed() == end, "consumed %llu, FPDUs end at %llu",
-               (unsigned long long)whole.consumed(), (unsigned long long)end);
-    FUZZ_CHECK(whole.consumed() + whole.pending() == wire.size(),
-               "consumed %llu + pending %zu != %zu fed", (unsigned long long)whole.consumed(),
-               whole.pending(), wire.size());
-  }
-
-  // Every FPDU re-encoded at its offset is the same octets (when its pad is zero and its CRC
-  // field is what the encoder writes).
-  for (const auto& f : a.fpdus) {
+// Every FPDU re-encoded at its offset is the same octets (when its pad is zero and its CRC
+// field is what the encoder writes).
+void check_reencoding(const std::vector<Fpdu1>& fpdus, FramingConfig cfg, ByteSpan wire) {
+  for (const auto& f : fpdus) {
     FpduEncoder enc(cfg, f.offset);
     Bytes out;
     auto r = enc.encode(f.ulpdu, out);
@@ -257,12 +226,14 @@ void stream_mode(std::uint8_t mode, Rng& rng, ByteSpan wire) {
         "FPDU @%llu (wire %u, markers %d) re-encoded differs from the wire",
         (unsigned long long)f.offset, f.wire, int(cfg.markers));
   }
+}
 
-  // Each ULPDU as a DDP segment (ddp/segment.hpp): one that parses encodes back to the same
-  // octets (Terminates aside: they are always written in the RFC layout, and siw's is read
-  // too), and the cross-segment checks take any sequence.
+// Each ULPDU as a DDP segment (ddp/segment.hpp): one that parses encodes back to the same
+// octets (Terminates aside: they are always written in the RFC layout, and siw's is read
+// too), and the cross-segment checks take any sequence.
+void check_ddp_segments(const std::vector<Fpdu1>& fpdus) {
   ddp::SegmentChecker checker;
-  for (const auto& f : a.fpdus) {
+  for (const auto& f : fpdus) {
     auto seg = ddp::parse_segment(f.ulpdu);
     if (!seg) continue;
     (void)ddp::describe(*seg);
@@ -273,69 +244,107 @@ void stream_mode(std::uint8_t mode, Rng& rng, ByteSpan wire) {
     FUZZ_CHECK(again == f.ulpdu, "DDP segment @%llu (%s) encodes to other octets",
                (unsigned long long)f.offset, ddp::describe(*seg).c_str());
   }
+}
 
-  // The receive path's reader on the same octets.
-  if (!opts.continue_after_bad_crc) {
-    FpduReader reader(cfg);
-    ReaderSink sink(rng);
-    std::size_t pos = 0;
-    for (auto n : chunks(wire.size(), rng)) {
-      ByteSpan in = wire.subspan(pos, n);
-      pos += n;
-      while (!in.empty() && !reader.failed()) {
-        // Sometimes as the live transport does: straight into the placement window.
-        auto win = reader.direct_window();
-        if (!win.empty() && rng.below(2) == 0) {
-          const std::size_t k = std::min(win.size(), in.size());
-          std::memcpy(win.data(), in.data(), k);
-          reader.commit_direct(k, sink);
-          in = in.subspan(k);
-          continue;
-        }
-        reader.feed(in, sink);
-        break;
+// The receive path's FpduReader on the same octets, fed in other chunks and sometimes straight
+// into its placement window, finds the same FPDUs, CRC verdicts and first error as the decoder.
+void check_reader_agrees(FramingConfig cfg, Rng& rng, ByteSpan wire, const StreamRecorder& a,
+                         const StreamDecoder& whole) {
+  FpduReader reader(cfg);
+  ReaderSink sink(rng);
+  std::size_t pos = 0;
+  for (auto n : chunks(wire.size(), rng)) {
+    ByteSpan in = wire.subspan(pos, n);
+    pos += n;
+    while (!in.empty() && !reader.failed()) {
+      // Sometimes as the live transport does: straight into the placement window.
+      auto win = reader.direct_window();
+      if (!win.empty() && rng.below(2) == 0) {
+        const std::size_t k = std::min(win.size(), in.size());
+        std::memcpy(win.data(), in.data(), k);
+        reader.commit_direct(k, sink);
+        in = in.subspan(k);
+        continue;
       }
-    }
-    // Only whole FPDUs with a good (or unchecked) CRC count on both sides.
-    std::vector<Fpdu1> rgood;
-    for (std::size_t i = 0; i < sink.fpdus.size(); ++i)
-      if (sink.fpdus[i].crc != CrcStatus::Bad) rgood.push_back(sink.fpdus[i]);
-    const bool stream_failed = a.error.has_value();
-    const bool reader_failed = sink.error.has_value();
-    if (stream_failed) {
-      FUZZ_CHECK(reader_failed, "the decoder failed (%s) where the FpduReader did not",
-                 a.error->to_string().c_str());
-      FUZZ_CHECK(a.error->code == sink.error->code, "decoder: %s\nreader: %s",
-                 a.error->to_string().c_str(), sink.error->to_string().c_str());
-      FUZZ_CHECK(rgood.size() == a.fpdus.size(), "decoder %zu FPDUs before its error, reader %zu",
-                 a.fpdus.size(), rgood.size());
-    } else if (reader_failed) {
-      // The reader sees a bad marker as soon as it arrives; the decoder only once the whole
-      // FPDU is in, so it must still be waiting for it.
-      FUZZ_CHECK(whole.pending() > 0, "the reader failed (%s) on a stream the decoder took whole",
-                 sink.error->to_string().c_str());
-      FUZZ_CHECK(rgood.size() == a.fpdus.size(), "decoder %zu FPDUs, reader %zu before its error",
-                 a.fpdus.size(), rgood.size());
-    } else {
-      FUZZ_CHECK(rgood.size() == a.fpdus.size(), "decoder %zu FPDUs, reader %zu", a.fpdus.size(),
-                 rgood.size());
-      FUZZ_CHECK(reader.position() == wire.size(), "reader at %llu of %zu",
-                 (unsigned long long)reader.position(), wire.size());
-    }
-    for (std::size_t i = 0; i < std::min(rgood.size(), a.fpdus.size()); ++i) {
-      const auto& x = a.fpdus[i];
-      const auto& y = rgood[i];
-      FUZZ_CHECK(x.offset == y.offset && x.wire == y.wire && x.crc == y.crc,
-                 "FPDU %zu: decoder @%llu wire %u crc %d, reader @%llu wire %u crc %d", i,
-                 (unsigned long long)x.offset, x.wire, int(x.crc), (unsigned long long)y.offset,
-                 y.wire, int(y.crc));
-      FUZZ_CHECK(x.ulpdu.size() == y.ulpdu.size(), "FPDU %zu: ULPDU %zu vs %zu octets", i,
-                 x.ulpdu.size(), y.ulpdu.size());
-      if (sink.bytes_known[i])
-        FUZZ_CHECK(x.ulpdu == y.ulpdu, "FPDU %zu @%llu: decoder and reader ULPDUs differ", i,
-                   (unsigned long long)x.offset);
+      reader.feed(in, sink);
+      break;
     }
   }
+  // Only whole FPDUs with a good (or unchecked) CRC count on both sides.
+  std::vector<Fpdu1> rgood;
+  for (std::size_t i = 0; i < sink.fpdus.size(); ++i)
+    if (sink.fpdus[i].crc != CrcStatus::Bad) rgood.push_back(sink.fpdus[i]);
+  const bool stream_failed = a.error.has_value();
+  const bool reader_failed = sink.error.has_value();
+  if (stream_failed) {
+    FUZZ_CHECK(reader_failed, "the decoder failed (%s) where the FpduReader did not",
+               a.error->to_string().c_str());
+    FUZZ_CHECK(a.error->code == sink.error->code, "decoder: %s\nreader: %s",
+               a.error->to_string().c_str(), sink.error->to_string().c_str());
+    FUZZ_CHECK(rgood.size() == a.fpdus.size(), "decoder %zu FPDUs before its error, reader %zu",
+               a.fpdus.size(), rgood.size());
+  } else if (reader_failed) {
+    // The reader sees a bad marker as soon as it arrives; the decoder only once the whole
+    // FPDU is in, so it must still be waiting for it.
+    FUZZ_CHECK(whole.pending() > 0, "the reader failed (%s) on a stream the decoder took whole",
+               sink.error->to_string().c_str());
+    FUZZ_CHECK(rgood.size() == a.fpdus.size(), "decoder %zu FPDUs, reader %zu before its error",
+               a.fpdus.size(), rgood.size());
+  } else {
+    FUZZ_CHECK(rgood.size() == a.fpdus.size(), "decoder %zu FPDUs, reader %zu", a.fpdus.size(),
+               rgood.size());
+    FUZZ_CHECK(reader.position() == wire.size(), "reader at %llu of %zu",
+               (unsigned long long)reader.position(), wire.size());
+  }
+  for (std::size_t i = 0; i < std::min(rgood.size(), a.fpdus.size()); ++i) {
+    const auto& x = a.fpdus[i];
+    const auto& y = rgood[i];
+    FUZZ_CHECK(x.offset == y.offset && x.wire == y.wire && x.crc == y.crc,
+               "FPDU %zu: decoder @%llu wire %u crc %d, reader @%llu wire %u crc %d", i,
+               (unsigned long long)x.offset, x.wire, int(x.crc), (unsigned long long)y.offset,
+               y.wire, int(y.crc));
+    FUZZ_CHECK(x.ulpdu.size() == y.ulpdu.size(), "FPDU %zu: ULPDU %zu vs %zu octets", i,
+               x.ulpdu.size(), y.ulpdu.size());
+    if (sink.bytes_known[i])
+      FUZZ_CHECK(x.ulpdu == y.ulpdu, "FPDU %zu @%llu: decoder and reader ULPDUs differ", i,
+                 (unsigned long long)x.offset);
+  }
+}
+
+void stream_mode(std::uint8_t mode, Rng& rng, ByteSpan wire) {
+  const FramingConfig cfg{(mode & 1) != 0, (mode & 2) != 0};
+  StreamDecoderOptions opts;
+  opts.continue_after_bad_crc = (mode & 8) != 0;
+
+  // Fed at once.
+  StreamDecoder whole(cfg, opts);
+  StreamRecorder a;
+  whole.feed(wire, a);
+  // Fed in chunks.
+  StreamDecoder chunked(cfg, opts);
+  StreamRecorder b;
+  const auto cuts = chunks(wire.size(), rng);
+  std::size_t at = 0;
+  for (auto n : cuts) {
+    chunked.feed(wire.subspan(at, n), b);
+    at += n;
+  }
+  FUZZ_CHECK(a.events == b.events, "whole and chunked feeds differ:\nwhole:\n%schunked:\n%s",
+             show(a.events).c_str(), show(b.events).c_str());
+  FUZZ_CHECK(whole.consumed() == chunked.consumed(), "consumed %llu vs %llu",
+             (unsigned long long)whole.consumed(), (unsigned long long)chunked.consumed());
+  check_tiling(a.fpdus, cfg);
+  if (!a.error) {
+    const std::uint64_t end = a.fpdus.empty() ? 0 : a.fpdus.back().offset + a.fpdus.back().wire;
+    FUZZ_CHECK(whole.consumed() == end, "consumed %llu, FPDUs end at %llu",
+               (unsigned long long)whole.consumed(), (unsigned long long)end);
+    FUZZ_CHECK(whole.consumed() + whole.pending() == wire.size(),
+               "consumed %llu + pending %zu != %zu fed", (unsigned long long)whole.consumed(),
+               whole.pending(), wire.size());
+  }
+  check_reencoding(a.fpdus, cfg, wire);
+  check_ddp_segments(a.fpdus);
+  if (!opts.continue_after_bad_crc) check_reader_agrees(cfg, rng, wire, a, whole);
 }
 
 void connection_mode(std::uint8_t mode, Rng& rng, Input& in) {
