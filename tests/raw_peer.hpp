@@ -220,4 +220,18 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::second
   return true;
 }
 
+// The next work completion on `cq`, polled for at most `limit`; empty when none came.
+inline std::optional<verbs::ibv_wc> wait_wc(
+    verbs::ibv_cq* cq, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  std::optional<verbs::ibv_wc> got;
+  eventually(
+      [&] {
+        verbs::ibv_wc wc;
+        if (verbs::ibv_poll_cq(cq, 1, &wc) == 1) got = wc;
+        return got.has_value();
+      },
+      limit);
+  return got;
+}
+
 }  // namespace iwarp::testing

@@ -283,18 +283,6 @@ std::uint64_t addr_of(const void* p) {
   return reinterpret_cast<std::uint64_t>(p);
 }
 
-std::optional<ibv_wc> wait_wc(ibv_cq* cq, std::chrono::milliseconds limit = 5s) {
-  std::optional<ibv_wc> got;
-  eventually(
-      [&] {
-        ibv_wc wc;
-        if (ibv_poll_cq(cq, 1, &wc) == 1) got = wc;
-        return got.has_value();
-      },
-      limit);
-  return got;
-}
-
 // Returns once every handler queued on the device's engine before the call has run.
 bool engine_idle(ibv_context* ctx) {
   auto done = std::make_shared<std::promise<void>>();
@@ -672,7 +660,7 @@ class HostilePeer : public ::testing::Test {
         EXPECT_EQ(wcs[i].status, it->second) << ibv_wc_status_str(wcs[i].status);
     }
     if (setup_.witness_read) {
-      auto wc = wait_wc(server().send_cq());
+      auto wc = wait_wc(server().send_cq(), 5s);
       ASSERT_TRUE(wc) << "the outstanding RDMA Read was not completed";
       EXPECT_EQ(wc->wr_id, 200u);
       EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR) << ibv_wc_status_str(wc->status);
@@ -681,7 +669,7 @@ class HostilePeer : public ::testing::Test {
     auto& late = guarded(16);
     auto* mr = server().reg(late.data(), 16, IBV_ACCESS_LOCAL_WRITE);
     ASSERT_EQ(post_one_recv(server().qp(), late.data(), 16, mr->lkey, 300), 0);
-    auto wc = wait_wc(server().recv_cq());
+    auto wc = wait_wc(server().recv_cq(), 5s);
     ASSERT_TRUE(wc);
     EXPECT_EQ(wc->wr_id, 300u);
     EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
@@ -1264,12 +1252,12 @@ TEST_F(HostilePeer, ZeroWindowDuringTerminate) {
   ASSERT_TRUE(ev) << "no DISCONNECTED while the peer's window stays closed: " << ev.error();
   EXPECT_LT(took, kClose + 1500ms);
   EXPECT_EQ(ibv_query_qp_state(server().qp()), IBV_QPS_ERR);
-  auto wc = wait_wc(server().send_cq());
+  auto wc = wait_wc(server().send_cq(), 5s);
   ASSERT_TRUE(wc);
   EXPECT_EQ(wc->wr_id, 9u);
   EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
   for (std::uint64_t id : {100u, 101u}) {
-    auto rw = wait_wc(server().recv_cq());
+    auto rw = wait_wc(server().recv_cq(), 5s);
     ASSERT_TRUE(rw);
     EXPECT_EQ(rw->wr_id, id);
     EXPECT_EQ(rw->status, IBV_WC_WR_FLUSH_ERR);

@@ -80,18 +80,6 @@ std::uint64_t received_bytes(Endpoint& ep) {
   return engine_qp(ep).stats().bytes_received;
 }
 
-std::optional<ibv_wc> wait_wc(ibv_cq* cq, std::chrono::milliseconds limit = 10s) {
-  std::optional<ibv_wc> got;
-  eventually(
-      [&] {
-        ibv_wc wc;
-        if (ibv_poll_cq(cq, 1, &wc) == 1) got = wc;
-        return got.has_value();
-      },
-      limit);
-  return got;
-}
-
 }  // namespace
 
 // Defect 1: a Write whose head was checked before its region was deregistered must not place
