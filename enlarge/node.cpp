@@ -101,6 +101,17 @@ std::expected<Connection*, std::string> Node::accept(std::chrono::milliseconds t
   return c;
 }
 
+// The hello in the MPA private data (RFC 5044 §7.1); IRD and ORD of 1, as the protocol uses
+// no RDMA Read.
+rdma_conn_param Node::conn_param() const {
+  rdma_conn_param p;
+  p.private_data = hello_.data();
+  p.private_data_len = static_cast<std::uint16_t>(hello_.size());
+  p.responder_resources = 1;
+  p.initiator_depth = 1;
+  return p;
+}
+
 // Returns an id to destroy once the event is acknowledged (librdmacm waits in
 // rdma_destroy_id for its events' acknowledgements), or nullptr.
 rdma_cm_id* Node::accept_request(rdma_cm_event* ev) {
@@ -123,11 +134,7 @@ rdma_cm_id* Node::accept_request(rdma_cm_event* ev) {
     c->fail(why, /*disconnect=*/false);
     return nullptr;
   }
-  rdma_conn_param p;
-  p.private_data = hello_.data();
-  p.private_data_len = static_cast<std::uint16_t>(hello_.size());
-  p.responder_resources = 1;  // the protocol uses no RDMA Read
-  p.initiator_depth = 1;
+  const rdma_conn_param p = conn_param();
   if (rdma_accept(ev->id, &p) != 0) c->fail("rdma_accept failed: " + ibv_last_error());
   return nullptr;
 }
@@ -151,11 +158,7 @@ void Node::handle_connection_event(Connection& conn, rdma_cm_event* ev) {
       return;
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
       if (auto why = c->setup(ev->id); !why.empty()) return c->fail(why);
-      rdma_conn_param p;
-      p.private_data = hello_.data();
-      p.private_data_len = static_cast<std::uint16_t>(hello_.size());
-      p.responder_resources = 1;
-      p.initiator_depth = 1;
+      const rdma_conn_param p = conn_param();
       if (rdma_connect(ev->id, &p) != 0) c->fail("rdma_connect failed");
       return;
     }
