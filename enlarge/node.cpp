@@ -112,13 +112,21 @@ rdma_conn_param Node::conn_param() const {
   return p;
 }
 
+// Both sides run one mode: a peer whose hello names another is refused ("" when they match).
+std::string Node::mode_mismatch(const Hello& peer, const char* who, const char* us) const {
+  if (peer.mode == opts_.mode) return "";
+  return fmt::format("{} runs the {} mode, {} {}", who, to_string(peer.mode), us,
+                     to_string(opts_.mode));
+}
+
 // Returns an id to destroy once the event is acknowledged (librdmacm waits in
 // rdma_destroy_id for its events' acknowledgements), or nullptr.
 rdma_cm_id* Node::accept_request(rdma_cm_event* ev) {
   auto hello = decode_hello(ev->private_data_storage);
-  if (hello && hello->mode != opts_.mode)
-    hello = std::unexpected(fmt::format("the peer runs the {} mode, this node {}",
-                                        to_string(hello->mode), to_string(opts_.mode)));
+  if (hello) {
+    if (auto why = mode_mismatch(*hello, "the peer", "this node"); !why.empty())
+      hello = std::unexpected(why);
+  }
   if (!hello) {
     lg().warn("rejected a connection: {}", hello.error());
     rdma_reject(ev->id, nullptr, 0);
@@ -167,9 +175,8 @@ void Node::handle_connection_event(Connection& conn, rdma_cm_event* ev) {
       if (client) {
         auto hello = decode_hello(ev->private_data_storage);
         if (!hello) return c->fail("the server's reply: " + hello.error());
-        if (hello->mode != opts_.mode)
-          return c->fail(fmt::format("the server runs the {} mode, this side {}",
-                                     to_string(hello->mode), to_string(opts_.mode)));
+        if (auto why = mode_mismatch(*hello, "the server", "this side"); !why.empty())
+          return c->fail(why);
         c->set_peer(*hello);
       }
       c->set_established();
