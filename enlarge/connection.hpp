@@ -1,7 +1,7 @@
-// One connection of the buffer-enlargement protocol (seeds 000-002), over the verbs shim's
-// public API only: its own protection domain, CQ and QP, a small pre-registered buffer of
-// receive and send slots, and, when a message needs it, an enlarged buffer on each side for
-// this connection alone.
+// One connection of the buffer-enlargement protocol, over the verbs shim's public API only:
+// its own protection domain, CQ and QP, a small pre-registered buffer of receive and send
+// slots, and, when a message needs it, an enlarged buffer on each side for this connection
+// alone.
 //
 // Sender: each message (or each element of an iovec) is compared with the threshold. Below
 // it, its bytes are copied into a pre-registered send slot and sent (Piece). Above it, the
@@ -13,6 +13,11 @@
 // sends the data in pieces. Messages leave in the order they were posted; both directions
 // run independently. Flow control: the receiver's posted slots are credits, returned in
 // every message's header (and by a Credit message when nothing else goes).
+//
+// The class is a façade over the pieces: Buffers (registered memory and the slots), Credits
+// (flow control), PeerRing (the sender's view of the peer's buffer) and Reassembly (the
+// receiver's message assembly). connection.cpp holds the lifecycle, Sends and completions,
+// connection_send.cpp the sending side, connection_receive.cpp the receiving side.
 //
 // Not thread-safe: a Node and its connections are driven from one thread (Node::progress).
 #pragma once
@@ -28,48 +33,17 @@
 #include <vector>
 
 #include "common/bytes.hpp"
+#include "enlarge/buffers.hpp"
+#include "enlarge/credits.hpp"
 #include "enlarge/options.hpp"
+#include "enlarge/peer_ring.hpp"
+#include "enlarge/reassembly.hpp"
+#include "enlarge/stats.hpp"
 #include "enlarge/wire_format.hpp"
 #include "verbs_shim/rdma_cm.hpp"
 #include "verbs_shim/verbs.hpp"
 
 namespace iwarp::enlarge {
-
-// What a connection has done, for tests, the demo and the benchmark.
-struct Stats {
-  std::uint64_t messages_sent = 0, messages_received = 0;
-  std::uint64_t bytes_sent = 0, bytes_received = 0;
-  std::uint64_t pieces_sent = 0, pieces_received = 0;
-  std::uint64_t bulk_writes = 0, bulk_bytes = 0;  // RDMA Writes into the peer's buffer
-  std::uint64_t most_writes_unanswered = 0;       // the ring's deepest: Writes awaiting Ready
-  std::uint64_t enlarge_requests = 0;             // EnlargeReq sent
-  std::uint64_t enlargements = 0;                 // EnlargeAck received (sender side)
-  std::uint64_t refusals = 0;                     // EnlargeNak received
-  std::uint64_t releases_sent = 0;                // idle shrink (sender side)
-  std::uint64_t buffers_provisioned = 0;          // receiver side: enlarged buffers made
-  std::uint64_t buffers_freed = 0;                // receiver side: enlarged buffers freed
-  std::uint64_t refusals_sent = 0;                // receiver side: EnlargeNak sent
-  std::uint64_t small_freed = 0;                  // small buffers unregistered and freed
-  std::uint64_t credit_messages = 0;
-  std::uint64_t registrations = 0, deregistrations = 0;
-  std::uint64_t peak_registered = 0;
-};
-
-struct Received {
-  std::uint32_t seq = 0;
-  Bytes data;
-};
-
-// The hello each side puts in the MPA private data (12 octets: "ENLG", version, mode, slot
-// size be32, receive slots be16): protocol version, slot size, receive slots and mode, so each side
-// knows how much the other's slots hold and how many credits it starts with.
-struct Hello {
-  std::uint32_t slot_size = 0;
-  std::uint32_t recv_slots = 0;
-  Mode mode = Mode::Enlarge;
-};
-Bytes encode_hello(const Hello& h);
-std::expected<Hello, std::string> decode_hello(ByteSpan b);
 
 class Connection {
  public:
@@ -96,7 +70,7 @@ class Connection {
   std::uint64_t id() const { return id_; }
   const Stats& stats() const { return stats_; }
   // Bytes this connection has registered now (small buffers and enlarged ones).
-  std::uint64_t registered_bytes() const { return registered_; }
+  std::uint64_t registered_bytes() const { return buffers_.registered(); }
   // The receiver's enlarged buffer size (0: none) and the peer's buffer this side writes to.
   std::uint32_t rx_enlarged_size() const;
   std::uint32_t tx_enlarged_size() const { return remote_ ? remote_->size : 0; }
@@ -123,27 +97,7 @@ class Connection {
   bool server_side = false;  // made by accepting a connection request
 
  private:
-  struct Region {
-    std::uint32_t rid = 0;
-    std::unique_ptr<std::uint8_t[]> mem;
-    std::size_t bytes = 0;
-    // Two registrations of one allocation: the data area (remote write only on a receiver's
-    // enlarged buffer) and the slots (local only), so an STag given to the peer never covers
-    // posted receives or staged Sends.
-    verbs::ibv_mr* data_mr = nullptr;
-    verbs::ibv_mr* slot_mr = nullptr;
-    std::size_t data_bytes = 0;  // bulk data area at the start
-    std::uint32_t slots = 0;     // slot_size_ each, after the data area
-    std::vector<std::uint32_t> free_slots;
-    std::uint32_t busy = 0;         // slots posted or in flight, and RDMA Writes from it
-    std::uint32_t recv_posted = 0;  // of those, receives posted (consumed only by messages)
-    bool retired = false;           // no new use; freed once busy drops to 0
-    bool small = false;             // the connection's original small buffer
-    std::uint8_t* slot(std::uint32_t i) {
-      return mem.get() + data_bytes + std::size_t{i} * slot_size;
-    }
-    std::uint32_t slot_size = 0;
-  };
+  using Region = Buffers::Region;
   struct Outgoing {
     std::uint32_t seq = 0;
     // Shared with Rendezvous writes, which read the source in place until they complete.
@@ -155,53 +109,59 @@ class Connection {
     bool empty_sent = false;              // a 0-byte message goes as one empty Piece
     std::size_t refused_elem = SIZE_MAX;  // the element an enlargement was refused for
   };
-  struct Remote {
+  struct Remote {  // the peer's buffer this side writes to
     std::uint64_t to = 0;
     std::uint32_t stag = 0;
     std::uint32_t size = 0;
   };
-  struct Assembly {
-    std::uint32_t seq = 0;
-    std::uint32_t total = 0;
-    Bytes data;
-    std::uint32_t got = 0;
+  struct RdvSource {
+    verbs::ibv_mr* mr = nullptr;
+    std::shared_ptr<std::vector<Bytes>> keep;  // the message, alive until the Write completes
   };
 
-  Region* new_region(std::size_t data_bytes, std::uint32_t slots, bool remote_write,
-                     std::string* why);
-  void deregister(Region& r);
-  void reclaim();      // a connection that is over gives back all it registered
-  void refuse_head();  // the head element goes in pieces; back off for the next ones
-  void retire(Region* r);
-  void maybe_free(Region* r);
-  Region* region(std::uint32_t rid);
+  // connection.cpp: both directions.
+  void reclaim();  // a connection that is over gives back all it registered
   bool post_recv_slot();
-  // A send slot from the current send-slot region, or nullptr.
+  // A send slot from the current send-slot buffer, or nullptr.
   std::pair<Region*, std::uint32_t> take_send_slot();
   bool send_message(const Message& m, bool is_credit = false);
   bool can_send(bool is_credit) const;
   void handle(const Message& m);
   void complete(const verbs::ibv_wc& wc);
-  void release_if_unused(std::uint32_t rid);
-  void adopt_slots(Region* n);
-  void relocate_slots_from(std::uint32_t old);
+  void complete_recv(const verbs::ibv_wc& wc);
   std::uint32_t credit_threshold() const;
-  void deliver_part(std::uint32_t seq, std::uint32_t total, std::uint32_t offset, ByteSpan data);
-  void on_enlarge_req(std::uint32_t seq, const EnlargeReq& r);
-  void on_enlarge_ack(const EnlargeAck& a);
-  void on_done(std::uint32_t seq, const Done& d);
-  void on_release(const Release& r);
+  void protocol_error(std::string why);
+  void event(const std::string& what);
+
+  // connection_send.cpp: the sending side.
   bool pump_one();  // one step of the head message; false when blocked
   bool element_is_bulk(const Outgoing& o) const;
   bool send_piece(Outgoing& o);
   bool send_bulk(Outgoing& o);
-  bool ring_place(std::size_t n, std::size_t size, std::uint32_t* at) const;
+  bool send_rendezvous(Outgoing& o);
+  bool write_from_source(Outgoing& o, std::size_t chunk);
+  bool send_enlarged(Outgoing& o);
+  bool write_chunk(Outgoing& o, Region* b, std::uint32_t at, std::size_t chunk);
+  bool request_buffer(std::uint32_t seq, std::uint32_t size);
+  void finish_bulk_part(Outgoing& o, std::size_t chunk);
+  void refuse_head();  // the head element goes in pieces; back off for the next ones
+  void on_enlarge_ack(const EnlargeAck& a);
+  void on_enlarge_nak();
+  void on_ready(const Ready& r);
+  void release_rendezvous_source(std::uint64_t key);
+  void unregister_source(verbs::ibv_mr* mr);  // budget and count included
   void maybe_shrink();
-  void protocol_error(std::string why);
-  void event(const std::string& what);
   std::uint32_t piece_capacity() const;
   std::uint32_t threshold() const;
 
+  // connection_receive.cpp: the receiving side.
+  void deliver_part(std::uint32_t seq, std::uint32_t total, std::uint32_t offset, ByteSpan data);
+  void on_enlarge_req(std::uint32_t seq, const EnlargeReq& r);
+  void on_done(std::uint32_t seq, const Done& d);
+  void on_release(const Release& r);
+  void on_cycle(const Cycle& c);
+
+  // Both directions.
   verbs::ibv_context* ctx_;
   verbs::ibv_comp_channel* channel_;
   Options opts_;
@@ -213,51 +173,31 @@ class Connection {
   verbs::ibv_cq* cq_ = nullptr;
   verbs::ibv_qp* qp_ = nullptr;
   Stats stats_;
-  std::uint64_t registered_ = 0;
-
-  std::map<std::uint32_t, std::unique_ptr<Region>> regions_;
-  std::uint32_t next_rid_ = 1;
-  std::uint32_t rx_slots_rid_ = 0;  // where receive slots are posted from
-  std::uint32_t tx_slots_rid_ = 0;  // where send slots are taken from
-  std::uint32_t rx_bulk_rid_ = 0;   // the enlarged receive buffer (0: none)
-  std::uint32_t tx_bulk_rid_ = 0;   // the sender's own larger buffer (0: none)
-
+  Buffers buffers_;
+  Credits credits_;
   Hello peer_;
-  std::uint32_t credits_ = 0;    // receive slots the peer has posted for us
-  std::uint32_t to_return_ = 0;  // our slots reposted since we last said so
   std::deque<Message> control_;  // control messages waiting for a slot or credit
-  std::uint32_t tx_slots_busy_ = 0;
-  Bytes scratch_;  // a Piece gathered from several small iovec elements
+  bool reclaimed_ = false;
 
+  // The sending side.
+  Bytes scratch_;  // a Piece gathered from several small iovec elements
   std::deque<Outgoing> queue_;
   std::uint32_t next_seq_ = 1;
   std::optional<Remote> remote_;
   bool token_ = false;  // Rendezvous: the peer's one-message buffer may be written
-  // Enlarge: the peer's buffer as a ring of written, unanswered chunks (oldest first).
-  struct Chunk {
-    std::uint32_t at = 0, len = 0;
-  };
-  std::deque<Chunk> ring_;
-  std::uint32_t ring_head_ = 0;  // where the newest chunk ends
+  PeerRing ring_;       // Enlarge: the peer's buffer as a ring of unanswered chunks
   bool awaiting_ack_ = false;
   std::uint32_t requested_ = 0;          // the size the outstanding EnlargeReq asked for
   std::uint32_t peer_cap_ = 0xffffffff;  // the largest buffer the peer grants
-  bool reclaimed_ = false;
   std::uint32_t writes_in_flight_ = 0;
   std::chrono::steady_clock::time_point refused_until_{};
   std::chrono::steady_clock::time_point last_bulk_{};
-
-  struct RdvSource {
-    verbs::ibv_mr* mr = nullptr;
-    std::shared_ptr<std::vector<Bytes>> keep;  // the message, alive until the Write completes
-  };
   std::map<std::uint64_t, RdvSource> rdv_mrs_;  // Rendezvous: sources registered in place
   std::uint64_t next_rdv_ = 1;
 
+  // The receiving side.
   std::vector<verbs::ibv_wc> early_;  // receives completed before ESTABLISHED was handled
-  std::optional<Assembly> assembly_;
-  std::uint32_t expected_rx_seq_ = 1;
-  std::deque<Received> delivered_;
+  Reassembly assembly_;
 };
 
 }  // namespace iwarp::enlarge

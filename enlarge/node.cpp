@@ -101,13 +101,32 @@ std::expected<Connection*, std::string> Node::accept(std::chrono::milliseconds t
   return c;
 }
 
+// The hello in the MPA private data (RFC 5044 §7.1); IRD and ORD of 1, as the protocol uses
+// no RDMA Read.
+rdma_conn_param Node::conn_param() const {
+  rdma_conn_param p;
+  p.private_data = hello_.data();
+  p.private_data_len = static_cast<std::uint16_t>(hello_.size());
+  p.responder_resources = 1;
+  p.initiator_depth = 1;
+  return p;
+}
+
+// Both sides run one mode: a peer whose hello names another is refused ("" when they match).
+std::string Node::mode_mismatch(const Hello& peer, const char* who, const char* us) const {
+  if (peer.mode == opts_.mode) return "";
+  return fmt::format("{} runs the {} mode, {} {}", who, to_string(peer.mode), us,
+                     to_string(opts_.mode));
+}
+
 // Returns an id to destroy once the event is acknowledged (librdmacm waits in
 // rdma_destroy_id for its events' acknowledgements), or nullptr.
 rdma_cm_id* Node::accept_request(rdma_cm_event* ev) {
   auto hello = decode_hello(ev->private_data_storage);
-  if (hello && hello->mode != opts_.mode)
-    hello = std::unexpected(fmt::format("the peer runs the {} mode, this node {}",
-                                        to_string(hello->mode), to_string(opts_.mode)));
+  if (hello) {
+    if (auto why = mode_mismatch(*hello, "the peer", "this node"); !why.empty())
+      hello = std::unexpected(why);
+  }
   if (!hello) {
     lg().warn("rejected a connection: {}", hello.error());
     rdma_reject(ev->id, nullptr, 0);
@@ -123,11 +142,7 @@ rdma_cm_id* Node::accept_request(rdma_cm_event* ev) {
     c->fail(why, /*disconnect=*/false);
     return nullptr;
   }
-  rdma_conn_param p;
-  p.private_data = hello_.data();
-  p.private_data_len = static_cast<std::uint16_t>(hello_.size());
-  p.responder_resources = 1;  // the protocol uses no RDMA Read
-  p.initiator_depth = 1;
+  const rdma_conn_param p = conn_param();
   if (rdma_accept(ev->id, &p) != 0) c->fail("rdma_accept failed: " + ibv_last_error());
   return nullptr;
 }
@@ -151,11 +166,7 @@ void Node::handle_connection_event(Connection& conn, rdma_cm_event* ev) {
       return;
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
       if (auto why = c->setup(ev->id); !why.empty()) return c->fail(why);
-      rdma_conn_param p;
-      p.private_data = hello_.data();
-      p.private_data_len = static_cast<std::uint16_t>(hello_.size());
-      p.responder_resources = 1;
-      p.initiator_depth = 1;
+      const rdma_conn_param p = conn_param();
       if (rdma_connect(ev->id, &p) != 0) c->fail("rdma_connect failed");
       return;
     }
@@ -164,9 +175,8 @@ void Node::handle_connection_event(Connection& conn, rdma_cm_event* ev) {
       if (client) {
         auto hello = decode_hello(ev->private_data_storage);
         if (!hello) return c->fail("the server's reply: " + hello.error());
-        if (hello->mode != opts_.mode)
-          return c->fail(fmt::format("the server runs the {} mode, this side {}",
-                                     to_string(hello->mode), to_string(opts_.mode)));
+        if (auto why = mode_mismatch(*hello, "the server", "this side"); !why.empty())
+          return c->fail(why);
         c->set_peer(*hello);
       }
       c->set_established();

@@ -56,6 +56,8 @@ class Node {
   verbs::rdma_cm_id* handle_cm_event(verbs::rdma_cm_event* ev);
   void handle_connection_event(Connection& c, verbs::rdma_cm_event* ev);
   verbs::rdma_cm_id* accept_request(verbs::rdma_cm_event* ev);
+  verbs::rdma_conn_param conn_param() const;
+  std::string mode_mismatch(const Hello& peer, const char* who, const char* us) const;
 
   Options opts_;
   verbs::ibv_context* ctx_ = nullptr;

@@ -1,6 +1,5 @@
-// What a node running the buffer-enlargement protocol can be told (issue 6; sizes from
-// seed 000 claim 14 / seed 001 claim 14: a pre-registered buffer of 100-2,000 bytes, enlarged
-// buffers of 1,000-200,000 bytes).
+// What a node running the buffer-enlargement protocol can be told. The protocol's sizes: a
+// pre-registered buffer of 100-2,000 bytes, enlarged buffers of 1,000-200,000 bytes.
 #pragma once
 
 #include <chrono>
@@ -9,23 +8,16 @@
 #include <string>
 
 #include "enlarge/budget.hpp"
+#include "enlarge/wire_format.hpp"
 #include "rnic/connection_manager.hpp"
 
 namespace iwarp::enlarge {
 
-// How data above the threshold travels. Enlarge is the protocol; the other two are the
-// schemes it is measured against (rnic enlarge-bench).
-enum class Mode : std::uint8_t {
-  Enlarge = 0,     // ask the receiver for a larger buffer, keep and reuse it (seeds 000-002)
-  Pieces = 1,      // never enlarge: everything in pre-registered-size pieces
-  Rendezvous = 2,  // register per message: a buffer of the message's size, freed after it
-};
-const char* to_string(Mode m);
-
 struct Options {
   // The pre-registered buffer: each receive slot (and send slot) holds one message of at most
-  // this many bytes, header included. 100-2,000 (claim 14); 64 at the least (a control
-  // message must fit), 1 MiB at the most (the benchmark's static 64 KiB scheme uses 65,536).
+  // this many bytes, header included. The protocol's sizes are 100-2,000; 64 at the least (a
+  // control message must fit), 1 MiB at the most (the benchmark's static 64 KiB scheme uses
+  // 65,536).
   std::uint32_t slot_size = 1024;
   std::uint32_t recv_slots = 4;  // receive slots posted per connection (credits the peer has)
   std::uint32_t send_slots = 4;  // send staging slots per connection
@@ -38,7 +30,7 @@ struct Options {
   std::uint32_t depth = 4;
   std::uint32_t max_enlarged = 200000;  // the largest; bigger data goes through it in parts
   // Once enlarged, move the connection's slots into the enlarged buffer and unregister and
-  // free the small pre-registered buffer (seed 000 claims 6 and 18).
+  // free the small pre-registered buffer, so an enlarged connection keeps no small buffer.
   bool free_small = false;
   // A sender that has not used its enlarged buffer for this long releases it (the receiver
   // unregisters and frees its side); 0 keeps enlarged buffers for the connection's life.

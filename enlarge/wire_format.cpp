@@ -6,6 +6,22 @@
 
 namespace iwarp::enlarge {
 
+namespace {
+constexpr std::uint8_t kHelloMagic[4] = {'E', 'N', 'L', 'G'};
+}  // namespace
+
+const char* to_string(Mode m) {
+  switch (m) {
+    case Mode::Enlarge:
+      return "enlarge";
+    case Mode::Pieces:
+      return "pieces";
+    case Mode::Rendezvous:
+      return "rendezvous";
+  }
+  return "?";
+}
+
 const char* to_string(MsgType t) {
   switch (t) {
     case MsgType::Piece:
@@ -202,6 +218,42 @@ std::expected<Message, DecodeError> decode(ByteSpan wire) {
       return m;
   }
   return fail(fmt::format("unknown message type {} at octet 1", type));
+}
+
+Bytes encode_hello(const Hello& h) {
+  Bytes b(kHelloBytes, 0);
+  std::memcpy(b.data(), kHelloMagic, 4);
+  b[4] = kVersion;
+  b[5] = static_cast<std::uint8_t>(h.mode);
+  store_be32(b.data() + 6, h.slot_size);
+  store_be16(b.data() + 10, static_cast<std::uint16_t>(h.recv_slots));
+  return b;
+}
+
+std::expected<Hello, std::string> decode_hello(ByteSpan b) {
+  if (b.size() < kHelloBytes || std::memcmp(b.data(), kHelloMagic, 4) != 0)
+    return std::unexpected(fmt::format(
+        "private data of {} octets is not a buffer-enlargement hello (\"ENLG\" + 8 octets)",
+        b.size()));
+  ByteReader r(b);
+  r.skip(sizeof kHelloMagic);  // checked above
+  const std::uint8_t version = r.u8();
+  const std::uint8_t mode = r.u8();
+  if (version != kVersion)
+    return std::unexpected(
+        fmt::format("hello version {} (this side speaks {})", version, kVersion));
+  if (mode > static_cast<std::uint8_t>(Mode::Rendezvous))
+    return std::unexpected(fmt::format("hello mode {} is not 0-2", mode));
+  Hello h;
+  h.mode = static_cast<Mode>(mode);
+  h.slot_size = r.be32();
+  h.recv_slots = r.be16();
+  // A slot must hold the largest control message and a Piece of at least one octet.
+  if (h.slot_size < kPieceHeaderBytes + 1 || h.slot_size < kMaxControlBytes ||
+      h.recv_slots < kMinRecvSlots)
+    return std::unexpected(fmt::format("hello slot size {} / {} receive slots is too small",
+                                       h.slot_size, h.recv_slots));
+  return h;
 }
 
 std::string describe(const Message& m) {

@@ -1,7 +1,8 @@
-// The buffer-enlargement protocol's messages (seeds 000-002) as value types with explicit
-// big-endian encode/decode. Every message travels as one RDMA Send into one of the peer's
-// pre-registered receive slots; bulk data travels as an RDMA Write into the peer's enlarged
-// buffer and is announced by a Done. The layout is documented in docs/enlarge.md.
+// The buffer-enlargement protocol's wire format as value types with explicit big-endian
+// encode/decode: the hello each side puts in the MPA private data, then the messages. Every
+// message travels as one RDMA Send into one of the peer's pre-registered receive slots; bulk
+// data travels as an RDMA Write into the peer's enlarged buffer and is announced by a Done.
+// The layout is documented in docs/enlarge.md.
 //
 // Common header (8 octets):
 //   0  version (1)   1  type   2-3  credits returned (receive slots reposted since last said)
@@ -24,12 +25,39 @@ inline constexpr std::size_t kPieceHeaderBytes = kHeaderBytes + 8;
 // The largest control message (EnlargeAck), so a slot smaller than this cannot work.
 inline constexpr std::size_t kMaxControlBytes = kHeaderBytes + 16;
 
+// How data above the threshold travels. Enlarge is the protocol; the other two are the
+// schemes it is measured against (rnic enlarge-bench). Both sides announce it in the hello.
+enum class Mode : std::uint8_t {
+  Enlarge = 0,     // ask the receiver for a larger buffer, keep and reuse it
+  Pieces = 1,      // never enlarge: everything in pre-registered-size pieces
+  Rendezvous = 2,  // register per message: a buffer of the message's size, freed after it
+};
+const char* to_string(Mode m);
+
+// The hello each side puts in the MPA private data (RFC 5044 §7.1; 12 octets: "ENLG",
+// version, mode, slot size be32, receive slots be16), so each side knows how much the other's
+// slots hold and how many credits it starts with.
+struct Hello {
+  std::uint32_t slot_size = 0;
+  std::uint32_t recv_slots = 0;
+  Mode mode = Mode::Enlarge;
+};
+inline constexpr std::size_t kHelloBytes = 12;
+// The fewest receive slots a side posts: the sender keeps its last credit for a Credit
+// message, and reposts are announced in batches of at least two (options and hellos are
+// checked against it).
+inline constexpr std::uint32_t kMinRecvSlots = 4;
+Bytes encode_hello(const Hello& h);
+// Checks the magic, version and mode, and that the announced slots can hold a control message
+// and give the credits flow control needs; the error names the field.
+std::expected<Hello, std::string> decode_hello(ByteSpan b);
+
 enum class MsgType : std::uint8_t {
-  Piece = 1,       // eager data copied into the pre-registered buffer (claims 000/3: below)
-  EnlargeReq = 2,  // "provision a larger buffer for this connection" (000/2, 001/1)
-  EnlargeAck = 3,  // provisioned: TO, STag and size of the buffer (000/16, 001/2, 001/21)
+  Piece = 1,       // eager data at or below the threshold, copied into a send slot
+  EnlargeReq = 2,  // "provision a larger buffer for this connection"
+  EnlargeAck = 3,  // provisioned: TO, STag and size of the buffer
   EnlargeNak = 4,  // cannot allocate or register: send in pieces instead
-  Done = 5,        // the RDMA Write of a bulk part is complete: copy it out (000/19)
+  Done = 5,        // the RDMA Write of a bulk part is complete: copy it out
   Ready = 6,       // Dones copied out: their part of the enlarged buffer may be written again
   Release = 7,     // the sender no longer uses the enlarged buffer: unregister and free it
   Credit = 8,      // receive slots reposted, with nothing else to carry the count
