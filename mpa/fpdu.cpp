@@ -8,22 +8,6 @@
 
 namespace iwarp::mpa {
 
-MarkedLength marked_length(std::uint64_t pos, std::size_t logical) {
-  MarkedLength r;
-  while (logical > 0) {
-    if (is_marker_position(pos)) {
-      pos += kMarkerSize;
-      r.wire += kMarkerSize;
-      ++r.markers;
-    }
-    std::size_t run = std::min<std::size_t>(logical, kMarkerInterval - pos % kMarkerInterval);
-    pos += run;
-    r.wire += run;
-    logical -= run;
-  }
-  return r;
-}
-
 Result<std::size_t> FpduEncoder::encode(std::span<const ByteSpan> pieces, Bytes& out) {
   std::size_t ulpdu_len = 0;
   for (auto p : pieces) ulpdu_len += p.size();
@@ -50,16 +34,17 @@ Result<std::size_t> FpduEncoder::encode(std::span<const ByteSpan> pieces, Bytes&
                   fmt::format("ULPDU of {} octets", ulpdu_len));
     out.reserve(begin + ml.wire);
     const std::uint64_t start = pos_;
+    // RFC 5044 §5: Reserved 0, FPDUPTR = octets back to this FPDU's first octet.
+    auto put_marker = [&] {
+      std::uint8_t m[kMarkerSize] = {0, 0, 0, 0};
+      store_be16(m + 2, static_cast<std::uint16_t>(pos_ - start));
+      out.insert(out.end(), m, m + kMarkerSize);
+      pos_ += kMarkerSize;
+    };
     auto emit = [&](ByteSpan chunk) {
       while (!chunk.empty()) {
-        if (is_marker_position(pos_)) {
-          std::uint8_t m[kMarkerSize] = {0, 0, 0, 0};
-          store_be16(m + 2, static_cast<std::uint16_t>(pos_ - start));
-          out.insert(out.end(), m, m + kMarkerSize);
-          pos_ += kMarkerSize;
-        }
-        std::size_t run =
-            std::min<std::size_t>(chunk.size(), kMarkerInterval - pos_ % kMarkerInterval);
+        if (is_marker_position(pos_)) put_marker();
+        std::size_t run = std::min<std::size_t>(chunk.size(), octets_to_next_marker(pos_));
         out.insert(out.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(run));
         pos_ += run;
         chunk = chunk.subspan(run);
@@ -69,12 +54,7 @@ Result<std::size_t> FpduEncoder::encode(std::span<const ByteSpan> pieces, Bytes&
     for (auto p : pieces) emit(p);
     emit(ByteSpan(kZeros, pad));
     // A marker due exactly where the CRC starts sits between PAD and CRC and is covered by it.
-    if (is_marker_position(pos_)) {
-      std::uint8_t m[kMarkerSize] = {0, 0, 0, 0};
-      store_be16(m + 2, static_cast<std::uint16_t>(pos_ - start));
-      out.insert(out.end(), m, m + kMarkerSize);
-      pos_ += kMarkerSize;
-    }
+    if (is_marker_position(pos_)) put_marker();
     pos_ -= out.size() - begin;  // re-added below together with the CRC
   }
 

@@ -1,5 +1,6 @@
 // FPDU framing (RFC 5044 §4): ULPDU_Length(16) | ULPDU | PAD to 4 octets | CRC(32),
-// with optional Markers (RFC 5044 §5) interleaved every 512 octets of the TCP stream.
+// with optional Markers (RFC 5044 §5) interleaved every 512 octets of the TCP stream
+// (their arithmetic: mpa/markers.hpp).
 #pragma once
 
 #include <cstdint>
@@ -7,13 +8,12 @@
 
 #include "common/bytes.hpp"
 #include "common/wire_error.hpp"
+#include "mpa/markers.hpp"
 
 namespace iwarp::mpa {
 
 inline constexpr std::size_t kUlpduLengthSize = 2;
 inline constexpr std::size_t kCrcSize = 4;
-inline constexpr std::size_t kMarkerSize = 4;
-inline constexpr std::size_t kMarkerInterval = 512;
 inline constexpr std::size_t kMaxUlpduLength = 0xFFFF;
 
 // RFC 5044 §4.1: PAD makes ULPDU_Length + ULPDU a multiple of 4 octets.
@@ -31,7 +31,7 @@ constexpr std::size_t fpdu_length(std::size_t ulpdu_length) {
 // span: EMSS - (6 + 4 * ceil(EMSS / 512) + EMSS mod 4).
 constexpr std::size_t mulpdu(std::size_t emss, bool markers) {
   std::size_t overhead = kUlpduLengthSize + kCrcSize + emss % 4;
-  if (markers) overhead += kMarkerSize * ((emss + kMarkerInterval - 1) / kMarkerInterval);
+  if (markers) overhead += kMarkerSize * markers_in(0, emss);
   return emss > overhead ? emss - overhead : 0;
 }
 
@@ -41,23 +41,6 @@ struct FramingConfig {
   bool markers = false;  // RFC 5044 §7.1 M flag of the *receiver*: markers on this direction
   friend bool operator==(FramingConfig, FramingConfig) = default;
 };
-
-// Marker arithmetic. Positions are stream octets counted from the first octet of Full
-// Operation (RFC 5044 §5: a Marker is placed immediately before the first FPDU and then every
-// 512 octets). A Marker immediately before an FPDU's ULPDU_Length belongs to that FPDU, so an
-// FPDU "starts" at such a Marker and its FPDUPTR is 0; FPDUPTR of any Marker is the distance
-// back from the Marker to the first octet of its FPDU.
-constexpr bool is_marker_position(std::uint64_t pos) {
-  return pos % kMarkerInterval == 0;
-}
-
-// Wire octets taken by `logical` FPDU octets (length field .. CRC) that start at `pos`,
-// and how many markers they carry. A marker due right after the CRC belongs to the next FPDU.
-struct MarkedLength {
-  std::size_t wire = 0;
-  std::size_t markers = 0;
-};
-MarkedLength marked_length(std::uint64_t pos, std::size_t logical);
 
 // Builds FPDUs for one direction. Keeps the stream position for marker placement.
 class FpduEncoder {

@@ -52,7 +52,7 @@ MutableByteSpan FpduReader::direct_window() const {
   std::size_t n = rest_need_ - rest_have_;
   if (cfg_.markers) {
     if (is_marker_position(pos_)) return {};
-    n = std::min<std::size_t>(n, kMarkerInterval - pos_ % kMarkerInterval);
+    n = std::min<std::size_t>(n, octets_to_next_marker(pos_));
   }
   return dest_.subspan(rest_have_, n);
 }
@@ -146,7 +146,7 @@ void FpduReader::feed(ByteSpan in, FpduSink& sink) {
       }
       case State::Head: {
         std::size_t n = std::min(in.size(), head_need_ - head_have_);
-        if (cfg_.markers) n = std::min<std::size_t>(n, kMarkerInterval - pos_ % kMarkerInterval);
+        if (cfg_.markers) n = std::min<std::size_t>(n, octets_to_next_marker(pos_));
         std::memcpy(head_ + head_have_, in.data(), n);
         head_have_ += n;
         advance(in.first(n));
@@ -156,7 +156,7 @@ void FpduReader::feed(ByteSpan in, FpduSink& sink) {
       }
       case State::Rest: {
         std::size_t n = std::min(in.size(), rest_need_ - rest_have_);
-        if (cfg_.markers) n = std::min<std::size_t>(n, kMarkerInterval - pos_ % kMarkerInterval);
+        if (cfg_.markers) n = std::min<std::size_t>(n, octets_to_next_marker(pos_));
         if (!dest_.empty()) std::memcpy(dest_.data() + rest_have_, in.data(), n);
         rest_have_ += n;
         advance(in.first(n));
@@ -173,7 +173,7 @@ void FpduReader::feed(ByteSpan in, FpduSink& sink) {
         std::size_t n = std::min(in.size(), trailer_need_ - trailer_have_);
         if (trailer_have_ < pad) n = std::min(n, pad - trailer_have_);
         if (cfg_.markers && trailer_have_ < pad)
-          n = std::min<std::size_t>(n, kMarkerInterval - pos_ % kMarkerInterval);
+          n = std::min<std::size_t>(n, octets_to_next_marker(pos_));
         std::memcpy(trailer_ + trailer_have_, in.data(), n);
         // The CRC covers the pad but not itself.
         if (trailer_have_ < pad)

@@ -188,41 +188,24 @@ void SegmentReceiver::add_chunk(std::uint64_t off, ByteSpan data) {
 }
 
 void SegmentReceiver::insert(std::uint64_t off, ByteSpan data, SegmentVisitor& v) {
-  const std::uint64_t end = off + data.size();
-  // The blocks [off, end] reaches (touching counts): the one holding or ending at `off`, then
-  // every one that starts at or before `end`. They become one block; the gaps between them
-  // (within [off, end)) are filled from `data`, and what they hold already is duplicate.
-  auto first = blocks_.upper_bound(off);
-  if (first != blocks_.begin() && std::prev(first)->second >= off) --first;
-  std::uint64_t pos = off;  // octets of `data` before pos are stored or reported
-  std::uint64_t begin = off, finish = end;
-  auto it = first;
-  for (; it != blocks_.end() && it->first <= end; ++it) {
-    ++stats_.steps;
-    const std::uint64_t bs = it->first, be = it->second;
-    if (bs > pos)
-      add_chunk(pos, data.subspan(static_cast<std::size_t>(pos - off),
-                                  static_cast<std::size_t>(bs - pos)));
-    const std::uint64_t ds = std::max(bs, off), de = std::min(be, end);
-    if (de > ds) {
-      stats_.duplicate_bytes += de - ds;
-      v.on_duplicate(ds, static_cast<std::size_t>(de - ds));
-    }
-    pos = std::max(pos, be);
-    begin = std::min(begin, bs);
-    finish = std::max(finish, be);
-  }
-  if (pos < end)
-    add_chunk(pos, data.subspan(static_cast<std::size_t>(pos - off),
-                                static_cast<std::size_t>(end - pos)));
-  it = blocks_.erase(first, it);
-  blocks_.emplace_hint(it, begin, finish);
+  // The blocks [off, end] reaches (touching counts) become one block; the gaps between them
+  // are filled from `data`, and what they hold already is duplicate.
+  stats_.steps += blocks_.insert(
+      off, off + data.size(),
+      [&](std::uint64_t lo, std::uint64_t hi) {
+        add_chunk(lo, data.subspan(static_cast<std::size_t>(lo - off),
+                                   static_cast<std::size_t>(hi - lo)));
+      },
+      [&](std::uint64_t lo, std::uint64_t hi) {
+        stats_.duplicate_bytes += hi - lo;
+        v.on_duplicate(lo, static_cast<std::size_t>(hi - lo));
+      });
 }
 
 void SegmentReceiver::deliver(SegmentVisitor& v) {
-  while (!blocks_.empty() && blocks_.begin()->first <= next_) {
-    const std::uint64_t end = blocks_.begin()->second;
-    blocks_.erase(blocks_.begin());
+  while (!blocks_.empty() && blocks_.front().lo <= next_) {
+    const std::uint64_t end = blocks_.front().hi;
+    blocks_.pop_front();
     while (next_ < end) {
       ++stats_.steps;
       if (auto c = claimed_.find(next_); c != claimed_.end()) {
@@ -257,18 +240,6 @@ void SegmentReceiver::deliver(SegmentVisitor& v) {
   chained_.erase(chained_.begin(), chained_.lower_bound(next_));
 }
 
-std::uint64_t SegmentReceiver::wire_advance(std::uint64_t p, std::uint64_t n) const {
-  if (!cfg_.markers || n == 0) return p + n;
-  if (is_marker_position(p)) p += kMarkerSize;
-  const std::uint64_t room = kMarkerInterval - p % kMarkerInterval;
-  if (n <= room) return p + n;
-  n -= room;
-  p += room;  // at a marker: each interval from here holds kMarkerInterval - kMarkerSize octets
-  constexpr std::uint64_t per = kMarkerInterval - kMarkerSize;
-  const std::uint64_t full = (n - 1) / per;
-  return p + full * kMarkerInterval + kMarkerSize + (n - full * per);
-}
-
 std::optional<std::uint64_t> SegmentReceiver::fpdu_end_at(std::uint64_t off,
                                                           std::uint64_t bend) const {
   std::uint64_t p = off;
@@ -285,7 +256,7 @@ std::optional<std::uint64_t> SegmentReceiver::fpdu_end_at(std::uint64_t off,
     ++got;
   }
   const std::uint16_t ulen = load_be16(len);
-  return wire_advance(p, ulen + pad_length(ulen) + kCrcSize);
+  return logical_to_wire(p, ulen + pad_length(ulen) + kCrcSize);
 }
 
 bool SegmentReceiver::parse_at(std::uint64_t bend, std::uint64_t off, OooFpdu& out, Bytes& ulpdu) {
@@ -307,7 +278,7 @@ bool SegmentReceiver::parse_at(std::uint64_t bend, std::uint64_t off, OooFpdu& o
         continue;
       }
       std::size_t chunk = n - got;
-      if (cfg_.markers) chunk = std::min<std::size_t>(chunk, kMarkerInterval - p % kMarkerInterval);
+      if (cfg_.markers) chunk = std::min<std::size_t>(chunk, octets_to_next_marker(p));
       if (p + chunk > bend) return false;
       read_held(chunks_, it, p, chunk, [&](ByteSpan s) {
         if (dst) std::memcpy(dst + got, s.data(), s.size());
@@ -344,6 +315,10 @@ bool SegmentReceiver::parse_at(std::uint64_t bend, std::uint64_t off, OooFpdu& o
   return true;
 }
 
+// Where a candidate FPDU start comes from: a segment start (none of these), a marker's FPDUPTR,
+// or the FPDU before it (chained).
+constexpr std::uint8_t kFromMarker = 1, kFromChain = 2;
+
 bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uint64_t changed,
                                std::uint64_t changed_end, SegmentVisitor& v) {
   // Only FPDUs that may include the new octets: those starting at most one FPDU before them
@@ -351,24 +326,40 @@ bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uin
   // octets came, and nothing it depends on has changed. Chained starts are the exception: one
   // may have been added (by a chain ending at a segment end) after its FPDU was all there.
   const std::uint64_t lo = changed > block + kMaxFpduWire ? changed - kMaxFpduWire : block;
-  // Candidate FPDU starts, with where they come from: a marker or the FPDU before them
-  // (chained) anchor them.
-  constexpr std::uint8_t kFromMarker = 1, kFromChain = 2;
-  std::map<std::uint64_t, std::uint8_t> cand;
-  if (cfg_.markers) {
-    // RFC 5044 §5: every marker points back to the start of the FPDU it sits in.
-    const std::uint64_t mend = std::min<std::uint64_t>(bend, changed_end + kMaxFpduWire);
-    auto it = chunks_.cend();
-    for (std::uint64_t m = (lo + kMarkerInterval - 1) / kMarkerInterval * kMarkerInterval;
-         m + kMarkerSize <= mend; m += kMarkerInterval) {
-      ++stats_.steps;
-      std::uint8_t p[kMarkerSize];
-      copy_held(chunks_, it, m, kMarkerSize, p);
-      const std::uint16_t ptr = load_be16(p + 2);
-      if (load_be16(p) == 0 && ptr <= m && m - ptr >= block && m - ptr < changed_end)
-        cand[m - ptr] |= kFromMarker;
-    }
+  Candidates cand;
+  if (cfg_.markers) add_marker_candidates(cand, block, lo, bend, changed_end);
+  add_start_candidates(cand, lo, bend, changed, changed_end);
+  drop_unchanged_candidates(cand, bend, changed);
+  Bytes ulpdu;
+  for (const auto& [c, from] : cand) {
+    ++stats_.steps;
+    if (budget_used_ >= kDiscoverBudget) return false;
+    // A start already found was followed then: its chain went as far as it could, and where it
+    // stopped is chained (or found).
+    if (known_.count(c) || overlaps_known(c, 1)) continue;
+    if (!follow_chain(c, from, bend, ulpdu, v)) return false;
   }
+  return true;
+}
+
+void SegmentReceiver::add_marker_candidates(Candidates& cand, std::uint64_t block, std::uint64_t lo,
+                                            std::uint64_t bend, std::uint64_t changed_end) {
+  // RFC 5044 §5: every marker points back to the start of the FPDU it sits in.
+  const std::uint64_t mend = std::min<std::uint64_t>(bend, changed_end + kMaxFpduWire);
+  auto it = chunks_.cend();
+  for (std::uint64_t m = first_marker_at_or_after(lo); m + kMarkerSize <= mend;
+       m += kMarkerInterval) {
+    ++stats_.steps;
+    std::uint8_t p[kMarkerSize];
+    copy_held(chunks_, it, m, kMarkerSize, p);
+    const std::uint16_t ptr = load_be16(p + 2);
+    if (load_be16(p) == 0 && ptr <= m && m - ptr >= block && m - ptr < changed_end)
+      cand[m - ptr] |= kFromMarker;
+  }
+}
+
+void SegmentReceiver::add_start_candidates(Candidates& cand, std::uint64_t lo, std::uint64_t bend,
+                                           std::uint64_t changed, std::uint64_t changed_end) {
   // The starts in `s` nearest the new octets: before them (down to lo) and after their first
   // one (up to `hi`).
   auto nearest = [&](const std::set<std::uint64_t>& s, std::uint64_t hi, auto&& add) {
@@ -395,114 +386,112 @@ bool SegmentReceiver::discover(std::uint64_t block, std::uint64_t bend, std::uin
     if (!cfg_.markers || in == 0 || in > kMarkerSize) cand.emplace(c, 0);
   });
   nearest(chained_, bend, [&](std::uint64_t c) { cand[c] |= kFromChain; });
-  // True when [s, s + w) overlaps an FPDU already found: a start inside a known FPDU is an
-  // image of one in its payload, not a boundary.
-  auto overlaps_known = [&](std::uint64_t s, std::uint64_t w) {
-    auto it = known_.upper_bound(s);
-    if (it != known_.end() && it->first < s + w) return true;
-    if (it == known_.begin()) return false;
-    --it;
-    return it->first != s && it->first + it->second > s;
-  };
+}
+
+void SegmentReceiver::drop_unchanged_candidates(Candidates& cand, std::uint64_t bend,
+                                                std::uint64_t changed) {
   // Starts whose first FPDU was all there before the new octets were looked at then. A segment
   // or marker start that proves itself (CRC, or a marker) cannot have changed; a start that
   // needs a segment end may, and so may a chained one (its chain may have stopped at the
   // budget), so the nearest kMaxRewalks of those are followed again.
-  {
-    std::vector<std::uint64_t> rewalks;
-    for (auto it = cand.begin(); it != cand.end();) {
-      ++stats_.steps;
-      const std::uint64_t c = it->first;
-      auto e = fpdu_end_at(c, bend);
-      if (!e || *e > changed || known_.count(c)) {
-        ++it;
-        continue;
-      }
-      if (!(it->second & kFromChain) &&
-          (cfg_.crc || (cfg_.markers && (it->second & kFromMarker)))) {
-        it = cand.erase(it);
-        continue;
-      }
-      rewalks.push_back(c);
-      ++it;
-    }
-    for (std::size_t i = 0; i + kMaxRewalks < rewalks.size(); ++i) cand.erase(rewalks[i]);
-  }
-  Bytes ulpdu;
-  for (const auto& [c, from] : cand) {
+  std::vector<std::uint64_t> rewalks;
+  for (auto it = cand.begin(); it != cand.end();) {
     ++stats_.steps;
-    if (budget_used_ >= kDiscoverBudget) return false;
-    // A start already found was followed then: its chain went as far as it could, and where it
-    // stopped is chained (or found).
-    if (known_.count(c) || overlaps_known(c, 1)) continue;
-    // Follow the chain of FPDUs from this start: each one's length gives the next. With the
-    // CRC on each FPDU proves itself. With markers (and no CRC) a marker's pointer proves the
-    // FPDU it sits in (RFC 5044 §5), and the FPDUs after it follow by their lengths; the FPDUs
-    // of a chain from a segment start before its first marker prove nothing (octets inside an
-    // FPDU may read as a length that ends exactly where the next FPDU begins), so they wait
-    // for the stream. Without either, nothing checks the framing but alignment (RFC 5044 §8):
-    // the chain counts once an FPDU ends exactly where a received segment ended.
-    bool trusted = cfg_.crc || (cfg_.markers && from != 0);
-    const bool needs_marker = cfg_.markers && !cfg_.crc && from == 0;
-    std::size_t proven_from = needs_marker ? SIZE_MAX : 0;  // the chain's first proven FPDU
-    std::vector<std::pair<OooFpdu, Bytes>> chain;
-    std::uint64_t s = c;
-    bool crossed_marker = false;
-    bool cut = false;
-    while (s < bend && !claimed_.count(s)) {
-      ++stats_.steps;
-      if (budget_used_ >= kDiscoverBudget) {
-        cut = true;
-        break;
-      }
-      OooFpdu f;
-      if (!parse_at(bend, s, f, ulpdu) || overlaps_known(s, f.wire_length)) {
-        if (trusted && !chain.empty()) chained_.insert(s);  // complete it later
-        break;
-      }
-      if (cfg_.markers &&
-          (s + f.wire_length - 1) / kMarkerInterval > (s == 0 ? 0 : (s - 1) / kMarkerInterval)) {
-        crossed_marker = true;
-        if (proven_from == SIZE_MAX) {
-          proven_from = chain.size();
-          trusted = true;
-        }
-      }
-      chain.emplace_back(f, ulpdu);
-      s += f.wire_length;
-      // A chain that lands exactly on an FPDU already found is proven by it (and, trusted, it
-      // goes on as that one's chain did).
-      if (known_.count(s)) {
-        trusted = true;
-        break;
-      }
-      if (!trusted && seg_ends_.count(s) && (!cfg_.markers || crossed_marker)) {
-        trusted = true;
-        break;
-      }
+    const std::uint64_t c = it->first;
+    auto e = fpdu_end_at(c, bend);
+    if (!e || *e > changed || known_.count(c)) {
+      ++it;
+      continue;
     }
-    // A chain no marker proved (it reached a known FPDU or a segment end) proves nothing.
-    if (proven_from == SIZE_MAX) trusted = false;
-    // The FPDU after a trusted chain starts where the chain ended, whenever it arrives.
-    if (trusted && !chain.empty() && !known_.count(s) && !claimed_.count(s)) chained_.insert(s);
-    if (trusted) {
-      for (std::size_t i = proven_from; i < chain.size(); ++i) {
-        auto& [f, bytes] = chain[i];
-        if (known_.count(f.offset) || f.offset < next_) continue;
-        known_[f.offset] = f.wire_length;
-        chained_.erase(f.offset);
-        f.ulpdu = bytes;
-        ++stats_.ooo_fpdus_found;
-        const auto verdict = v.on_ooo_fpdu(f, hole_before(f.offset));
-        if (verdict == OooVerdict::Placed) {
-          ++stats_.ooo_fpdus_placed;
-          claimed_[f.offset] = Claimed{f.wire_length};
-        }
-      }
+    if (!(it->second & kFromChain) && (cfg_.crc || (cfg_.markers && (it->second & kFromMarker)))) {
+      it = cand.erase(it);
+      continue;
     }
-    if (cut) return false;
+    rewalks.push_back(c);
+    ++it;
   }
-  return true;
+  for (std::size_t i = 0; i + kMaxRewalks < rewalks.size(); ++i) cand.erase(rewalks[i]);
+}
+
+bool SegmentReceiver::overlaps_known(std::uint64_t s, std::uint64_t w) const {
+  auto it = known_.upper_bound(s);
+  if (it != known_.end() && it->first < s + w) return true;
+  if (it == known_.begin()) return false;
+  --it;
+  return it->first != s && it->first + it->second > s;
+}
+
+bool SegmentReceiver::follow_chain(std::uint64_t c, std::uint8_t from, std::uint64_t bend,
+                                   Bytes& ulpdu, SegmentVisitor& v) {
+  // Follow the chain of FPDUs from this start: each one's length gives the next. With the
+  // CRC on each FPDU proves itself. With markers (and no CRC) a marker's pointer proves the
+  // FPDU it sits in (RFC 5044 §5), and the FPDUs after it follow by their lengths; the FPDUs
+  // of a chain from a segment start before its first marker prove nothing (octets inside an
+  // FPDU may read as a length that ends exactly where the next FPDU begins), so they wait
+  // for the stream. Without either, nothing checks the framing but alignment (RFC 5044 §8):
+  // the chain counts once an FPDU ends exactly where a received segment ended.
+  bool trusted = cfg_.crc || (cfg_.markers && from != 0);
+  const bool needs_marker = cfg_.markers && !cfg_.crc && from == 0;
+  std::size_t proven_from = needs_marker ? SIZE_MAX : 0;  // the chain's first proven FPDU
+  std::vector<std::pair<OooFpdu, Bytes>> chain;
+  std::uint64_t s = c;
+  bool crossed_marker = false;
+  bool cut = false;
+  while (s < bend && !claimed_.count(s)) {
+    ++stats_.steps;
+    if (budget_used_ >= kDiscoverBudget) {
+      cut = true;
+      break;
+    }
+    OooFpdu f;
+    if (!parse_at(bend, s, f, ulpdu) || overlaps_known(s, f.wire_length)) {
+      if (trusted && !chain.empty()) chained_.insert(s);  // complete it later
+      break;
+    }
+    // A marker inside the FPDU (at its start too, except the one at stream offset 0).
+    if (cfg_.markers && markers_in(s == 0 ? 1 : s, s + f.wire_length) > 0) {
+      crossed_marker = true;
+      if (proven_from == SIZE_MAX) {
+        proven_from = chain.size();
+        trusted = true;
+      }
+    }
+    chain.emplace_back(f, ulpdu);
+    s += f.wire_length;
+    // A chain that lands exactly on an FPDU already found is proven by it (and, trusted, it
+    // goes on as that one's chain did).
+    if (known_.count(s)) {
+      trusted = true;
+      break;
+    }
+    if (!trusted && seg_ends_.count(s) && (!cfg_.markers || crossed_marker)) {
+      trusted = true;
+      break;
+    }
+  }
+  // A chain no marker proved (it reached a known FPDU or a segment end) proves nothing.
+  if (proven_from == SIZE_MAX) trusted = false;
+  // The FPDU after a trusted chain starts where the chain ended, whenever it arrives.
+  if (trusted && !chain.empty() && !known_.count(s) && !claimed_.count(s)) chained_.insert(s);
+  if (trusted) offer(chain, proven_from, v);
+  return !cut;
+}
+
+void SegmentReceiver::offer(std::vector<std::pair<OooFpdu, Bytes>>& chain, std::size_t proven_from,
+                            SegmentVisitor& v) {
+  for (std::size_t i = proven_from; i < chain.size(); ++i) {
+    auto& [f, bytes] = chain[i];
+    if (known_.count(f.offset) || f.offset < next_) continue;
+    known_[f.offset] = f.wire_length;
+    chained_.erase(f.offset);
+    f.ulpdu = bytes;
+    ++stats_.ooo_fpdus_found;
+    const auto verdict = v.on_ooo_fpdu(f, hole_before(f.offset));
+    if (verdict == OooVerdict::Placed) {
+      ++stats_.ooo_fpdus_placed;
+      claimed_[f.offset] = Claimed{f.wire_length};
+    }
+  }
 }
 
 }  // namespace iwarp::mpa

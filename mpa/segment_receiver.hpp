@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "common/bytes.hpp"
+#include "common/interval_set.hpp"
 #include "common/strong_types.hpp"
 #include "mpa/fpdu.hpp"
 #include "mpa/stream_decoder.hpp"
@@ -167,13 +168,32 @@ class SegmentReceiver {
   // [changed, changed_end) completed. False when it stopped at its budget.
   bool discover(std::uint64_t block, std::uint64_t bend, std::uint64_t changed,
                 std::uint64_t changed_end, SegmentVisitor& v);
+  // Candidate FPDU starts for discover(), each with where it comes from (kFromMarker,
+  // kFromChain bits in segment_receiver.cpp; 0 for a segment start).
+  using Candidates = std::map<std::uint64_t, std::uint8_t>;
+  // Starts the markers in [lo, bend) point back to (RFC 5044 §5), within the block.
+  void add_marker_candidates(Candidates& cand, std::uint64_t block, std::uint64_t lo,
+                             std::uint64_t bend, std::uint64_t changed_end);
+  // The segment and chained starts nearest the new octets.
+  void add_start_candidates(Candidates& cand, std::uint64_t lo, std::uint64_t bend,
+                            std::uint64_t changed, std::uint64_t changed_end);
+  // Drops the starts the new octets cannot have changed (and rewalks past kMaxRewalks).
+  void drop_unchanged_candidates(Candidates& cand, std::uint64_t bend, std::uint64_t changed);
+  // True when [s, s + w) overlaps an FPDU already found: a start inside a known FPDU is an
+  // image of one in its payload, not a boundary.
+  bool overlaps_known(std::uint64_t s, std::uint64_t w) const;
+  // Follows the chain of FPDUs from start `c` and offers the trusted ones to the visitor.
+  // False when it stopped at the budget.
+  bool follow_chain(std::uint64_t c, std::uint8_t from, std::uint64_t bend, Bytes& ulpdu,
+                    SegmentVisitor& v);
+  // Offers chain[proven_from..] to the visitor (those not found before).
+  void offer(std::vector<std::pair<OooFpdu, Bytes>>& chain, std::size_t proven_from,
+             SegmentVisitor& v);
   // Parses a whole FPDU at `off` inside the held block ending at `bend`; false when it is not
   // all there or not trustworthy. Counts the octets it looked at in budget_used_.
   bool parse_at(std::uint64_t bend, std::uint64_t off, OooFpdu& out, Bytes& ulpdu);
   // Where the FPDU starting at `off` ends by its length field (nullopt: not held up to it).
   std::optional<std::uint64_t> fpdu_end_at(std::uint64_t off, std::uint64_t bend) const;
-  // The stream offset after `n` FPDU octets from `p`, markers skipped.
-  std::uint64_t wire_advance(std::uint64_t p, std::uint64_t n) const;
   Hole hole_before(std::uint64_t off) const;
   std::size_t entries() const;
 
@@ -182,7 +202,7 @@ class SegmentReceiver {
   Limits limits_;
   std::uint64_t next_ = 0;  // in-order point (stream offset)
   // Non-adjacent runs of held octets beyond next_ (begin -> end): one hole before each.
-  std::map<std::uint64_t, std::uint64_t> blocks_;
+  IntervalSet<std::uint64_t> blocks_;
   Chunks chunks_;                                  // the held octets, by offset
   std::size_t held_octets_ = 0;                    // sum of the chunks' sizes
   std::set<std::uint64_t> seg_starts_, seg_ends_;  // where received segments began / ended

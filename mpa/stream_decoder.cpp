@@ -197,7 +197,7 @@ std::size_t StreamDecoder::step_fpdu(ByteSpan in, StreamVisitor& v) {
         p += kMarkerSize;
         continue;
       }
-      std::size_t run = std::min<std::size_t>(ml.wire - i, kMarkerInterval - p % kMarkerInterval);
+      std::size_t run = std::min<std::size_t>(ml.wire - i, octets_to_next_marker(p));
       scratch_.insert(scratch_.end(), wire.begin() + static_cast<std::ptrdiff_t>(i),
                       wire.begin() + static_cast<std::ptrdiff_t>(i + run));
       i += run;

@@ -8,6 +8,7 @@
 #include <set>
 #include <variant>
 
+#include "common/interval_set.hpp"
 #include "ddp/segment.hpp"
 #include "mpa/crc32c.hpp"
 #include "mpa/fpdu.hpp"
@@ -144,21 +145,6 @@ TcpSeq stream_base(const trace::TcpFlow& f, int dir) {
   return low.value_or(TcpSeq{0});
 }
 
-// Wire position (Full Operation offset) of logical octet `pos` of an FPDU that starts at
-// Full Operation offset `start` (a leading marker there belongs to the FPDU).
-std::uint64_t wire_position(std::uint64_t start, std::uint64_t pos, bool markers) {
-  if (!markers) return start + pos;
-  std::uint64_t p = start, left = pos;
-  for (;;) {
-    if (mpa::is_marker_position(p)) p += mpa::kMarkerSize;
-    if (left == 0) return p;
-    const std::uint64_t run =
-        std::min<std::uint64_t>(left, mpa::kMarkerInterval - p % mpa::kMarkerInterval);
-    p += run;
-    left -= run;
-  }
-}
-
 // a + b, or 2^64 - 1 when that does not fit.
 std::uint64_t add_saturating(std::uint64_t a, std::uint64_t b) {
   return b > UINT64_MAX - a ? UINT64_MAX : a + b;
@@ -193,25 +179,6 @@ Refusal refuse(std::string limit, std::uint64_t allowed, std::uint64_t needed, s
   return Refusal{f.text, f};
 }
 
-// Adds the octets of `data` at stream offset `lo` that `blocks` does not hold yet (the first
-// arrival of an octet wins, as in TCP). `blocks` holds disjoint runs keyed by offset.
-void add_first_arrival(std::map<std::uint64_t, Bytes>& blocks, std::uint64_t lo, ByteSpan data) {
-  const std::uint64_t hi = lo + data.size();
-  std::uint64_t at = lo;
-  auto it = blocks.upper_bound(lo);
-  if (it != blocks.begin()) at = std::max(at, std::prev(it)->first + std::prev(it)->second.size());
-  while (at < hi) {
-    const std::uint64_t next = it == blocks.end() ? hi : std::min(hi, it->first);
-    if (at < next)
-      blocks.emplace_hint(it, at,
-                          Bytes(data.begin() + static_cast<std::ptrdiff_t>(at - lo),
-                                data.begin() + static_cast<std::ptrdiff_t>(next - lo)));
-    if (it == blocks.end()) break;
-    at = std::max(at, it->first + it->second.size());
-    ++it;
-  }
-}
-
 std::string terminate_text(const rdmap::Terminate& t) {
   std::string s = fmt::format("Terminate [{}] (layer {} etype {} code 0x{:02x})",
                               describe_term(t.layer, t.etype, t.ecode), t.layer, t.etype, t.ecode);
@@ -229,37 +196,142 @@ std::string terminate_text(const rdmap::Terminate& t) {
   return s;
 }
 
-std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace::TcpFlow& flow,
-                                             const trace::FlowReport& fr,
-                                             const std::vector<trace::Record>& records,
-                                             const PlanLimits& limits) {
+// A capture's segment (or FIN, or RST) and the direction it travels.
+struct SegmentRef {
+  const trace::TcpSegment* seg;
+  int dir;
+};
+
+// A request an endpoint issued (an RDMA Read, an atomic, or the RTR its queue pair sent), by
+// its MSN on queue 1, and the answers it received (Read Response messages and Atomic
+// Responses), in stream order.
+struct Request {
+  std::uint32_t msn;
+  enum Kind : std::uint8_t { Read, Atomic, Rtr } kind;
+  std::size_t step;
+  std::uint64_t frame;
+  rdmap::ReadRequest read{};
+  rdmap::AtomicRequest atomic{};
+};
+struct Answer {
+  Request::Kind kind;
+  std::size_t step;
+  std::uint64_t frame;
+  STag stag{0};
+  std::uint64_t to = 0;
+  std::uint64_t length = 0;
+  std::uint32_t atomic_id = 0;
+};
+
+// An STag a Terminate in the trace says was not valid at `at`.
+struct Exclusion {
+  Side at;
+  STag stag;
+  std::uint64_t frame;
+};
+
+// Takes out the markers (every 512 octets of Full Operation, RFC 5044 §4.3) of a block that
+// starts at Full Operation offset `fo`: `logical` gets the other octets, `where` the block
+// position of each.
+void strip_markers(ByteSpan block, std::uint64_t fo, Bytes& logical,
+                   std::vector<std::uint32_t>& where) {
+  for (std::size_t q = 0; q < block.size();) {
+    if (mpa::is_marker_position(fo + q)) {
+      q += mpa::kMarkerSize;
+      continue;
+    }
+    logical.push_back(block[q]);
+    where.push_back(static_cast<std::uint32_t>(q));
+    ++q;
+  }
+}
+
+// The learning pass over one connection, as a sequence of passes over shared state: rebuild
+// each direction's stream, decode it (beyond the gaps too, markers taken out), map the FPDUs
+// to the segment steps that carried them, learn from each FPDU, match requests to answers,
+// renumber Atomic Responses, size the endpoints against the limits, and write the notes.
+class Learner {
+ public:
+  Learner(std::size_t flow_number, const trace::TcpFlow& tcp_flow, const trace::FlowReport& report,
+          const std::vector<trace::Record>& capture_records, const PlanLimits& plan_limits)
+      : flow_index(flow_number),
+        flow(tcp_flow),
+        fr(report),
+        records(capture_records),
+        limits(plan_limits) {
+    cp.flow = flow_index;
+    cp.initiator = flow.client;
+    cp.responder = flow.server;
+    cp.request = *fr.request;
+    cp.reply = *fr.reply;
+    cp.params = *fr.params;
+  }
+
+  std::expected<ConnectionPlan, Refusal> run() {
+    order_segments();
+    for (int d = 0; d < 2; ++d) rebuild_stream(d);
+    if (auto r = decode_streams()) return std::unexpected(*r);
+    for (const auto d : kDirs) decode_beyond_gaps(d);
+    map_segments_to_steps();
+    for (const auto d : kDirs)
+      if (auto r = learn_from_fpdus(d)) return std::unexpected(*r);
+    leave_invalid_stags_unshadowed();
+    for (int e = 0; e < 2; ++e)
+      if (auto r = match_requests(e)) return std::unexpected(*r);
+    renumber_atomic_responses();
+    std::uint64_t planned = 0;
+    for (int e = 0; e < 2; ++e)
+      if (auto r = check_endpoint(e, planned)) return std::unexpected(*r);
+    cp.planned_bytes = planned;
+    for (int e = 0; e < 2; ++e) build_endpoint(e);
+    patch_segments();
+    interleave_posts();
+    write_notes();
+    return std::move(cp);
+  }
+
+ private:
+  const std::size_t flow_index;
+  const trace::TcpFlow& flow;
+  const trace::FlowReport& fr;
+  const std::vector<trace::Record>& records;
+  const PlanLimits& limits;
   ConnectionPlan cp;
-  cp.flow = flow_index;
-  cp.initiator = flow.client;
-  cp.responder = flow.server;
-  cp.request = *fr.request;
-  cp.reply = *fr.reply;
-  cp.params = *fr.params;
+
+  std::vector<SegmentRef> order;  // capture order
+  // Each direction's stream as contiguous blocks by stream offset; block 0 is the in-order
+  // stream, later ones lie beyond a gap the capture never filled.
+  std::map<std::uint64_t, Bytes> blocks[2];
+  Collector col;                                  // the FPDUs of each direction, in stream order
+  std::uint64_t frame_len[2] = {0, 0};            // the MPA frame's length
+  std::vector<Step> seg_steps;                    // segments and FINs, in capture order
+  std::map<std::uint32_t, RegionAcc> regions[2];  // per endpoint, by STag
+  std::map<std::uint32_t, RecvPlan> recvs[2];     // per endpoint, by MSN
+  std::set<std::uint32_t> invalidated[2];  // STags a Send with Invalidate named, per receiver
+  std::vector<std::pair<std::size_t, Step>> posts;   // (segment step it goes before, the post)
+  std::map<std::uint64_t, std::uint8_t> patches[2];  // stream offset -> new octet
+  std::vector<Exclusion> exclusions;
+  std::vector<std::pair<Direction, const FpduInfo*>> atomic_answers;
+  std::vector<Request> requests[2];        // per endpoint, as issued
+  std::vector<Answer> answers[2];          // per endpoint, as received
+  std::optional<Answer> open_response[2];  // per direction: the Read Response message so far
 
   // Capture order: every segment with payload, and FINs.
-  struct Ref {
-    const trace::TcpSegment* seg;
-    int dir;
-  };
-  std::vector<Ref> order;
-  for (int d = 0; d < 2; ++d)
-    for (const auto& s : flow.dir[d])
-      if (!s.payload.empty() || s.fin || s.rst) order.push_back({&s, d});
-  std::stable_sort(order.begin(), order.end(),
-                   [](const Ref& a, const Ref& b) { return a.seg->frame < b.seg->frame; });
+  void order_segments() {
+    for (int d = 0; d < 2; ++d)
+      for (const auto& s : flow.dir[d])
+        if (!s.payload.empty() || s.fin || s.rst) order.push_back({&s, d});
+    std::stable_sort(order.begin(), order.end(), [](const SegmentRef& a, const SegmentRef& b) {
+      return a.seg->frame < b.seg->frame;
+    });
+  }
 
-  // Each direction's stream as contiguous blocks of stream offsets (the first arrival of an
-  // octet wins, as in TCP); block 0 is the in-order stream, later ones lie beyond a gap the
-  // capture never filled. Only the octets the capture holds are kept (a segment far ahead of
-  // the others costs what it carries), and only the first max_stream octets of a direction.
-  std::map<std::uint64_t, Bytes> blocks[2];
-  for (int d = 0; d < 2; ++d) {
+  // Direction d's stream as contiguous blocks of stream offsets (the first arrival of an octet
+  // wins, as in TCP, RFC 793 §3.9). Only the octets the capture holds are kept (a segment far
+  // ahead of the others costs what it carries), and only the first max_stream octets.
+  void rebuild_stream(int d) {
     cp.stream_seq[d] = stream_base(flow, d);
+    IntervalSet<std::uint64_t> held;
     std::map<std::uint64_t, Bytes> pieces;
     std::uint64_t beyond = 0, beyond_frame = 0;
     const auto max_stream =
@@ -275,17 +347,23 @@ std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace
         beyond += static_cast<std::uint64_t>(e - std::max(lo, max_stream));
       }
       if (hi <= lo) continue;
-      add_first_arrival(
-          pieces, static_cast<std::uint64_t>(lo),
-          ByteSpan(r.seg->payload)
-              .subspan(static_cast<std::size_t>(lo - off), static_cast<std::size_t>(hi - lo)));
+      // Only the octets no earlier segment supplied are kept.
+      const ByteSpan data(r.seg->payload);
+      held.insert(
+          static_cast<std::uint64_t>(lo), static_cast<std::uint64_t>(hi),
+          [&](std::uint64_t a, std::uint64_t b) {
+            const auto from = static_cast<std::size_t>(static_cast<std::int64_t>(a) - off);
+            pieces.emplace(a, Bytes(data.begin() + static_cast<std::ptrdiff_t>(from),
+                                    data.begin() + static_cast<std::ptrdiff_t>(from + (b - a))));
+          },
+          [](std::uint64_t, std::uint64_t) {});
     }
-    // Runs that touch become one block.
-    for (auto it = pieces.begin(); it != pieces.end();) {
-      const std::uint64_t start = it->first;
-      Bytes run = std::move(it->second);
-      for (++it; it != pieces.end() && it->first == start + run.size(); ++it)
-        run.insert(run.end(), it->second.begin(), it->second.end());
+    // Each run of held octets becomes one block.
+    for (const auto& [start, end] : held) {
+      Bytes run = std::move(pieces.begin()->second);
+      pieces.erase(pieces.begin());
+      for (; !pieces.empty() && pieces.begin()->first < end; pieces.erase(pieces.begin()))
+        run.insert(run.end(), pieces.begin()->second.begin(), pieces.begin()->second.end());
       blocks[d].emplace(start, std::move(run));
     }
     if (beyond > 0)
@@ -297,246 +375,175 @@ std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace
               "their Sends, STags and Reads are unknown to the emulation",
               dir_name(kDirs[d]), beyond, limits.max_stream, beyond_frame)});
   }
-  static const Bytes kEmpty;
-  const Bytes* stream[2];
-  for (int d = 0; d < 2; ++d) {
-    stream[d] = blocks[d].contains(0) ? &blocks[d][0] : &kEmpty;
-    cp.stream_length[d] = stream[d]->size();
+
+  // Decodes the two in-order streams: both MPA frames first, then the FPDUs of each direction.
+  std::optional<Refusal> decode_streams() {
+    static const Bytes kEmpty;
+    const Bytes* stream[2];
+    for (int d = 0; d < 2; ++d) {
+      stream[d] = blocks[d].contains(0) ? &blocks[d][0] : &kEmpty;
+      cp.stream_length[d] = stream[d]->size();
+    }
+    mpa::ConnectionDecoder dec(
+        mpa::StreamDecoderOptions{.continue_after_bad_crc = true, .max_pending = SIZE_MAX});
+    for (int d = 0; d < 2; ++d) {
+      auto n = mpa::frame_size_from_header(*stream[d]);
+      if (!n || *n > stream[d]->size())
+        return Refusal{
+            fmt::format("the MPA {} is not complete in the capture", d == 0 ? "Request" : "Reply"),
+            std::nullopt};
+      frame_len[d] = *n;
+    }
+    dec.feed(Direction::FromInitiator, ByteSpan(*stream[0]).first(frame_len[0]), col);
+    dec.feed(Direction::FromResponder, ByteSpan(*stream[1]).first(frame_len[1]), col);
+    dec.feed(Direction::FromInitiator, ByteSpan(*stream[0]).subspan(frame_len[0]), col);
+    dec.feed(Direction::FromResponder, ByteSpan(*stream[1]).subspan(frame_len[1]), col);
+    return std::nullopt;
   }
 
-  // Decode the two streams: both MPA frames first, then the FPDUs of each direction.
-  Collector col;
-  mpa::ConnectionDecoder dec(
-      mpa::StreamDecoderOptions{.continue_after_bad_crc = true, .max_pending = SIZE_MAX});
-  std::uint64_t frame_len[2];
-  for (int d = 0; d < 2; ++d) {
-    auto n = mpa::frame_size_from_header(*stream[d]);
-    if (!n || *n > stream[d]->size())
-      return std::unexpected(Refusal{
-          fmt::format("the MPA {} is not complete in the capture", d == 0 ? "Request" : "Reply"),
-          std::nullopt});
-    frame_len[d] = *n;
-  }
-  dec.feed(Direction::FromInitiator, ByteSpan(*stream[0]).first(frame_len[0]), col);
-  dec.feed(Direction::FromResponder, ByteSpan(*stream[1]).first(frame_len[1]), col);
-  dec.feed(Direction::FromInitiator, ByteSpan(*stream[0]).subspan(frame_len[0]), col);
-  dec.feed(Direction::FromResponder, ByteSpan(*stream[1]).subspan(frame_len[1]), col);
   // Beyond a gap: a sender starts each segment with an FPDU (RFC 5044 §8), so decoding can
   // start again where a block starts; it stops at the first thing that does not decode.
-  for (const auto d : kDirs) {
+  void decode_beyond_gaps(Direction d) {
     const auto framing = d == Direction::FromInitiator ? cp.params.framing_to_responder()
                                                        : cp.params.framing_to_initiator();
     for (const auto& [off, bytes] : blocks[index(d)]) {
       if (off == 0 || off < frame_len[index(d)]) continue;
-      std::size_t learned = 0;
-      if (!framing.markers) {
-        mpa::StreamDecoder sd(framing, mpa::StreamDecoderOptions{});
-        Resync rs(col.fpdus[index(d)], off);
-        sd.feed(bytes, rs);
-        learned = rs.count;
-      } else {
-        // Markers sit every 512 octets of Full Operation: take them out, decode the rest (the
-        // CRC, which covers the markers, is not checked here), and map each FPDU back.
-        const std::uint64_t fo = off - frame_len[index(d)];
-        Bytes logical;
-        std::vector<std::uint32_t> where;  // block position of each logical octet
-        for (std::size_t q = 0; q < bytes.size();) {
-          if (mpa::is_marker_position(fo + q)) {
-            q += mpa::kMarkerSize;
-            continue;
-          }
-          logical.push_back(bytes[q]);
-          where.push_back(static_cast<std::uint32_t>(q));
-          ++q;
-        }
-        auto wire = [&](std::uint64_t lo, std::uint32_t ll) {
-          std::uint64_t start = where[lo];
-          // A marker right before an FPDU belongs to it (RFC 5044 §5).
-          if (start >= mpa::kMarkerSize && mpa::is_marker_position(fo + start - mpa::kMarkerSize))
-            start -= mpa::kMarkerSize;
-          const std::uint64_t end = where[lo + ll - 1] + 1u;
-          return std::pair<std::uint64_t, std::uint32_t>{start,
-                                                         static_cast<std::uint32_t>(end - start)};
-        };
-        mpa::StreamDecoder sd(mpa::FramingConfig{false, false}, mpa::StreamDecoderOptions{});
-        Resync rs(col.fpdus[index(d)], off, wire);
-        sd.feed(logical, rs);
-        learned = rs.count;
-      }
+      const std::size_t learned = framing.markers ? decode_marked_block(d, off, bytes)
+                                                  : decode_block(d, framing, off, bytes);
       if (learned > 0)
         cp.notes.push_back(fmt::format("{}: {} FPDU(s) learned beyond the gap at stream offset {}",
                                        dir_name(d), learned, off));
     }
+    cp.mpa_length[index(d)] = frame_len[index(d)];
+    cp.full_operation_seq[index(d)] =
+        cp.stream_seq[index(d)] + static_cast<std::uint32_t>(frame_len[index(d)]);
+    cp.fpdus[index(d)] = col.fpdus[index(d)].size();
   }
-  for (int d = 0; d < 2; ++d) {
-    cp.mpa_length[d] = frame_len[d];
-    cp.full_operation_seq[d] = cp.stream_seq[d] + static_cast<std::uint32_t>(frame_len[d]);
-    cp.fpdus[d] = col.fpdus[d].size();
+
+  std::size_t decode_block(Direction d, mpa::FramingConfig framing, std::uint64_t off,
+                           ByteSpan bytes) {
+    mpa::StreamDecoder sd(framing, mpa::StreamDecoderOptions{});
+    Resync rs(col.fpdus[index(d)], off);
+    sd.feed(bytes, rs);
+    return rs.count;
   }
+
+  // Markers sit every 512 octets of Full Operation: take them out, decode the rest (the CRC,
+  // which covers the markers, is not checked here), and map each FPDU back.
+  std::size_t decode_marked_block(Direction d, std::uint64_t off, ByteSpan bytes) {
+    const std::uint64_t fo = off - frame_len[index(d)];
+    Bytes logical;
+    std::vector<std::uint32_t> where;  // block position of each logical octet
+    strip_markers(bytes, fo, logical, where);
+    auto wire = [&](std::uint64_t lo, std::uint32_t ll) {
+      std::uint64_t start = where[lo];
+      // A marker right before an FPDU belongs to it (RFC 5044 §5).
+      if (start >= mpa::kMarkerSize && mpa::is_marker_position(fo + start - mpa::kMarkerSize))
+        start -= mpa::kMarkerSize;
+      const std::uint64_t end = where[lo + ll - 1] + 1u;
+      return std::pair<std::uint64_t, std::uint32_t>{start,
+                                                     static_cast<std::uint32_t>(end - start)};
+    };
+    mpa::StreamDecoder sd(mpa::FramingConfig{false, false}, mpa::StreamDecoderOptions{});
+    Resync rs(col.fpdus[index(d)], off, wire);
+    sd.feed(logical, rs);
+    return rs.count;
+  }
+
   // The octets [off, off + len) of a direction's stream, when the capture has them all.
-  auto stream_span = [&](int d, std::uint64_t off, std::uint64_t len) -> MutableByteSpan {
+  MutableByteSpan stream_span(int d, std::uint64_t off, std::uint64_t len) {
     auto it = blocks[d].upper_bound(off);
     if (it == blocks[d].begin()) return {};
     --it;
     if (off + len > it->first + it->second.size()) return {};
     return MutableByteSpan(it->second).subspan(off - it->first, len);
-  };
+  }
 
   // Segment steps, in capture order, with their stream offsets; which step first carried
   // each FPDU.
-  std::vector<Step> seg_steps;
-  for (const auto& r : order) {
-    const auto& s = *r.seg;
-    const auto d = kDirs[r.dir];
-    const std::int64_t seg_end =
-        (s.seq - cp.stream_seq[r.dir]) + static_cast<std::int64_t>(s.payload.size());
-    // Segments that hold nothing beyond the MPA frame are the connection setup, not replayed.
-    if (!s.payload.empty() && seg_end <= static_cast<std::int64_t>(frame_len[r.dir])) {
-      ++cp.setup_segments;
-    } else if (!s.payload.empty()) {
-      Step st;
-      st.kind = Step::Kind::Segment;
-      st.dir = d;
-      st.frame = s.frame;
-      st.time_us = s.time_us;
-      st.seq = s.seq;
-      st.payload = s.payload;
-      const std::int64_t off = s.seq - cp.stream_seq[r.dir];
-      st.offset = off < 0 ? 0 : static_cast<std::uint64_t>(off);
-      const std::size_t step_index = seg_steps.size();
-      if (off + static_cast<std::int64_t>(s.payload.size()) > 0) {
-        const auto a = static_cast<std::uint64_t>(std::max<std::int64_t>(off, 0));
-        const auto b = static_cast<std::uint64_t>(off) + s.payload.size();
-        auto& fp = col.fpdus[r.dir];
-        auto it = std::partition_point(
-            fp.begin(), fp.end(), [&](const FpduInfo& f) { return f.offset + f.wire_length <= a; });
-        for (; it != fp.end() && it->offset < b; ++it) {
-          if (step_index < it->first_step) {
-            it->first_step = step_index;
-            it->first_frame = s.frame;
-          }
-          const auto op = it->hdr.op();
-          if (it->parsed && it->hdr.tagged && it->payload_length > 0 &&
-              (op == Opcode::Write || op == Opcode::ReadResponse))
-            st.tagged.push_back(TaggedRange{it->hdr.stag, it->hdr.to.value(),
-                                            it->hdr.to.value() + it->payload_length});
-        }
+  void map_segments_to_steps() {
+    for (const auto& r : order) {
+      const auto& s = *r.seg;
+      const std::int64_t seg_end =
+          (s.seq - cp.stream_seq[r.dir]) + static_cast<std::int64_t>(s.payload.size());
+      // Segments that hold nothing beyond the MPA frame are the connection setup, not replayed.
+      if (!s.payload.empty() && seg_end <= static_cast<std::int64_t>(frame_len[r.dir]))
+        ++cp.setup_segments;
+      else if (!s.payload.empty())
+        seg_steps.push_back(segment_step(r));
+      if (s.fin) {
+        cp.fin[r.dir] = true;
+        Step st;
+        st.kind = Step::Kind::Fin;
+        st.dir = kDirs[r.dir];
+        st.frame = s.frame;
+        st.time_us = s.time_us;
+        st.seq = s.seq + static_cast<std::uint32_t>(s.payload.size());
+        seg_steps.push_back(std::move(st));
       }
-      seg_steps.push_back(std::move(st));
+      if (s.rst) cp.rst = true;
     }
-    if (s.fin) {
-      cp.fin[r.dir] = true;
-      Step st;
-      st.kind = Step::Kind::Fin;
-      st.dir = d;
-      st.frame = s.frame;
-      st.time_us = s.time_us;
-      st.seq = s.seq + static_cast<std::uint32_t>(s.payload.size());
-      seg_steps.push_back(std::move(st));
-    }
-    if (s.rst) cp.rst = true;
   }
 
-  // Learn from the FPDUs of each direction.
-  std::map<std::uint32_t, RegionAcc> regions[2];
-  std::map<std::uint32_t, RecvPlan> recvs[2];
-  std::set<std::uint32_t> invalidated[2];  // STags a Send with Invalidate named, per receiver
-  std::vector<std::pair<std::size_t, Step>> posts;   // (segment step it goes before, the post)
-  std::map<std::uint64_t, std::uint8_t> patches[2];  // stream offset -> new octet
-  std::size_t renumbered = 0;
-  struct Exclusion {
-    Side at;
-    STag stag;
-    std::uint64_t frame;
-  };
-  std::vector<Exclusion> exclusions;
-  std::vector<std::pair<Direction, const FpduInfo*>> atomic_answers;
-  // Reads and atomics each side issued (by their MSN on queue 1), and the answers it received
-  // (Read Response messages and Atomic Responses), in stream order.
-  struct Request {
-    std::uint32_t msn;
-    enum Kind : std::uint8_t { Read, Atomic, Rtr } kind;
-    std::size_t step;
-    std::uint64_t frame;
-    rdmap::ReadRequest read{};
-    rdmap::AtomicRequest atomic{};
-  };
-  struct Answer {
-    Request::Kind kind;
-    std::size_t step;
-    std::uint64_t frame;
-    STag stag{0};
-    std::uint64_t to = 0;
-    std::uint64_t length = 0;
-    std::uint32_t atomic_id = 0;
-  };
-  std::vector<Request> requests[2];
-  std::vector<Answer> answers[2];
-  std::optional<Answer> open_response[2];
-  const auto& p = cp.params;
-  const std::uint64_t max_message = std::min<std::uint64_t>(limits.max_message, UINT32_MAX);
-  for (const auto d : kDirs) {
-    const Side tx = sender_of(d), rx = receiver_of(d);
-    bool rtr_pending = p.peer_to_peer && d == Direction::FromInitiator;
+  // The step that injects segment `r`, with the tagged data its FPDUs place; marks the FPDUs it
+  // carries a part of as first carried by it (when no earlier step did).
+  Step segment_step(const SegmentRef& r) {
+    const auto& s = *r.seg;
+    Step st;
+    st.kind = Step::Kind::Segment;
+    st.dir = kDirs[r.dir];
+    st.frame = s.frame;
+    st.time_us = s.time_us;
+    st.seq = s.seq;
+    st.payload = s.payload;
+    const std::int64_t off = s.seq - cp.stream_seq[r.dir];
+    st.offset = off < 0 ? 0 : static_cast<std::uint64_t>(off);
+    const std::size_t step_index = seg_steps.size();
+    if (off + static_cast<std::int64_t>(s.payload.size()) <= 0) return st;
+    const auto a = static_cast<std::uint64_t>(std::max<std::int64_t>(off, 0));
+    const auto b = static_cast<std::uint64_t>(off) + s.payload.size();
+    auto& fp = col.fpdus[r.dir];
+    auto it = std::partition_point(
+        fp.begin(), fp.end(), [&](const FpduInfo& f) { return f.offset + f.wire_length <= a; });
+    for (; it != fp.end() && it->offset < b; ++it) {
+      if (step_index < it->first_step) {
+        it->first_step = step_index;
+        it->first_frame = s.frame;
+      }
+      const auto op = it->hdr.op();
+      if (it->parsed && it->hdr.tagged && it->payload_length > 0 &&
+          (op == Opcode::Write || op == Opcode::ReadResponse))
+        st.tagged.push_back(
+            TaggedRange{it->hdr.stag, it->hdr.to.value(), it->hdr.to.value() + it->payload_length});
+    }
+    return st;
+  }
+
+  // What direction d's FPDUs tell: the STags used and their ranges, the receives, the requests
+  // and answers, the Terminates.
+  std::optional<Refusal> learn_from_fpdus(Direction d) {
+    bool rtr_pending = cp.params.peer_to_peer && d == Direction::FromInitiator;
     for (const auto& f : col.fpdus[index(d)]) {
       if (!f.parsed) continue;
-      const auto& h = f.hdr;
       const bool first_fpdu = rtr_pending;
       rtr_pending = false;
-      switch (h.op()) {
+      std::optional<Refusal> refusal;
+      switch (f.hdr.op()) {
         case Opcode::Write:
         case Opcode::ReadResponse:
-          if (f.payload_length > 0)
-            regions[index(rx)][h.stag.value()].add(
-                h.to.value(), f.payload_length, h.op() == Opcode::Write ? "Write" : "Read Response",
-                f.first_frame);
-          if (h.op() == Opcode::ReadResponse) {
-            auto& m = open_response[index(d)];
-            if (!m) {
-              m = Answer{Request::Read, f.first_step, f.first_frame};
-              m->stag = h.stag;
-              m->to = h.to.value();
-            }
-            m->length = add_saturating(m->length, f.payload_length);
-            if (h.last) {
-              answers[index(rx)].push_back(*m);
-              m.reset();
-            }
-          }
+          on_tagged_data(d, f);
           break;
-        case Opcode::ReadRequest: {
-          const auto& rr = std::get<rdmap::ReadRequest>(f.body);
-          Request q{h.msn.value(), Request::Read, f.first_step, f.first_frame};
-          if (first_fpdu && p.rtr == mpa::RtrType::Read && rr.size == 0) {
-            q.kind = Request::Rtr;  // sent by the queue pair itself (send_rtr)
-          } else if (rr.size > limits.max_message) {
-            return std::unexpected(
-                refuse("kMaxMessageSize", limits.max_message, rr.size,
-                       fmt::format("{}'s RDMA Read (MSN {}, frame {}) is {} octets long",
-                                   to_string(tx), h.msn.value(), f.first_frame, rr.size)));
-          } else if (rr.size > 0) {
-            regions[index(tx)][rr.sink_stag.value()].add(rr.sink_to.value(), rr.size, "Read sink",
-                                                         f.first_frame);
-            regions[index(rx)][rr.src_stag.value()].add(rr.src_to.value(), rr.size, "Read source",
-                                                        f.first_frame);
-          }
-          q.read = rr;
-          requests[index(tx)].push_back(q);
+        case Opcode::ReadRequest:
+          refusal = on_read_request(d, f, first_fpdu);
           break;
-        }
-        case Opcode::AtomicRequest: {
-          const auto& a = std::get<rdmap::AtomicRequest>(f.body);
-          regions[index(rx)][a.stag.value()].add(a.to.value(), 8, "atomic target", f.first_frame);
-          Request q{h.msn.value(), Request::Atomic, f.first_step, f.first_frame};
-          q.atomic = a;
-          requests[index(tx)].push_back(q);
+        case Opcode::AtomicRequest:
+          on_atomic_request(d, f);
           break;
-        }
         case Opcode::AtomicResponse: {
           atomic_answers.push_back({d, &f});
           Answer a{Request::Atomic, f.first_step, f.first_frame};
           a.atomic_id = std::get<rdmap::AtomicResponse>(f.body).request_id;
-          answers[index(rx)].push_back(a);
+          answers[index(receiver_of(d))].push_back(a);
           break;
         }
         case Opcode::Send:
@@ -544,86 +551,155 @@ std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace
         case Opcode::SendInvalidate:
         case Opcode::SendSeInvalidate:
         case Opcode::ImmediateData:
-        case Opcode::ImmediateDataSe: {
-          const bool imm = h.op() == Opcode::ImmediateData || h.op() == Opcode::ImmediateDataSe;
-          // The message's size so far: MO + length in 64 bits (past 2^32 it is no size an MO
-          // can address, and past the limit no receive buffer is allocated for it).
-          const std::uint64_t size = std::uint64_t{h.mo.value()} + f.payload_length;
-          if (size > max_message)
-            return std::unexpected(refuse(
-                "kMaxMessageSize", max_message, size,
-                fmt::format("{} message MSN {} to {} reaches {} octets (MO {} + {} octets, frame "
-                            "{}){}",
-                            imm ? "an Immediate Data" : "a Send", h.msn.value(), to_string(rx),
-                            size, h.mo.value(), f.payload_length, f.first_frame,
-                            size > UINT32_MAX ? ", past the 2^32 octets MO can address" : "")));
-          auto& r = recvs[index(rx)][h.msn.value()];
-          r.msn = h.msn.value();
-          r.seen = true;
-          r.immediate = imm;
-          r.size = std::max(r.size, static_cast<std::uint32_t>(size));
-          if (h.last) r.complete = true;
-          // RFC 6581 §4: a zero-length Send first from the initiator is the P2P RTR. It takes a
-          // zero-length receive (see the replayer), and completes nothing.
-          if (first_fpdu && p.rtr == mpa::RtrType::Send && !imm && f.payload_length == 0 &&
-              h.msn.value() == 1 && h.mo.value() == 0 && h.last) {
-            r.rtr = true;
-            cp.notes.push_back(
-                "the initiator's RTR (a zero-length Send, MSN 1; RFC 6581 §4) takes a zero-length "
-                "receive posted for it at R; its completion is left out");
-            break;
-          }
-          // (Every opcode of this case has an entry in the table; an unknown one never parses.)
-          if (const auto* info = rdmap::opcode_info(h.opcode); info && info->invalidate)
-            invalidated[index(rx)].insert(h.rsvd_ulp);
+        case Opcode::ImmediateDataSe:
+          refusal = on_untagged_message(d, f, first_fpdu);
           break;
-        }
-        case Opcode::Terminate: {
-          const auto& t = std::get<rdmap::Terminate>(f.body);
-          cp.terminates.push_back(
-              TerminatePlan{tx, f.first_frame, t.layer, t.etype, t.ecode, terminate_text(t)});
-          // The trace says an STag was invalid at the Terminate's sender: leave it unshadowed,
-          // so that the emulation finds the same violation.
-          const bool invalid_stag =
-              (t.layer == 1 && t.etype == 1 && (t.ecode == 0x00 || t.ecode == 0x02)) ||
-              (t.layer == 0 && t.etype == 1 && (t.ecode == 0x00 || t.ecode == 0x03));
-          if (!invalid_stag || !t.d) break;
-          auto eh = ddp::DdpHeader::decode(t.ddp_header);
-          if (!eh) break;
-          std::optional<STag> bad;
-          if (eh->tagged) {
-            bad = eh->stag;
-          } else if (t.r && t.rdmap_header.size() == rdmap::kTerminatedRdmapHeaderSize) {
-            bad = rdmap::ReadRequest::decode(t.rdmap_header).src_stag;
-          }
-          if (bad) exclusions.push_back({tx, *bad, f.first_frame});
+        case Opcode::Terminate:
+          on_terminate(d, f);
           break;
-        }
       }
+      if (refusal) return refusal;
     }
-  }
-  for (const auto& x : exclusions) {
-    // Only when the trace sent that side no message to the STag but the culprit, and no
-    // Send with Invalidate explains it (the emulation then finds the violation by itself).
-    if (invalidated[index(x.at)].contains(x.stag.value())) continue;
-    const Direction toward =
-        x.at == Side::Initiator ? Direction::FromResponder : Direction::FromInitiator;
-    std::size_t uses = 0;
-    for (const auto& g : col.fpdus[index(toward)])
-      if (g.parsed && g.hdr.tagged && g.hdr.stag == x.stag && g.hdr.last) ++uses;
-    if (uses <= 1 && regions[index(x.at)].erase(x.stag.value()))
-      cp.notes.push_back(
-          fmt::format("STag 0x{:08x} is not shadowed at {}: the trace's Terminate from {} (frame "
-                      "{}) says it was not valid there",
-                      x.stag.value(), to_string(x.at), to_string(x.at), x.frame));
+    return std::nullopt;
   }
 
-  // Each side's requests in MSN order, paired in order with the answers it received. A request
-  // the capture lost (a gap in its MSNs, or fewer requests than answers) is rebuilt from its
-  // answer, so that the answer finds it outstanding. Each is posted before the first segment
-  // that carried it (a rebuilt one before its answer), never after a later one.
-  for (int e = 0; e < 2; ++e) {
-    auto& ep = cp.ep[e];
+  // A Write or Read Response: the receiver's region, and the Read Response message so far.
+  void on_tagged_data(Direction d, const FpduInfo& f) {
+    const auto& h = f.hdr;
+    if (f.payload_length > 0)
+      regions[index(receiver_of(d))][h.stag.value()].add(
+          h.to.value(), f.payload_length, h.op() == Opcode::Write ? "Write" : "Read Response",
+          f.first_frame);
+    if (h.op() != Opcode::ReadResponse) return;
+    auto& m = open_response[index(d)];
+    if (!m) {
+      m = Answer{Request::Read, f.first_step, f.first_frame};
+      m->stag = h.stag;
+      m->to = h.to.value();
+    }
+    m->length = add_saturating(m->length, f.payload_length);
+    if (h.last) {
+      answers[index(receiver_of(d))].push_back(*m);
+      m.reset();
+    }
+  }
+
+  std::optional<Refusal> on_read_request(Direction d, const FpduInfo& f, bool first_fpdu) {
+    const Side tx = sender_of(d), rx = receiver_of(d);
+    const auto& h = f.hdr;
+    const auto& rr = std::get<rdmap::ReadRequest>(f.body);
+    Request q{h.msn.value(), Request::Read, f.first_step, f.first_frame};
+    if (first_fpdu && cp.params.rtr == mpa::RtrType::Read && rr.size == 0) {
+      q.kind = Request::Rtr;  // sent by the queue pair itself (send_rtr)
+    } else if (rr.size > limits.max_message) {
+      return refuse("kMaxMessageSize", limits.max_message, rr.size,
+                    fmt::format("{}'s RDMA Read (MSN {}, frame {}) is {} octets long",
+                                to_string(tx), h.msn.value(), f.first_frame, rr.size));
+    } else if (rr.size > 0) {
+      regions[index(tx)][rr.sink_stag.value()].add(rr.sink_to.value(), rr.size, "Read sink",
+                                                   f.first_frame);
+      regions[index(rx)][rr.src_stag.value()].add(rr.src_to.value(), rr.size, "Read source",
+                                                  f.first_frame);
+    }
+    q.read = rr;
+    requests[index(tx)].push_back(q);
+    return std::nullopt;
+  }
+
+  void on_atomic_request(Direction d, const FpduInfo& f) {
+    const auto& a = std::get<rdmap::AtomicRequest>(f.body);
+    regions[index(receiver_of(d))][a.stag.value()].add(a.to.value(), 8, "atomic target",
+                                                       f.first_frame);
+    Request q{f.hdr.msn.value(), Request::Atomic, f.first_step, f.first_frame};
+    q.atomic = a;
+    requests[index(sender_of(d))].push_back(q);
+  }
+
+  // A Send or Immediate Data FPDU: the receive buffer its message needs.
+  std::optional<Refusal> on_untagged_message(Direction d, const FpduInfo& f, bool first_fpdu) {
+    const Side rx = receiver_of(d);
+    const auto& h = f.hdr;
+    const std::uint64_t max_message = std::min<std::uint64_t>(limits.max_message, UINT32_MAX);
+    const bool imm = h.op() == Opcode::ImmediateData || h.op() == Opcode::ImmediateDataSe;
+    // The message's size so far: MO + length in 64 bits (past 2^32 it is no size an MO can
+    // address, and past the limit no receive buffer is allocated for it).
+    const std::uint64_t size = std::uint64_t{h.mo.value()} + f.payload_length;
+    if (size > max_message)
+      return refuse(
+          "kMaxMessageSize", max_message, size,
+          fmt::format("{} message MSN {} to {} reaches {} octets (MO {} + {} octets, frame "
+                      "{}){}",
+                      imm ? "an Immediate Data" : "a Send", h.msn.value(), to_string(rx), size,
+                      h.mo.value(), f.payload_length, f.first_frame,
+                      size > UINT32_MAX ? ", past the 2^32 octets MO can address" : ""));
+    auto& r = recvs[index(rx)][h.msn.value()];
+    r.msn = h.msn.value();
+    r.seen = true;
+    r.immediate = imm;
+    r.size = std::max(r.size, static_cast<std::uint32_t>(size));
+    if (h.last) r.complete = true;
+    // RFC 6581 §4: a zero-length Send first from the initiator is the P2P RTR. It takes a
+    // zero-length receive (see the replayer), and completes nothing.
+    if (first_fpdu && cp.params.rtr == mpa::RtrType::Send && !imm && f.payload_length == 0 &&
+        h.msn.value() == 1 && h.mo.value() == 0 && h.last) {
+      r.rtr = true;
+      cp.notes.push_back(
+          "the initiator's RTR (a zero-length Send, MSN 1; RFC 6581 §4) takes a zero-length "
+          "receive posted for it at R; its completion is left out");
+      return std::nullopt;
+    }
+    // (Every opcode of this case has an entry in the table; an unknown one never parses.)
+    if (const auto* info = rdmap::opcode_info(h.opcode); info && info->invalidate)
+      invalidated[index(rx)].insert(h.rsvd_ulp);
+    return std::nullopt;
+  }
+
+  void on_terminate(Direction d, const FpduInfo& f) {
+    const Side tx = sender_of(d);
+    const auto& t = std::get<rdmap::Terminate>(f.body);
+    cp.terminates.push_back(
+        TerminatePlan{tx, f.first_frame, t.layer, t.etype, t.ecode, terminate_text(t)});
+    // The trace says an STag was invalid at the Terminate's sender: leave it unshadowed, so
+    // that the emulation finds the same violation.
+    const bool invalid_stag =
+        (t.layer == 1 && t.etype == 1 && (t.ecode == 0x00 || t.ecode == 0x02)) ||
+        (t.layer == 0 && t.etype == 1 && (t.ecode == 0x00 || t.ecode == 0x03));
+    if (!invalid_stag || !t.d) return;
+    auto eh = ddp::DdpHeader::decode(t.ddp_header);
+    if (!eh) return;
+    std::optional<STag> bad;
+    if (eh->tagged) {
+      bad = eh->stag;
+    } else if (t.r && t.rdmap_header.size() == rdmap::kTerminatedRdmapHeaderSize) {
+      bad = rdmap::ReadRequest::decode(t.rdmap_header).src_stag;
+    }
+    if (bad) exclusions.push_back({tx, *bad, f.first_frame});
+  }
+
+  void leave_invalid_stags_unshadowed() {
+    for (const auto& x : exclusions) {
+      // Only when the trace sent that side no message to the STag but the culprit, and no
+      // Send with Invalidate explains it (the emulation then finds the violation by itself).
+      if (invalidated[index(x.at)].contains(x.stag.value())) continue;
+      const Direction toward =
+          x.at == Side::Initiator ? Direction::FromResponder : Direction::FromInitiator;
+      std::size_t uses = 0;
+      for (const auto& g : col.fpdus[index(toward)])
+        if (g.parsed && g.hdr.tagged && g.hdr.stag == x.stag && g.hdr.last) ++uses;
+      if (uses <= 1 && regions[index(x.at)].erase(x.stag.value()))
+        cp.notes.push_back(
+            fmt::format("STag 0x{:08x} is not shadowed at {}: the trace's Terminate from {} "
+                        "(frame {}) says it was not valid there",
+                        x.stag.value(), to_string(x.at), to_string(x.at), x.frame));
+    }
+  }
+
+  // Endpoint e's requests in MSN order, paired in order with the answers it received. A
+  // request the capture lost (a gap in its MSNs, or fewer requests than answers) is rebuilt
+  // from its answer, so that the answer finds it outstanding. Each is posted before the first
+  // segment that carried it (a rebuilt one before its answer), never after a later one.
+  std::optional<Refusal> match_requests(int e) {
+    const auto side = static_cast<Side>(e);
     auto reqs = requests[e];
     std::stable_sort(reqs.begin(), reqs.end(),
                      [](const Request& a, const Request& b) { return a.msn < b.msn; });
@@ -632,104 +708,130 @@ std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace
     const std::uint64_t slots =
         std::max<std::uint64_t>(reqs.empty() ? 0 : reqs.back().msn, ans.size());
     if (slots > limits.max_requests)
-      return std::unexpected(refuse(
-          "kMaxRequests", limits.max_requests, slots,
-          fmt::format("{} issued RDMA Reads or atomics up to MSN {} (or received {} answers)",
-                      to_string(static_cast<Side>(e)), slots, ans.size())));
+      return refuse("kMaxRequests", limits.max_requests, slots,
+                    fmt::format("{} issued RDMA Reads or atomics up to MSN {} (or received {} "
+                                "answers)",
+                                to_string(side), slots, ans.size()));
     for (const auto& a : ans)
       if (a.kind == Request::Read && a.length > limits.max_message)
-        return std::unexpected(
-            refuse("kMaxMessageSize", limits.max_message, a.length,
-                   fmt::format("{} received a Read Response of {} octets (frame {} on)",
-                               to_string(static_cast<Side>(e)), a.length, a.frame)));
+        return refuse("kMaxMessageSize", limits.max_message, a.length,
+                      fmt::format("{} received a Read Response of {} octets (frame {} on)",
+                                  to_string(side), a.length, a.frame));
     std::size_t qi = 0, rebuilt = 0;
-    struct Slot {
-      std::size_t pos;
-      Step step;
-    };
-    std::vector<Slot> queued;
+    std::vector<std::pair<std::size_t, Step>> queued;  // (segment step it goes before, the post)
     for (std::uint64_t m = 1, k = 0; m <= slots; ++m, ++k) {
       const Answer* a = k < ans.size() ? &ans[k] : nullptr;
       const Request* q = qi < reqs.size() && reqs[qi].msn == m ? &reqs[qi++] : nullptr;
-      Step st;
-      st.side = static_cast<Side>(e);
       if (q) {
         if (a && (a->kind == Request::Atomic) != (q->kind == Request::Atomic)) {
           cp.notes.push_back(fmt::format(
               "{}: the answers to its requests do not pair with them from MSN {} on (a request "
               "and its answer both missing?)",
-              to_string(static_cast<Side>(e)), m));
+              to_string(side), m));
           a = nullptr;
           k = ans.size();
         }
         if (q->kind == Request::Rtr) continue;
-        if (q->kind == Request::Read) {
-          ep.reads.push_back(ReadPlan{q->read, q->msn, q->frame, a != nullptr, false});
-          st.kind = Step::Kind::PostRead;
-          st.item = ep.reads.size() - 1;
-        } else {
-          ep.atomics.push_back(AtomicPlan{q->atomic, q->frame, a != nullptr, false});
-          st.kind = Step::Kind::PostAtomic;
-          st.item = ep.atomics.size() - 1;
-        }
-        st.frame = q->frame;
-        queued.push_back({q->step, std::move(st)});
+        queued.emplace_back(q->step, post_request(e, *q, a != nullptr));
       } else if (a) {
         ++rebuilt;
-        if (a->kind == Request::Read) {
-          rdmap::ReadRequest rr{a->stag, TaggedOffset{a->to}, static_cast<std::uint32_t>(a->length),
-                                STag{0}, TaggedOffset{0}};
-          ep.reads.push_back(ReadPlan{rr, static_cast<std::uint32_t>(m), a->frame, true, true});
-          st.kind = Step::Kind::PostRead;
-          st.item = ep.reads.size() - 1;
-        } else {
-          rdmap::AtomicRequest ar;
-          ar.op = static_cast<std::uint8_t>(rdmap::AtomicOp::FetchAdd);
-          ar.request_id = a->atomic_id;
-          ep.atomics.push_back(AtomicPlan{ar, a->frame, true, true});
-          st.kind = Step::Kind::PostAtomic;
-          st.item = ep.atomics.size() - 1;
-        }
-        st.frame = a->frame;
-        queued.push_back({a->step, std::move(st)});
+        queued.emplace_back(a->step, post_rebuilt_request(e, *a, m));
       }
     }
     for (std::size_t i = queued.size(); i-- > 1;)
-      queued[i - 1].pos = std::min(queued[i - 1].pos, queued[i].pos);
-    for (auto& o : queued) posts.emplace_back(o.pos, std::move(o.step));
+      queued[i - 1].first = std::min(queued[i - 1].first, queued[i].first);
+    for (auto& o : queued) posts.emplace_back(o.first, std::move(o.second));
     if (rebuilt)
       cp.notes.push_back(
           fmt::format("{}: {} request(s) not in the capture rebuilt from the answers it received",
-                      to_string(static_cast<Side>(e)), rebuilt));
+                      to_string(side), rebuilt));
+    return std::nullopt;
+  }
+
+  // The post of a request in the capture (a Read or an atomic).
+  Step post_request(int e, const Request& q, bool answered) {
+    auto& ep = cp.ep[e];
+    Step st;
+    st.side = static_cast<Side>(e);
+    if (q.kind == Request::Read) {
+      ep.reads.push_back(ReadPlan{q.read, q.msn, q.frame, answered, false});
+      st.kind = Step::Kind::PostRead;
+      st.item = ep.reads.size() - 1;
+    } else {
+      ep.atomics.push_back(AtomicPlan{q.atomic, q.frame, answered, false});
+      st.kind = Step::Kind::PostAtomic;
+      st.item = ep.atomics.size() - 1;
+    }
+    st.frame = q.frame;
+    return st;
+  }
+
+  // The post of a request the capture lost, rebuilt from its answer (MSN m).
+  Step post_rebuilt_request(int e, const Answer& a, std::uint64_t m) {
+    auto& ep = cp.ep[e];
+    Step st;
+    st.side = static_cast<Side>(e);
+    if (a.kind == Request::Read) {
+      rdmap::ReadRequest rr{a.stag, TaggedOffset{a.to}, static_cast<std::uint32_t>(a.length),
+                            STag{0}, TaggedOffset{0}};
+      ep.reads.push_back(ReadPlan{rr, static_cast<std::uint32_t>(m), a.frame, true, true});
+      st.kind = Step::Kind::PostRead;
+      st.item = ep.reads.size() - 1;
+    } else {
+      rdmap::AtomicRequest ar;
+      ar.op = static_cast<std::uint8_t>(rdmap::AtomicOp::FetchAdd);
+      ar.request_id = a.atomic_id;
+      ep.atomics.push_back(AtomicPlan{ar, a.frame, true, true});
+      st.kind = Step::Kind::PostAtomic;
+      st.item = ep.atomics.size() - 1;
+    }
+    st.frame = a.frame;
+    return st;
   }
 
   // The emulated requester numbers its atomics 1, 2, ... (as our RNIC does): each captured
   // response gets the number of the request it answers (found by the captured identifier,
   // else by order), its CRC recomputed when it was good.
-  std::size_t nth[2] = {0, 0};
-  for (const auto& [d, fp] : atomic_answers) {
-    const auto& f = *fp;
-    const Side rx = receiver_of(d);
+  void renumber_atomic_responses() {
+    std::size_t nth[2] = {0, 0};
+    std::size_t renumbered = 0;
+    for (const auto& [d, fp] : atomic_answers) {
+      const auto& f = *fp;
+      const Side rx = receiver_of(d);
+      const auto& mine = cp.ep[index(rx)].atomics;
+      const auto captured = std::get<rdmap::AtomicResponse>(f.body).request_id;
+      std::size_t k = nth[index(rx)];
+      for (std::size_t i = 0; i < mine.size(); ++i)
+        if (mine[i].request.request_id == captured) k = i;
+      nth[index(rx)] = k + 1;
+      const auto id = static_cast<std::uint32_t>(k + 1);
+      if (captured == id) continue;
+      if (patch_request_id(d, f, id)) ++renumbered;
+    }
+    if (renumbered)
+      cp.notes.push_back(fmt::format(
+          "{} Atomic Response(s) renumbered to the emulated requester's request identifiers "
+          "(1, 2, ...; CRC recomputed where in use)",
+          renumbered));
+  }
+
+  // Writes `id` into the Atomic Response FPDU `f` (and its CRC, when that was good), in the
+  // rebuilt stream and as patches for the segments; false when the capture lacks some of it.
+  bool patch_request_id(Direction d, const FpduInfo& f, std::uint32_t id) {
+    const auto& p = cp.params;
     const bool markers =
         d == Direction::FromInitiator ? p.markers_to_responder : p.markers_to_initiator;
-    const auto& mine = cp.ep[index(rx)].atomics;
-    const auto captured = std::get<rdmap::AtomicResponse>(f.body).request_id;
-    std::size_t k = nth[index(rx)];
-    for (std::size_t i = 0; i < mine.size(); ++i)
-      if (mine[i].request.request_id == captured) k = i;
-    nth[index(rx)] = k + 1;
-    const auto id = static_cast<std::uint32_t>(k + 1);
-    if (captured == id) continue;
     const std::uint64_t fo = f.offset - frame_len[index(d)];
     auto fpdu = stream_span(index(d), f.offset, f.wire_length);
-    if (fpdu.size() != f.wire_length) continue;
+    if (fpdu.size() != f.wire_length) return false;
     const std::size_t crc_at = f.wire_length - mpa::kCrcSize;
     const bool crc_was_good = p.crc && load_le32(&fpdu[crc_at]) == mpa::crc32c(fpdu.first(crc_at));
     std::uint8_t idb[4];
     store_be32(idb, id);
     for (std::size_t i = 0; i < 4; ++i) {
-      const std::uint64_t at =
-          wire_position(fo, mpa::kUlpduLengthSize + ddp::kUntaggedHeaderSize + i, markers) - fo;
+      // The request identifier follows the untagged DDP header (RFC 7306 §5.2).
+      const std::uint64_t k = mpa::kUlpduLengthSize + ddp::kUntaggedHeaderSize + i;
+      const std::uint64_t at = markers ? mpa::wire_position_of(fo, k) - fo : k;
       fpdu[at] = idb[i];
       patches[index(d)][f.offset + at] = idb[i];
     }
@@ -738,43 +840,32 @@ std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace
       store_le32(cb, mpa::crc32c(fpdu.first(crc_at)));
       for (std::size_t i = 0; i < 4; ++i) patches[index(d)][f.offset + crc_at + i] = cb[i];
     }
-    ++renumbered;
+    return true;
   }
 
-  if (renumbered)
-    cp.notes.push_back(fmt::format(
-        "{} Atomic Response(s) renumbered to the emulated requester's request identifiers "
-        "(1, 2, ...; CRC recomputed where in use)",
-        renumbered));
-
-  // Endpoint plans: regions (an invalidated STag needs a region to invalidate), receives.
-  // Every size is checked against its limit before anything is allocated for it; what the
-  // replayer will allocate is summed (as it allocates: regions in 8-octet words from the
+  // Endpoint e's regions (an invalidated STag needs a region to invalidate) and receives,
+  // checked against their limits before anything is allocated for them; what the replayer will
+  // allocate is added to `planned` (as it allocates: regions in 8-octet words from the
   // 8-aligned TO below the range, one word more) and bounded per connection.
-  auto words = [](std::uint64_t n) { return (n / 8 + 1) * 8 + 8; };
-  std::uint64_t planned = 0;
-  for (int e = 0; e < 2; ++e) {
+  std::optional<Refusal> check_endpoint(int e, std::uint64_t& planned) {
     const auto side = to_string(static_cast<Side>(e));
     for (auto s : invalidated[e])
       if (!regions[e].contains(s)) regions[e][s].add(0, 8, "invalidated", 0);
     if (regions[e].size() > limits.max_stags)
-      return std::unexpected(
-          refuse("kMaxStags", limits.max_stags, regions[e].size(),
-                 fmt::format("{} would shadow {} STags", side, regions[e].size())));
+      return refuse("kMaxStags", limits.max_stags, regions[e].size(),
+                    fmt::format("{} would shadow {} STags", side, regions[e].size()));
     for (const auto& [stag, acc] : regions[e]) {
       const std::uint64_t span = acc.past_end ? UINT64_MAX : acc.end - acc.begin;
       if (acc.past_end)
-        return std::unexpected(
-            refuse("kMaxStagSpan", limits.max_region, span,
-                   fmt::format("STag 0x{:08x} at {} is used from TO 0x{:x} to past the end of the "
-                               "64-bit TO space (first used at frame {})",
-                               stag, side, acc.begin, acc.first_frame)));
+        return refuse("kMaxStagSpan", limits.max_region, span,
+                      fmt::format("STag 0x{:08x} at {} is used from TO 0x{:x} to past the end of "
+                                  "the 64-bit TO space (first used at frame {})",
+                                  stag, side, acc.begin, acc.first_frame));
       if (span > limits.max_region)
-        return std::unexpected(
-            refuse("kMaxStagSpan", limits.max_region, span,
-                   fmt::format("STag 0x{:08x} at {} spans {} octets of tagged offsets [0x{:x}, "
-                               "0x{:x}) (first used at frame {})",
-                               stag, side, span, acc.begin, acc.end, acc.first_frame)));
+        return refuse("kMaxStagSpan", limits.max_region, span,
+                      fmt::format("STag 0x{:08x} at {} spans {} octets of tagged offsets [0x{:x}, "
+                                  "0x{:x}) (first used at frame {})",
+                                  stag, side, span, acc.begin, acc.end, acc.first_frame));
       planned += words(acc.end - (acc.begin & ~std::uint64_t{7})) + kStagOverhead;
     }
     // One receive per MSN from 1 to the highest seen; a message missing from the capture gets
@@ -783,11 +874,11 @@ std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace
     if (!recvs[e].empty()) {
       receives = recvs[e].rbegin()->first;
       if (receives > limits.max_receives)
-        return std::unexpected(refuse(
+        return refuse(
             "kMaxReceives", limits.max_receives, receives,
             fmt::format("{} would need {} receive buffers (a Send or Immediate Data message with "
                         "MSN {}; one buffer is posted per MSN from 1)",
-                        side, receives, receives)));
+                        side, receives, receives));
       for (const auto& [msn, r] : recvs[e]) {
         largest = std::max<std::uint64_t>(largest, r.size);
         if (msn != 0) seen_bytes += r.size;
@@ -800,14 +891,21 @@ std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace
     planned += (buffers > 0 ? words(buffers) : 0) + receives * kReceiveOverhead +
                posts_planned * kRequestOverhead + words(8 * cp.ep[e].atomics.size());
     if (planned > limits.max_total)
-      return std::unexpected(refuse(
+      return refuse(
           "kMaxConnectionMemory", limits.max_total, planned,
           fmt::format("the replay would allocate {} octets or more for this connection (at {}: "
                       "{} receive buffer(s) of {} octets in all, {} STag(s) shadowed)",
-                      planned, side, receives, buffers, regions[e].size())));
+                      planned, side, receives, buffers, regions[e].size()));
+    return std::nullopt;
   }
-  cp.planned_bytes = planned;
-  for (int e = 0; e < 2; ++e) {
+
+  // Octets the replayer allocates for n octets of shadow memory or buffers: 8-octet words,
+  // one more.
+  static std::uint64_t words(std::uint64_t n) { return (n / 8 + 1) * 8 + 8; }
+
+  // Endpoint e's plan: its regions, and one receive per MSN from 1 (a placeholder as large as
+  // the largest seen for each message not in the capture).
+  void build_endpoint(int e) {
     auto& ep = cp.ep[e];
     for (const auto& [stag, acc] : regions[e]) {
       RegionPlan r;
@@ -817,7 +915,7 @@ std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace
       for (const auto& w : acc.why) r.why += (r.why.empty() ? "" : ", ") + w;
       ep.regions.push_back(std::move(r));
     }
-    if (recvs[e].empty()) continue;
+    if (recvs[e].empty()) return;
     std::uint32_t largest = 0;
     for (const auto& [msn, r] : recvs[e]) largest = std::max(largest, r.size);
     const std::uint32_t last = recvs[e].rbegin()->first;
@@ -835,39 +933,55 @@ std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace
     }
   }
 
-  // Apply the renumbering patches to every segment that carries a patched octet.
-  for (auto& st : seg_steps) {
-    if (st.kind != Step::Kind::Segment) continue;
-    const auto& pm = patches[index(st.dir)];
-    if (pm.empty()) continue;
-    const std::int64_t off = st.seq - cp.stream_seq[index(st.dir)];
-    for (auto it = pm.lower_bound(off < 0 ? 0 : static_cast<std::uint64_t>(off));
-         it != pm.end() &&
-         static_cast<std::int64_t>(it->first) < off + static_cast<std::int64_t>(st.payload.size());
-         ++it)
-      st.payload[static_cast<std::size_t>(static_cast<std::int64_t>(it->first) - off)] = it->second;
+  // Applies the renumbering patches to every segment that carries a patched octet.
+  void patch_segments() {
+    for (auto& st : seg_steps) {
+      if (st.kind != Step::Kind::Segment) continue;
+      const auto& pm = patches[index(st.dir)];
+      if (pm.empty()) continue;
+      const std::int64_t off = st.seq - cp.stream_seq[index(st.dir)];
+      for (auto it = pm.lower_bound(off < 0 ? 0 : static_cast<std::uint64_t>(off));
+           it != pm.end() && static_cast<std::int64_t>(it->first) <
+                                 off + static_cast<std::int64_t>(st.payload.size());
+           ++it)
+        st.payload[static_cast<std::size_t>(static_cast<std::int64_t>(it->first) - off)] =
+            it->second;
+    }
   }
 
   // Steps: the posts go in before their segments.
-  std::stable_sort(posts.begin(), posts.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::size_t pi = 0;
-  for (std::size_t i = 0; i < seg_steps.size(); ++i) {
-    for (; pi < posts.size() && posts[pi].first <= i; ++pi) {
-      posts[pi].second.time_us = seg_steps[i].time_us;
-      cp.steps.push_back(std::move(posts[pi].second));
+  void interleave_posts() {
+    std::stable_sort(posts.begin(), posts.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::size_t pi = 0;
+    for (std::size_t i = 0; i < seg_steps.size(); ++i) {
+      for (; pi < posts.size() && posts[pi].first <= i; ++pi) {
+        posts[pi].second.time_us = seg_steps[i].time_us;
+        cp.steps.push_back(std::move(posts[pi].second));
+      }
+      cp.steps.push_back(std::move(seg_steps[i]));
     }
-    cp.steps.push_back(std::move(seg_steps[i]));
   }
 
   // What the trace itself holds: violations, notes about how it ends.
-  for (const auto& r : records)
-    if (r.flow == flow_index && r.kind == trace::Record::Kind::Violation)
-      cp.trace_violations.push_back(TraceViolation{r.dir, r.frame, r.text});
-  for (const auto& n : fr.notes) cp.cut_short.push_back(n);
-  for (int e = 0; e < 2; ++e) {
-    const auto side = static_cast<Side>(e);
-    const auto& rv = cp.ep[e].recvs;
+  void write_notes() {
+    for (const auto& r : records)
+      if (r.flow == flow_index && r.kind == trace::Record::Kind::Violation)
+        cp.trace_violations.push_back(TraceViolation{r.dir, r.frame, r.text});
+    for (const auto& n : fr.notes) cp.cut_short.push_back(n);
+    for (int e = 0; e < 2; ++e) note_what_is_missing(static_cast<Side>(e));
+    if (!cp.fin[0] && !cp.fin[1] && !cp.rst)
+      cp.cut_short.push_back("the capture ends before the connection closed (no FIN, no RST)");
+    if (cp.rst) cp.notes.push_back("the connection was reset (RST)");
+    for (const auto d : kDirs)
+      if (cp.fpdus[index(d)] == 0)
+        cp.notes.push_back(fmt::format("{}: no FPDU after the MPA frame", dir_name(d)));
+  }
+
+  // The messages, Read Responses and Atomic Responses to `side` the capture does not hold.
+  void note_what_is_missing(Side side) {
+    const auto& ep = cp.ep[index(side)];
+    const auto& rv = ep.recvs;
     for (std::size_t i = 0; i < rv.size(); ++i) {
       if (!rv[i].seen) {
         // A run of missing messages is one line (there may be a million of them).
@@ -885,24 +999,24 @@ std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace
                         rv[i].msn, to_string(side)));
       }
     }
-    for (const auto& r : cp.ep[e].reads)
+    for (const auto& r : ep.reads)
       if (!r.answered)
         cp.cut_short.push_back(fmt::format(
             "the Read Response to {}'s RDMA Read (MSN {}, frame {}) is not (wholly) in the capture",
             to_string(side), r.msn, r.frame));
-    for (const auto& a : cp.ep[e].atomics)
+    for (const auto& a : ep.atomics)
       if (!a.answered)
         cp.cut_short.push_back(
             fmt::format("the Atomic Response to {}'s atomic (frame {}) is not in the capture",
                         to_string(side), a.frame));
   }
-  if (!cp.fin[0] && !cp.fin[1] && !cp.rst)
-    cp.cut_short.push_back("the capture ends before the connection closed (no FIN, no RST)");
-  if (cp.rst) cp.notes.push_back("the connection was reset (RST)");
-  for (const auto d : kDirs)
-    if (cp.fpdus[index(d)] == 0)
-      cp.notes.push_back(fmt::format("{}: no FPDU after the MPA frame", dir_name(d)));
-  return cp;
+};
+
+std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace::TcpFlow& flow,
+                                             const trace::FlowReport& fr,
+                                             const std::vector<trace::Record>& records,
+                                             const PlanLimits& limits) {
+  return Learner(flow_index, flow, fr, records, limits).run();
 }
 
 }  // namespace

@@ -520,6 +520,61 @@ void finish(ConnectionResult& res, const ConnectionPlan& plan) {
           h.read_responses, h.read_requests));
 }
 
+// What endpoint e ends with: its queue pair's state and counters, and an image of every
+// region (a hash of each, and of all of them together).
+void record_endpoint(Endpoint& e, bool keep_memory) {
+  auto& r = e.result;
+  r.holes_open = e.qp->hole_report();
+  r.segments = e.qp->segment_stats();
+  r.qp = e.qp->stats();
+  r.state = std::string(rnic::to_string(e.qp->state()));
+  r.transmitted = *e.transmitted;
+  std::uint64_t h = kFnvBasis;
+  for (auto& reg : e.regions) {
+    RegionImage img;
+    img.kind = reg.kind;
+    img.stag = reg.stag;
+    img.base_to = reg.base_to;
+    const ByteSpan bytes(reg.data(), reg.length);
+    img.hash = fnv1a(kFnvBasis, bytes);
+    for (auto b : bytes) img.nonzero += b != 0;
+    if (keep_memory) img.bytes.assign(bytes.begin(), bytes.end());
+    h = fnv1a_u64(h, reg.stag.value());
+    h = fnv1a_u64(h, reg.base_to);
+    h = fnv1a(h, bytes);
+    r.memory.push_back(std::move(img));
+  }
+  r.memory_hash = h;
+}
+
+// The timeline both engines wrote, and how each endpoint's connection closed.
+void take_timeline(ConnectionResult& res, Endpoint (&eps)[2], Shared& shared) {
+  {
+    std::lock_guard l(shared.mu);
+    res.timeline = shared.timeline;
+    for (int s = 0; s < 2; ++s) eps[s].result.closed = shared.closed[s];
+  }
+  // The RTR's receive completion is left out of the CQEs; the timeline says what it was.
+  const std::string rtr_wr = fmt::format("receive WR {}", kRtrWrId);
+  for (auto& t : res.timeline)
+    if (t.event.kind == RxEvent::Kind::Completion && t.event.text.ends_with(rtr_wr))
+      t.event.text =
+          "the peer-to-peer RTR (a zero-length Send, MSN 1) taken by the zero-length receive "
+          "posted for it; its completion is left out";
+}
+
+// Tear down: every queue pair to ERROR (it drops its self-reference), then the devices; the
+// endpoints' results go to `res`.
+void tear_down(ConnectionResult& res, Endpoint (&eps)[2]) {
+  for (auto& e : eps) e.qp->modify_to_error();
+  for (int i = 0; i < 3; ++i)
+    for (auto& e : eps) drain(e);
+  for (int s = 0; s < 2; ++s) {
+    eps[s].qp.reset();
+    res.ep[s] = std::move(eps[s].result);
+  }
+}
+
 }  // namespace
 
 ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptions& opts) {
@@ -635,52 +690,9 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
     }
   settle(eps, shared);
 
-  for (int s = 0; s < 2; ++s) {
-    auto& e = eps[s];
-    auto& r = e.result;
-    r.holes_open = e.qp->hole_report();
-    r.segments = e.qp->segment_stats();
-    r.qp = e.qp->stats();
-    r.state = std::string(rnic::to_string(e.qp->state()));
-    r.transmitted = *e.transmitted;
-    std::uint64_t h = kFnvBasis;
-    for (auto& reg : e.regions) {
-      RegionImage img;
-      img.kind = reg.kind;
-      img.stag = reg.stag;
-      img.base_to = reg.base_to;
-      const ByteSpan bytes(reg.data(), reg.length);
-      img.hash = fnv1a(kFnvBasis, bytes);
-      for (auto b : bytes) img.nonzero += b != 0;
-      if (opts.keep_memory) img.bytes.assign(bytes.begin(), bytes.end());
-      h = fnv1a_u64(h, reg.stag.value());
-      h = fnv1a_u64(h, reg.base_to);
-      h = fnv1a(h, bytes);
-      r.memory.push_back(std::move(img));
-    }
-    r.memory_hash = h;
-  }
-  {
-    std::lock_guard l(shared->mu);
-    res.timeline = shared->timeline;
-    for (int s = 0; s < 2; ++s) eps[s].result.closed = shared->closed[s];
-  }
-  // The RTR's receive completion is left out of the CQEs; the timeline says what it was.
-  const std::string rtr_wr = fmt::format("receive WR {}", kRtrWrId);
-  for (auto& t : res.timeline)
-    if (t.event.kind == RxEvent::Kind::Completion && t.event.text.ends_with(rtr_wr))
-      t.event.text =
-          "the peer-to-peer RTR (a zero-length Send, MSN 1) taken by the zero-length receive "
-          "posted for it; its completion is left out";
-
-  // Tear down: every queue pair to ERROR (it drops its self-reference), then the devices.
-  for (auto& e : eps) e.qp->modify_to_error();
-  for (int i = 0; i < 3; ++i)
-    for (auto& e : eps) drain(e);
-  for (int s = 0; s < 2; ++s) {
-    eps[s].qp.reset();
-    res.ep[s] = std::move(eps[s].result);
-  }
+  for (auto& e : eps) record_endpoint(e, opts.keep_memory);
+  take_timeline(res, eps, *shared);
+  tear_down(res, eps);
   finish(res, plan);
   return res;
 }

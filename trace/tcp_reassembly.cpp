@@ -32,66 +32,36 @@ std::size_t TcpReassembler::add(TcpSeq seq, ByteSpan payload,
     return payload.size();
   }
 
-  // Hold the octets no earlier segment has supplied: octets already held win (first arrival),
-  // so only the gaps between held ranges inside [ustart, uend) are stored. Held ranges never
-  // overlap each other.
-  std::uint64_t cur = ustart;
-  auto it = held_.upper_bound(cur);
-  if (it != held_.begin()) {
-    auto prev = std::prev(it);
-    cur = std::max(cur, prev->first + prev->second.size());
-  }
-  while (cur < uend) {
-    it = held_.lower_bound(cur);
-    const std::uint64_t gap_end = it == held_.end() ? uend : std::min(uend, it->first);
-    if (gap_end > cur) {
-      const auto from = payload.begin() + static_cast<std::ptrdiff_t>(cur - ustart);
-      const auto to = payload.begin() + static_cast<std::ptrdiff_t>(gap_end - ustart);
-      held_.emplace(cur, Bytes(from, to));
-      cur = gap_end;
-    }
-    if (it != held_.end() && it->first == cur) cur = it->first + it->second.size();
-  }
+  // Hold the octets no earlier segment has supplied: octets already held win (first arrival).
+  held_.insert(
+      ustart, uend,
+      [&](std::uint64_t lo, std::uint64_t hi) {
+        const auto from = payload.begin() + static_cast<std::ptrdiff_t>(lo - ustart);
+        const auto to = payload.begin() + static_cast<std::ptrdiff_t>(hi - ustart);
+        chunks_.emplace(lo, Bytes(from, to));
+      },
+      [](std::uint64_t, std::uint64_t) {});
 
   // Deliver what became contiguous with the in-order point, as one run.
+  if (held_.front().lo != delivered_) return 0;
+  const std::uint64_t pos = held_.front().hi;
+  held_.pop_front();
+  auto first = chunks_.begin();
+  const auto last = chunks_.lower_bound(pos);
   std::size_t n = 0;
-  Bytes run;
-  auto first = held_.begin();
-  auto last = first;
-  std::uint64_t pos = delivered_;
-  while (last != held_.end() && last->first == pos) {
-    pos += last->second.size();
-    ++last;
-  }
-  if (last == first) return 0;
   if (std::next(first) == last) {
     n = first->second.size();
     if (deliver) deliver(first->second);
   } else {
+    Bytes run;
     run.reserve(static_cast<std::size_t>(pos - delivered_));
     for (auto i = first; i != last; ++i) run.insert(run.end(), i->second.begin(), i->second.end());
     n = run.size();
     if (deliver) deliver(run);
   }
-  held_.erase(first, last);
+  chunks_.erase(first, last);
   delivered_ += n;
   next_ += static_cast<std::uint32_t>(n);
-  return n;
-}
-
-std::size_t TcpReassembler::held_bytes() const {
-  std::size_t n = 0;
-  for (const auto& [off, bytes] : held_) n += bytes.size();
-  return n;
-}
-
-std::size_t TcpReassembler::holes() const {
-  std::size_t n = 0;
-  std::uint64_t pos = delivered_;
-  for (const auto& [off, bytes] : held_) {
-    if (off > pos) ++n;
-    pos = std::max(pos, off + bytes.size());
-  }
   return n;
 }
 

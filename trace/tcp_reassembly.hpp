@@ -8,6 +8,7 @@
 #include <map>
 
 #include "common/bytes.hpp"
+#include "common/interval_set.hpp"
 #include "common/strong_types.hpp"
 
 namespace iwarp::trace {
@@ -23,16 +24,18 @@ class TcpReassembler {
   std::size_t add(TcpSeq seq, ByteSpan payload, const std::function<void(ByteSpan)>& deliver);
 
   TcpSeq next() const { return next_; }  // in-order point
-  std::size_t held_bytes() const;        // octets waiting beyond holes
-  std::size_t holes() const;             // number of gaps before held data
+  std::size_t held_bytes() const { return static_cast<std::size_t>(held_.covered()); }
+  std::size_t holes() const { return held_.size(); }  // one gap before each held run
   std::uint64_t delivered() const { return delivered_; }
 
  private:
   TcpSeq next_;
   std::uint64_t delivered_ = 0;
   // Out-of-order data keyed by offset from next_ at insertion time is fragile under wrap;
-  // keyed by absolute 64-bit stream offset instead (offset of next_ is delivered_).
-  std::map<std::uint64_t, Bytes> held_;
+  // keyed by absolute 64-bit stream offset instead (offset of next_ is delivered_). The
+  // extents of what is held, and the octets, one chunk per part a segment added.
+  IntervalSet<std::uint64_t> held_;
+  std::map<std::uint64_t, Bytes> chunks_;
 };
 
 }  // namespace iwarp::trace
