@@ -10,6 +10,16 @@
 
 namespace iwarp::tools {
 
+void add_peer_options(CLI::App& sub, bool& server, std::string& client, std::string& bind,
+                      int& port, const std::string& server_help, const std::string& port_help,
+                      const std::string& bind_flags) {
+  auto* srv = sub.add_flag("--server,-s", server, server_help);
+  auto* cli = sub.add_option("--client,-c", client, "Connect to the server at ADDR");
+  srv->excludes(cli);
+  sub.add_option(bind_flags, bind, "Address the server listens on")->capture_default_str();
+  sub.add_option("--port,-p", port, port_help)->check(CLI::Range(0, 65535))->capture_default_str();
+}
+
 void add_app_options(CLI::App& app, AppOptions& o) {
   app.add_option("--mpa-rev", o.mpa_rev,
                  "Highest MPA revision to speak (1 or 2; 2 adds RFC 6581 IRD/ORD)")
