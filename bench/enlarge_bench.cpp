@@ -29,10 +29,6 @@ namespace {
 
 constexpr std::uint64_t kFdSlack = 256;  // descriptors besides the connections' sockets
 
-struct Failed {
-  std::string why;
-};
-
 int fail(const std::string& why) {
   std::cerr << "rnic enlarge-bench: " << why << "\n";
   return 1;

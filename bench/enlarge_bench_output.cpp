@@ -22,6 +22,7 @@ namespace iwarp::bench {
 
 namespace {
 
+// The CSV's columns, in order (docs/enlarge-bench.md); a row leaves the ones it lacks empty.
 const std::vector<std::string> kCsvColumns = {"part",
                                               "scheme",
                                               "connections",
