@@ -5,10 +5,47 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "trace/pcap_tap.hpp"
 
 namespace iwarp::tools {
+
+namespace {
+
+// The names of each policy on the command line, in the order --help lists them.
+template <typename T>
+using Names = std::vector<std::pair<std::string, T>>;
+
+const Names<mpa::CrcPolicy> kCrcPolicies = {{"required", mpa::CrcPolicy::Required},
+                                            {"optional", mpa::CrcPolicy::Optional},
+                                            {"off", mpa::CrcPolicy::Off}};
+const Names<mpa::MarkerPolicy> kMarkerPolicies = {{"required", mpa::MarkerPolicy::Required},
+                                                  {"optional", mpa::MarkerPolicy::Optional},
+                                                  {"off", mpa::MarkerPolicy::Off}};
+const Names<mpa::RtrType> kRtrTypes = {
+    {"write", mpa::RtrType::Write}, {"read", mpa::RtrType::Read}, {"send", mpa::RtrType::Send}};
+
+// What `name` stands for; the option's IsMember check lets only these names through.
+template <typename T>
+T named(const Names<T>& names, const std::string& name) {
+  for (const auto& [n, v] : names)
+    if (n == name) return v;
+  return names.front().second;
+}
+
+}  // namespace
+
+void add_peer_options(CLI::App& sub, bool& server, std::string& client, std::string& bind,
+                      int& port, const std::string& server_help, const std::string& port_help,
+                      const std::string& bind_flags) {
+  auto* srv = sub.add_flag("--server,-s", server, server_help);
+  auto* cli = sub.add_option("--client,-c", client, "Connect to the server at ADDR");
+  srv->excludes(cli);
+  sub.add_option(bind_flags, bind, "Address the server listens on")->capture_default_str();
+  sub.add_option("--port,-p", port, port_help)->check(CLI::Range(0, 65535))->capture_default_str();
+}
 
 void add_app_options(CLI::App& app, AppOptions& o) {
   app.add_option("--mpa-rev", o.mpa_rev,
@@ -18,17 +55,17 @@ void add_app_options(CLI::App& app, AppOptions& o) {
   app.add_option(
          "--crc", o.crc,
          "CRC32c policy: required (ask for it), optional (follow the peer), off (refuse it)")
-      ->check(CLI::IsMember({"required", "optional", "off"}))
+      ->check(CLI::IsMember(kCrcPolicies))
       ->capture_default_str();
   app.add_option("--markers", o.markers,
                  "MPA markers policy: required, optional, off (siw does not do markers)")
-      ->check(CLI::IsMember({"required", "optional", "off"}))
+      ->check(CLI::IsMember(kMarkerPolicies))
       ->capture_default_str();
   app.add_flag("--p2p", o.p2p,
                "RFC 6581 peer-to-peer mode: the initiator sends a zero-length RTR first (needs "
                "--mpa-rev 2)");
   app.add_option("--rtr", o.rtr, "RTR message offered in --p2p mode: write, read or send")
-      ->check(CLI::IsMember({"write", "read", "send"}))
+      ->check(CLI::IsMember(kRtrTypes))
       ->capture_default_str();
   app.add_option("--ird", o.ird, "Inbound RDMA Read queue depth (responder resources)")
       ->check(CLI::Range(1, 128))
@@ -74,17 +111,10 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o) {
   verbs::EndpointOptions e;
   auto& p = e.cm.policy;
   p.revision = static_cast<std::uint8_t>(o.mpa_rev);
-  p.crc = o.crc == "required" ? mpa::CrcPolicy::Required
-          : o.crc == "off"    ? mpa::CrcPolicy::Off
-                              : mpa::CrcPolicy::Optional;
-  p.markers = o.markers == "required" ? mpa::MarkerPolicy::Required
-              : o.markers == "off"    ? mpa::MarkerPolicy::Off
-                                      : mpa::MarkerPolicy::Optional;
+  p.crc = named(kCrcPolicies, o.crc);
+  p.markers = named(kMarkerPolicies, o.markers);
   p.peer_to_peer = o.p2p;
-  if (o.p2p)
-    p.rtr = static_cast<mpa::RtrMask>(o.rtr == "write"  ? mpa::RtrType::Write
-                                      : o.rtr == "read" ? mpa::RtrType::Read
-                                                        : mpa::RtrType::Send);
+  if (o.p2p) p.rtr = static_cast<mpa::RtrMask>(named(kRtrTypes, o.rtr));
   e.ird = static_cast<std::uint8_t>(o.ird);
   e.ord = static_cast<std::uint8_t>(o.ord);
   e.timeout = std::chrono::milliseconds(o.timeout_ms);

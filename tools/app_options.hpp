@@ -27,6 +27,12 @@ struct AppOptions {
   std::string wire;  // --wire: simulated impaired wire on what this side receives
 };
 
+// The two sides of a two-process program: --server (-s), --client ADDR (-c), the address the
+// server listens on (`bind_flags`, default --bind,-a) and --port (-p, 0-65535).
+void add_peer_options(CLI::App& sub, bool& server, std::string& client, std::string& bind,
+                      int& port, const std::string& server_help, const std::string& port_help,
+                      const std::string& bind_flags = "--bind,-a");
+
 // Registers the shared options on a subcommand.
 void add_app_options(CLI::App& app, AppOptions& o);
 

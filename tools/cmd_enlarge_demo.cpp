@@ -12,6 +12,7 @@
 #include <iostream>
 #include <random>
 
+#include "common/byte_units.hpp"
 #include "common/log.hpp"
 #include "enlarge/node.hpp"
 #include "tools/app_options.hpp"
@@ -75,12 +76,6 @@ Bytes flatten(const std::vector<Bytes>& iov) {
   return all;
 }
 
-std::string human(std::uint64_t n) {
-  if (n >= (1u << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(n) / (1 << 20));
-  if (n >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(n) / 1024);
-  return fmt::format("{} B", n);
-}
-
 // The run's parameters, sent by the client as its first message (big-endian): connections
 // (4), messages (4), seed (8), largest size (8), direction (1: 0 both, 1 to-server,
 // 2 to-client).
@@ -124,89 +119,80 @@ void draw(const std::string& me, Clock::time_point t0, const std::string& e) {
   }
 }
 
-int run(DemoOptions& o) {
-  auto opts = enlarge_options(o.enlarge, o.app);
-  if (!opts) {
-    std::cerr << "rnic enlarge-demo: " << opts.error() << "\n";
-    return 2;
+// The server's connections: the first brings the run's parameters (how many connections,
+// messages, seed, sizes, direction), so the server needs no options. Returns the exit code on
+// failure.
+std::expected<std::vector<enlarge::Connection*>, int> serve_connections(enlarge::Node& n,
+                                                                        DemoOptions& o) {
+  auto fail = [](const std::string& why) {
+    std::cerr << "rnic enlarge-demo: " << why << "\n";
+    return std::unexpected(1);
+  };
+  auto port = n.listen(o.bind, static_cast<std::uint16_t>(o.port));
+  if (!port) return fail(port.error());
+  if (!o.port_file.empty()) {
+    std::ofstream(o.port_file + ".tmp") << *port << "\n";
+    std::filesystem::rename(o.port_file + ".tmp", o.port_file);
   }
-  const std::string me = o.server ? "server" : "client";
-  auto node = enlarge::Node::create(*opts);
-  if (!node) {
-    std::cerr << "rnic enlarge-demo: " << node.error() << "\n";
-    return 2;
-  }
-  auto& n = **node;
+  if (!o.quiet) std::cerr << fmt::format("server: listening on {}:{}\n", o.bind, *port);
   std::vector<enlarge::Connection*> conns;
-  if (o.server) {
-    auto port = n.listen(o.bind, static_cast<std::uint16_t>(o.port));
-    if (!port) {
-      std::cerr << "rnic enlarge-demo: " << port.error() << "\n";
-      return 1;
-    }
-    if (!o.port_file.empty()) {
-      std::ofstream(o.port_file + ".tmp") << *port << "\n";
-      std::filesystem::rename(o.port_file + ".tmp", o.port_file);
-    }
-    if (!o.quiet) std::cerr << fmt::format("server: listening on {}:{}\n", o.bind, *port);
-    // The client's first message on the first connection says what the run is (how many
-    // connections, messages, seed, sizes, direction), so the server needs no options.
-    auto first = n.accept(std::chrono::milliseconds(o.app.timeout_ms * 6));
-    if (!first) {
-      std::cerr << "rnic enlarge-demo: server: " << first.error() << "\n";
-      return 1;
-    }
-    conns.push_back(*first);
-    auto params = n.recv(**first, std::chrono::milliseconds(o.app.timeout_ms));
-    if (!params) {
-      std::cerr << "rnic enlarge-demo: server: no run parameters from the client: "
-                << params.error() << "\n";
-      return 1;
-    }
-    if (auto why = decode_run(params->data, o); !why.empty()) {
-      std::cerr << "rnic enlarge-demo: server: the client's run parameters: " << why << "\n";
-      return 1;
-    }
-    for (int i = 1; i < o.connections; ++i) {
-      auto c = n.accept(std::chrono::milliseconds(o.app.timeout_ms));
-      if (!c) {
-        std::cerr << "rnic enlarge-demo: server: " << c.error() << "\n";
-        return 1;
-      }
-      conns.push_back(*c);
-    }
-    if (!o.quiet)
-      std::cerr << fmt::format(
-          "server: {} connection(s); the client asks for {} message(s) {}, "
-          "seed {}, up to {} bytes\n",
-          o.connections, o.messages, o.direction, o.seed, o.max_size);
-  } else {
-    for (int i = 0; i < o.connections; ++i) {
-      auto c = n.connect(o.client, static_cast<std::uint16_t>(o.port),
-                         std::chrono::milliseconds(o.app.timeout_ms));
-      if (!c) {
-        std::cerr << "rnic enlarge-demo: client: " << c.error() << "\n";
-        return 1;
-      }
-      conns.push_back(*c);
-    }
-    if (auto r = conns[0]->post(encode_run(o)); !r) {
-      std::cerr << "rnic enlarge-demo: client: " << r.error() << "\n";
-      return 1;
-    }
+  auto first = n.accept(std::chrono::milliseconds(o.app.timeout_ms * 6));
+  if (!first) return fail("server: " + first.error());
+  conns.push_back(*first);
+  auto params = n.recv(**first, std::chrono::milliseconds(o.app.timeout_ms));
+  if (!params) return fail("server: no run parameters from the client: " + params.error());
+  if (auto why = decode_run(params->data, o); !why.empty())
+    return fail("server: the client's run parameters: " + why);
+  for (int i = 1; i < o.connections; ++i) {
+    auto c = n.accept(std::chrono::milliseconds(o.app.timeout_ms));
+    if (!c) return fail("server: " + c.error());
+    conns.push_back(*c);
   }
-  enlarge::Connection& c = *conns[0];
-  const auto t0 = Clock::now();
-  if (o.timeline) c.on_event = [&](const std::string& e) { draw(me, t0, e); };
-  std::vector<std::uint64_t> idle_before;
-  for (auto* k : conns) idle_before.push_back(k->registered_bytes());
+  if (!o.quiet)
+    std::cerr << fmt::format(
+        "server: {} connection(s); the client asks for {} message(s) {}, "
+        "seed {}, up to {} bytes\n",
+        o.connections, o.messages, o.direction, o.seed, o.max_size);
+  return conns;
+}
 
+// The client's connections; the first carries the run's parameters to the server.
+std::expected<std::vector<enlarge::Connection*>, int> open_connections(enlarge::Node& n,
+                                                                       const DemoOptions& o) {
+  std::vector<enlarge::Connection*> conns;
+  for (int i = 0; i < o.connections; ++i) {
+    auto c = n.connect(o.client, static_cast<std::uint16_t>(o.port),
+                       std::chrono::milliseconds(o.app.timeout_ms));
+    if (!c) {
+      std::cerr << "rnic enlarge-demo: client: " << c.error() << "\n";
+      return std::unexpected(1);
+    }
+    conns.push_back(*c);
+  }
+  if (auto r = conns[0]->post(encode_run(o)); !r) {
+    std::cerr << "rnic enlarge-demo: client: " << r.error() << "\n";
+    return std::unexpected(1);
+  }
+  return conns;
+}
+
+// What one side's stream did.
+struct StreamCounts {
+  int sent = 0, received = 0;
+  std::uint64_t bytes_in = 0, bytes_out = 0;
+};
+
+// Both streams on connection `c` until this side sent and received all of them, checking each
+// message received against the seeded stream. Returns 0 or the exit code.
+int run_streams(enlarge::Node& n, enlarge::Connection& c, const DemoOptions& o,
+                const std::string& me, StreamCounts& k) {
   const bool i_send = o.direction == "both" || (o.direction == "to-server") != o.server;
   const bool i_receive = o.direction == "both" || (o.direction == "to-server") == o.server;
   const int to_send = i_send ? o.messages : 0;
   const int to_receive = i_receive ? o.messages : 0;
-  int sent = 0, received = 0, last_report = -1;
-  std::uint64_t bytes_in = 0, bytes_out = 0;
+  int& sent = k.sent;
+  int& received = k.received;
+  int last_report = -1;
   const auto deadline_step = std::chrono::milliseconds(o.app.timeout_ms);
   auto last_progress = Clock::now();
   int paused_at = 0;
@@ -221,7 +207,7 @@ int run(DemoOptions& o) {
     while (sent < to_send && c.tx_queued() < 4 && Clock::now() >= pause_until &&
            !(o.pause_ms > 0 && sent > 0 && sent % 20 == 0 && paused_at != sent)) {
       auto iov = stream_message(o.seed, !o.server, sent, o.max_size);
-      for (const auto& e : iov) bytes_out += e.size();
+      for (const auto& e : iov) k.bytes_out += e.size();
       if (auto r = c.post(std::move(iov)); !r) {
         std::cerr << fmt::format("rnic enlarge-demo: {}: message {}: {}\n", me, sent, r.error());
         return 1;
@@ -242,7 +228,7 @@ int run(DemoOptions& o) {
             me, received, o.server ? "client" : "server", want.size(), m->data.size(), at);
         return 1;
       }
-      bytes_in += m->data.size();
+      k.bytes_in += m->data.size();
       received++;
       last_progress = Clock::now();
     }
@@ -267,13 +253,20 @@ int run(DemoOptions& o) {
     }
     n.progress(10ms);
   }
-  // What every connection holds at the end of the run (a closed connection gives it all back).
+  return 0;
+}
+
+// The server says it has everything; the client waits for that before it closes. Returns what
+// every connection holds at the end of the run (a closed connection gives it all back).
+std::expected<std::vector<std::uint64_t>, int> finish_run(
+    enlarge::Node& n, const std::vector<enlarge::Connection*>& conns, const DemoOptions& o) {
+  enlarge::Connection& c = *conns[0];
+  const auto deadline_step = std::chrono::milliseconds(o.app.timeout_ms);
   std::vector<std::uint64_t> final_registered;
   auto snapshot = [&] {
     final_registered.clear();
     for (auto* k : conns) final_registered.push_back(k->registered_bytes());
   };
-  // The server says it has everything; the client waits for that before it closes.
   if (o.server) {
     snapshot();  // before the client hears from us and closes
     (void)c.post(as_bytes(std::string("all received")));
@@ -286,31 +279,68 @@ int run(DemoOptions& o) {
     if (!bye) {
       std::cerr << "rnic enlarge-demo: client: no final word from the server: " << bye.error()
                 << "\n";
-      return 1;
+      return std::unexpected(1);
     }
     snapshot();
   }
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!o.quiet) {
-    const auto& s = c.stats();
-    std::cout << fmt::format(
-        "{}: {} messages ({}) sent, {} ({}) received and verified in order, {:.2f} s\n", me, sent,
-        human(bytes_out), received, human(bytes_in), secs);
-    std::cout << fmt::format(
-        "{}: sending side: {} pieces, {} RDMA Writes ({}), {} enlargement(s) asked, {} granted, "
-        "{} refused, {} release(s)\n",
-        me, s.pieces_sent, s.bulk_writes, human(s.bulk_bytes), s.enlarge_requests, s.enlargements,
-        s.refusals, s.releases_sent);
-    std::cout << fmt::format(
-        "{}: receiving side: {} buffer(s) provisioned, {} freed, {} refused; small buffer freed "
-        "{} time(s); registered now {} (peak {})\n",
-        me, s.buffers_provisioned, s.buffers_freed, s.refusals_sent, s.small_freed,
-        human(final_registered[0]), human(s.peak_registered));
-    for (std::size_t i = 0; i < conns.size(); ++i)
-      std::cout << fmt::format("{}: connection {}: registered {} -> {}{}\n", me, i + 1,
-                               human(idle_before[i]), human(final_registered[i]),
-                               i == 0 ? " (carried the stream)" : " (idle)");
+  return final_registered;
+}
+
+std::string human(std::uint64_t n) {
+  return format_bytes(n, ByteFormat::OneDecimal);
+}
+
+void print_summary(const std::string& me, const std::vector<enlarge::Connection*>& conns,
+                   const StreamCounts& k, double secs,
+                   const std::vector<std::uint64_t>& idle_before,
+                   const std::vector<std::uint64_t>& final_registered) {
+  const auto& s = conns[0]->stats();
+  std::cout << fmt::format(
+      "{}: {} messages ({}) sent, {} ({}) received and verified in order, {:.2f} s\n", me, k.sent,
+      human(k.bytes_out), k.received, human(k.bytes_in), secs);
+  std::cout << fmt::format(
+      "{}: sending side: {} pieces, {} RDMA Writes ({}), {} enlargement(s) asked, {} granted, "
+      "{} refused, {} release(s)\n",
+      me, s.pieces_sent, s.bulk_writes, human(s.bulk_bytes), s.enlarge_requests, s.enlargements,
+      s.refusals, s.releases_sent);
+  std::cout << fmt::format(
+      "{}: receiving side: {} buffer(s) provisioned, {} freed, {} refused; small buffer freed "
+      "{} time(s); registered now {} (peak {})\n",
+      me, s.buffers_provisioned, s.buffers_freed, s.refusals_sent, s.small_freed,
+      human(final_registered[0]), human(s.peak_registered));
+  for (std::size_t i = 0; i < conns.size(); ++i)
+    std::cout << fmt::format("{}: connection {}: registered {} -> {}{}\n", me, i + 1,
+                             human(idle_before[i]), human(final_registered[i]),
+                             i == 0 ? " (carried the stream)" : " (idle)");
+}
+
+int run(DemoOptions& o) {
+  auto opts = enlarge_options(o.enlarge, o.app);
+  if (!opts) {
+    std::cerr << "rnic enlarge-demo: " << opts.error() << "\n";
+    return 2;
   }
+  const std::string me = o.server ? "server" : "client";
+  auto node = enlarge::Node::create(*opts);
+  if (!node) {
+    std::cerr << "rnic enlarge-demo: " << node.error() << "\n";
+    return 2;
+  }
+  auto& n = **node;
+  auto conns = o.server ? serve_connections(n, o) : open_connections(n, o);
+  if (!conns) return conns.error();
+  enlarge::Connection& c = *conns->front();
+  const auto t0 = Clock::now();
+  if (o.timeline) c.on_event = [&](const std::string& e) { draw(me, t0, e); };
+  std::vector<std::uint64_t> idle_before;
+  for (auto* k : *conns) idle_before.push_back(k->registered_bytes());
+
+  StreamCounts counts;
+  if (int rc = run_streams(n, c, o, me, counts); rc != 0) return rc;
+  auto final_registered = finish_run(n, *conns, o);
+  if (!final_registered) return final_registered.error();
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!o.quiet) print_summary(me, *conns, counts, secs, idle_before, *final_registered);
   return 0;
 }
 
@@ -325,13 +355,8 @@ Runner add_enlarge_demo_command(CLI::App& app) {
       "random stream (sizes 0 - 1 MiB, random iovecs) and verify what they receive.\n"
       "Run one side with --server and the other with --client ADDR; the client's --messages,\n"
       "--seed, --max-size, --direction and --connections apply to both.");
-  auto* srv = sub->add_flag("--server,-s", o->server, "Listen for the client");
-  auto* cli = sub->add_option("--client,-c", o->client, "Connect to the server at ADDR");
-  srv->excludes(cli);
-  sub->add_option("--bind,-a", o->bind, "Address the server listens on")->capture_default_str();
-  sub->add_option("--port,-p", o->port, "TCP port (server: 0 picks one)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
+  add_peer_options(*sub, o->server, o->client, o->bind, o->port, "Listen for the client",
+                   "TCP port (server: 0 picks one)");
   sub->add_option("--port-file", o->port_file, "Server: write the port it listens on here");
   sub->add_option("--messages,-n", o->messages, "Messages each way (client)")
       ->check(CLI::Range(0, 10000000))

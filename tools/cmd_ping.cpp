@@ -275,13 +275,8 @@ Runner add_ping_command(CLI::App& app) {
       "The rping exchange over the emulated RNIC: Send, RDMA Read, Send, RDMA Write, verify.\n"
       "Run one side with --server and the other with --client ADDR. Interoperates with\n"
       "librdmacm's rping (for example on Linux siw).");
-  auto* srv = sub->add_flag("--server,-s", o->server, "Listen for one client");
-  auto* cli = sub->add_option("--client,-c", o->client, "Connect to the server at ADDR");
-  srv->excludes(cli);
-  sub->add_option("--bind,-a", o->bind, "Address the server listens on")->capture_default_str();
-  sub->add_option("--port,-p", o->port, "TCP port")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
+  add_peer_options(*sub, o->server, o->client, o->bind, o->port, "Listen for one client",
+                   "TCP port");
   sub->add_option("--count,-C", o->count, "Pings to run")
       ->check(CLI::Range(1, 100000000))
       ->capture_default_str();

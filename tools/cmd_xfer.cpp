@@ -152,19 +152,24 @@ int say_fail(const char* side, const std::string& s) {
 
 // ---------------------------------------------------------------- server
 
-int run_server(const XferOptions& o) {
-  std::size_t max = 4096;
-  for (auto s : o.sizes) max = std::max(max, s);
-  Guarded good(max), noremote(4096), otherpd(4096), inval(4096), slot(max + kCtl), counter(8);
-  std::vector<std::uint8_t> ctl_out(kCtl);
+// The server's memory: the regions it advertises (each between guard pages), the receive slot
+// for the client's commands and data, its replies, and a second protection domain.
+struct ServerRegions {
+  explicit ServerRegions(std::size_t max)
+      : good(max),
+        noremote(4096),
+        otherpd(4096),
+        inval(4096),
+        slot(max + kCtl),
+        counter(8),
+        ctl_out(kCtl) {}
+  Guarded good, noremote, otherpd, inval, slot, counter;
+  std::vector<std::uint8_t> ctl_out;
   ibv_mr *good_mr = nullptr, *noremote_mr = nullptr, *otherpd_mr = nullptr, *inval_mr = nullptr,
          *slot_mr = nullptr, *ctl_mr = nullptr, *counter_mr = nullptr;
   ibv_pd* pd2 = nullptr;
-  auto post_slot = [&](Endpoint& ep, std::uint32_t len) {
-    return post_one_recv(ep.qp(), slot.data(), len, slot_mr->lkey);
-  };
-  auto eo = endpoint_options(o.app);
-  eo.on_qp_created = [&](Endpoint& ep) {
+
+  void register_all(Endpoint& ep) {
     const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     good_mr = ep.reg(good.data(), good.size(), all);
     noremote_mr =
@@ -177,7 +182,216 @@ int run_server(const XferOptions& o) {
     otherpd_mr = ibv_reg_mr(pd2, otherpd.data(), otherpd.size(), all);
     std::memset(counter.data(), 0, 8);
     post_slot(ep, static_cast<std::uint32_t>(slot.size()));
-  };
+  }
+  int post_slot(Endpoint& ep, std::uint32_t len) {
+    return post_one_recv(ep.qp(), slot.data(), len, slot_mr->lkey);
+  }
+  int post_whole_slot(Endpoint& ep) {
+    return post_slot(ep, static_cast<std::uint32_t>(slot.size()));
+  }
+  // The advertisement: every region, as text "name addr rkey len" per line.
+  std::string advertisement() const {
+    std::string adv;
+    auto add = [&](const char* n, ibv_mr* mr, std::size_t len) {
+      adv +=
+          fmt::format("{} {} {} {}\n", n, reinterpret_cast<std::uint64_t>(mr->addr), mr->rkey, len);
+    };
+    add("good", good_mr, good.size());
+    add("noremote", noremote_mr, noremote.size());
+    add("otherpd", otherpd_mr, otherpd.size());
+    add("inval", inval_mr, inval.size());
+    add("counter", counter_mr, 8);
+    return adv;
+  }
+  bool guards_intact() const {
+    return good.guards_intact() && noremote.guards_intact() && otherpd.guards_intact() &&
+           inval.guards_intact() && slot.guards_intact() && counter.guards_intact();
+  }
+};
+
+// The server's connection: its regions, its replies and the client's next message.
+struct ServerConnection {
+  ServerRegions& r;
+  Endpoint& ep;
+
+  bool reply(std::uint32_t result, std::string text) {
+    put(Ctl{kResult, 0, 0, 0, result, std::move(text)}, r.ctl_out.data());
+    if (post_one(ep.qp(), {.addr = r.ctl_out.data(), .len = kCtl, .lkey = r.ctl_mr->lkey}) != 0)
+      return false;
+    auto wc = ep.wait(ep.send_cq());
+    return wc && wc->status == IBV_WC_SUCCESS;
+  }
+  std::expected<ibv_wc, std::string> next() {
+    auto wc = ep.wait(ep.recv_cq());
+    if (!wc) return std::unexpected(wc.error());
+    if (wc->status != IBV_WC_SUCCESS)
+      return std::unexpected(
+          fmt::format("receive completed with {}", ibv_wc_status_str(wc->status)));
+    return wc;
+  }
+  void advertise() {
+    const std::string adv = r.advertisement();
+    r.post_whole_slot(ep);
+    put(Ctl{kAdvert, 0, 0, 0, 0, {}}, r.ctl_out.data());
+    std::memcpy(r.ctl_out.data() + 32, adv.data(), std::min(adv.size(), kCtl - 33));
+    post_one(ep.qp(), {.addr = r.ctl_out.data(), .len = kCtl, .lkey = r.ctl_mr->lkey, .flags = 0});
+  }
+};
+
+// What one checked command found: result 0 and "ok", or 1 and what was wrong.
+struct Verdict {
+  std::uint32_t result = 0;
+  std::string text = "ok";
+  void wrong(std::string why) {
+    result = 1;
+    text = std::move(why);
+  }
+};
+
+// A Send or a Write with Immediate the client is about to make: a receive for it, "ready",
+// then its completion.
+std::expected<ibv_wc, std::string> receive_data(ServerConnection& sc) {
+  sc.r.post_whole_slot(sc.ep);
+  sc.reply(0, "ready");
+  return sc.next();
+}
+
+// The checked commands (every command but hello, bye and fault).
+std::expected<Verdict, std::string> check_command(ServerConnection& sc, const Ctl& c) {
+  ServerRegions& r = sc.r;
+  Verdict v;
+  switch (c.cmd) {
+    case kExpectSend: {
+      auto d = receive_data(sc);
+      if (!d) return std::unexpected(d.error());
+      long long bad = d->byte_len != c.size ? 0 : check(r.slot.data(), c.size, c.seed);
+      if (d->byte_len != c.size || bad >= 0)
+        v.wrong(
+            fmt::format("Send of {}: byte_len {}, first wrong octet {}", c.size, d->byte_len, bad));
+      break;
+    }
+    case kCheckWrite:
+      if (long long bad = check(r.good.data() + c.offset, c.size, c.seed); bad >= 0)
+        v.wrong(fmt::format("Write of {}: first wrong octet {}", c.size, bad));
+      break;
+    case kPrepRead:
+      fill(r.good.data(), c.size, c.seed);
+      break;
+    case kExpectImm: {
+      auto d = receive_data(sc);
+      if (!d) return std::unexpected(d.error());
+      long long bad = check(r.good.data(), c.size, c.seed);
+      if (d->opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(d->wc_flags & IBV_WC_WITH_IMM) ||
+          d->imm_data != static_cast<std::uint32_t>(c.seed) || d->byte_len != c.size || bad >= 0)
+        v.wrong(
+            fmt::format("Write with Immediate of {}: opcode {} imm {} byte_len {} wrong octet {}",
+                        c.size, ibv_wc_opcode_str(d->opcode), d->imm_data, d->byte_len, bad));
+      break;
+    }
+    case kCheckAtomic: {
+      std::uint64_t value;
+      std::memcpy(&value, r.counter.data(), 8);
+      if (value != c.seed) v.wrong(fmt::format("counter is {}, expected {}", value, c.seed));
+      break;
+    }
+    default:
+      v.wrong(fmt::format("unknown command {}", c.cmd));
+  }
+  return v;
+}
+
+// The client announced a fault: the receives it needs, "armed", then the end of the connection
+// it must cause.
+void arm_fault(ServerConnection& sc, const std::string& fault) {
+  if (fault == "send-too-long") {
+    // A small receive, and the client's Send will not fit.
+    sc.r.post_slot(sc.ep, 16);
+  } else if (fault == "invalidated-stag") {
+    sc.r.post_whole_slot(sc.ep);
+    sc.r.post_whole_slot(sc.ep);
+  } else if (fault != "send-no-recv") {
+    sc.r.post_whole_slot(sc.ep);
+  }
+  sc.reply(0, "armed");
+  // The connection must now end: wait for that, not for a command.
+  auto ev = sc.ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
+  std::cout << "server: "
+            << (ev ? "DISCONNECTED: " + ev->detail : "the connection did not end: " + ev.error())
+            << std::endl;
+}
+
+// After a fault: the receive completions the connection's end produced, and the QP's state.
+void report_fault_end(Endpoint& ep) {
+  for (;;) {
+    ibv_wc wc;
+    if (ibv_poll_cq(ep.recv_cq(), 1, &wc) != 1) break;
+    std::cout << fmt::format("server: receive WR completion {}, {} octets{}",
+                             ibv_wc_status_str(wc.status), wc.byte_len,
+                             wc.wc_flags & IBV_WC_WITH_INV
+                                 ? fmt::format(" (Send with Invalidate: STag 0x{:08x} invalidated)",
+                                               wc.invalidated_rkey)
+                                 : "")
+              << std::endl;
+  }
+  std::cout << "server: QP "
+            << (ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? "ERROR" : "not in ERROR") << ": "
+            << ep.qp()->qp->error_reason() << std::endl;
+}
+
+// The guard pages, and for a Write the server must have refused, its target region.
+bool report_regions(const ServerRegions& r, const std::string& fault) {
+  const bool guards = r.guards_intact();
+  std::cout << "server: guard pages " << (guards ? "intact" : "CHANGED") << std::endl;
+  if (fault == "write-no-remote-write" || fault == "pd-mismatch") {
+    const std::uint8_t* target = fault == "pd-mismatch" ? r.otherpd.data() : r.noremote.data();
+    const bool untouched =
+        check(target, 0, 0) < 0 &&
+        std::all_of(target, target + 4096, [](std::uint8_t b) { return b == kGuard; });
+    std::cout << "server: target region " << (untouched ? "untouched" : "CHANGED") << std::endl;
+  }
+  return guards;
+}
+
+// Serves the client's commands until bye or a fault. Returns the fault ("" for none) and the
+// number of failed checks, or the exit code when the connection failed.
+std::expected<std::pair<std::string, int>, int> serve_commands(const XferOptions& o,
+                                                               ServerConnection& sc) {
+  int failures = 0;
+  for (;;) {
+    auto wc = sc.next();
+    if (!wc)
+      return std::unexpected(
+          say_fail("server", wc.error() + " (" + sc.ep.qp()->qp->error_reason() + ")"));
+    Ctl c = get(sc.r.slot.data());
+    if (c.cmd == kBye) {
+      sc.r.post_whole_slot(sc.ep);
+      sc.reply(0, "bye");
+      return std::pair{std::string(), failures};
+    }
+    if (c.cmd == kHello) {
+      sc.advertise();
+      continue;
+    }
+    if (c.cmd == kFault) {
+      arm_fault(sc, c.text);
+      return std::pair{c.text, failures};
+    }
+    auto v = check_command(sc, c);
+    if (!v) return std::unexpected(say_fail("server", v.error()));
+    sc.r.post_whole_slot(sc.ep);
+    if (v->result) ++failures;
+    if (o.verbose || v->result) std::cout << "server: " << v->text << std::endl;
+    if (!sc.reply(v->result, v->text))
+      return std::unexpected(say_fail("server", "reply failed: " + sc.ep.qp()->qp->error_reason()));
+  }
+}
+
+int run_server(const XferOptions& o) {
+  std::size_t max = 4096;
+  for (auto s : o.sizes) max = std::max(max, s);
+  ServerRegions regions(max);
+  auto eo = endpoint_options(o.app);
+  eo.on_qp_created = [&](Endpoint& ep) { regions.register_all(ep); };
   Endpoint ep(eo);
   // The second PD and its region are not the endpoint's: release them on every way out,
   // before the endpoint's device goes.
@@ -188,7 +402,7 @@ int run_server(const XferOptions& o) {
       if (mr) ibv_dereg_mr(mr);
       if (pd) ibv_dealloc_pd(pd);
     }
-  } release{otherpd_mr, pd2};
+  } release{regions.otherpd_mr, regions.pd2};
   auto port = ep.listen(o.bind, static_cast<std::uint16_t>(o.port));
   if (!port) return say_fail("server", port.error());
   std::cout << fmt::format("server: listening on {}:{}", o.bind, *port) << std::endl;
@@ -199,169 +413,15 @@ int run_server(const XferOptions& o) {
   if (auto a = ep.accept_one(); !a) return say_fail("server", a.error());
   std::cout << "server: connected, " << describe_params(*ep.params()) << std::endl;
 
-  auto reply = [&](std::uint32_t result, std::string text) -> bool {
-    put(Ctl{kResult, 0, 0, 0, result, std::move(text)}, ctl_out.data());
-    if (post_one(ep.qp(), {.addr = ctl_out.data(), .len = kCtl, .lkey = ctl_mr->lkey}) != 0)
-      return false;
-    auto wc = ep.wait(ep.send_cq());
-    return wc && wc->status == IBV_WC_SUCCESS;
-  };
-  auto next = [&]() -> std::expected<ibv_wc, std::string> {
-    auto wc = ep.wait(ep.recv_cq());
-    if (!wc) return std::unexpected(wc.error());
-    if (wc->status != IBV_WC_SUCCESS)
-      return std::unexpected(
-          fmt::format("receive completed with {}", ibv_wc_status_str(wc->status)));
-    return wc;
-  };
-
-  std::string fault;
-  int failures = 0;
-  for (;;) {
-    auto wc = next();
-    if (!wc) return say_fail("server", wc.error() + " (" + ep.qp()->qp->error_reason() + ")");
-    Ctl c = get(slot.data());
-    if (c.cmd == kBye) {
-      post_slot(ep, static_cast<std::uint32_t>(slot.size()));
-      reply(0, "bye");
-      break;
-    }
-    if (c.cmd == kHello) {
-      // The advertisement: every region, as text "name addr rkey len" per line.
-      std::string adv;
-      auto add = [&](const char* n, ibv_mr* mr, std::size_t len) {
-        adv += fmt::format("{} {} {} {}\n", n, reinterpret_cast<std::uint64_t>(mr->addr), mr->rkey,
-                           len);
-      };
-      add("good", good_mr, good.size());
-      add("noremote", noremote_mr, noremote.size());
-      add("otherpd", otherpd_mr, otherpd.size());
-      add("inval", inval_mr, inval.size());
-      add("counter", counter_mr, 8);
-      post_slot(ep, static_cast<std::uint32_t>(slot.size()));
-      put(Ctl{kAdvert, 0, 0, 0, 0, {}}, ctl_out.data());
-      std::memcpy(ctl_out.data() + 32, adv.data(), std::min(adv.size(), kCtl - 33));
-      post_one(ep.qp(), {.addr = ctl_out.data(), .len = kCtl, .lkey = ctl_mr->lkey, .flags = 0});
-      continue;
-    }
-    std::uint32_t result = 0;
-    std::string text = "ok";
-    switch (c.cmd) {
-      case kExpectSend: {
-        post_slot(ep, static_cast<std::uint32_t>(slot.size()));
-        reply(0, "ready");
-        auto d = next();
-        if (!d) return say_fail("server", d.error());
-        long long bad = d->byte_len != c.size ? 0 : check(slot.data(), c.size, c.seed);
-        if (d->byte_len != c.size || bad >= 0) {
-          result = 1;
-          text = fmt::format("Send of {}: byte_len {}, first wrong octet {}", c.size, d->byte_len,
-                             bad);
-        }
-        break;
-      }
-      case kCheckWrite: {
-        long long bad = check(good.data() + c.offset, c.size, c.seed);
-        if (bad >= 0) {
-          result = 1;
-          text = fmt::format("Write of {}: first wrong octet {}", c.size, bad);
-        }
-        break;
-      }
-      case kPrepRead:
-        fill(good.data(), c.size, c.seed);
-        break;
-      case kExpectImm: {
-        post_slot(ep, static_cast<std::uint32_t>(slot.size()));
-        reply(0, "ready");
-        auto d = next();
-        if (!d) return say_fail("server", d.error());
-        long long bad = check(good.data(), c.size, c.seed);
-        if (d->opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(d->wc_flags & IBV_WC_WITH_IMM) ||
-            d->imm_data != static_cast<std::uint32_t>(c.seed) || d->byte_len != c.size ||
-            bad >= 0) {
-          result = 1;
-          text =
-              fmt::format("Write with Immediate of {}: opcode {} imm {} byte_len {} wrong octet {}",
-                          c.size, ibv_wc_opcode_str(d->opcode), d->imm_data, d->byte_len, bad);
-        }
-        break;
-      }
-      case kCheckAtomic: {
-        std::uint64_t v;
-        std::memcpy(&v, counter.data(), 8);
-        if (v != c.seed) {
-          result = 1;
-          text = fmt::format("counter is {}, expected {}", v, c.seed);
-        }
-        break;
-      }
-      case kFault: {
-        fault = c.text;
-        if (fault == "send-too-long") {
-          // A small receive, and the client's Send will not fit.
-          post_slot(ep, 16);
-        } else if (fault == "invalidated-stag") {
-          post_slot(ep, static_cast<std::uint32_t>(slot.size()));
-          post_slot(ep, static_cast<std::uint32_t>(slot.size()));
-        } else if (fault != "send-no-recv") {
-          post_slot(ep, static_cast<std::uint32_t>(slot.size()));
-        }
-        reply(0, "armed");
-        // The connection must now end: wait for that, not for a command.
-        auto ev = ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
-        std::cout << "server: "
-                  << (ev ? "DISCONNECTED: " + ev->detail
-                         : "the connection did not end: " + ev.error())
-                  << std::endl;
-        break;
-      }
-      default:
-        result = 1;
-        text = fmt::format("unknown command {}", c.cmd);
-    }
-    if (c.cmd == kFault) break;
-    post_slot(ep, static_cast<std::uint32_t>(slot.size()));
-    if (result) ++failures;
-    if (o.verbose || result) std::cout << "server: " << text << std::endl;
-    if (!reply(result, text))
-      return say_fail("server", "reply failed: " + ep.qp()->qp->error_reason());
-  }
-
-  // Drain: for a fault, report the receive completions the connection's end produced.
-  if (!fault.empty()) {
-    for (;;) {
-      ibv_wc wc;
-      if (ibv_poll_cq(ep.recv_cq(), 1, &wc) != 1) break;
-      std::cout << fmt::format(
-                       "server: receive WR completion {}, {} octets{}",
-                       ibv_wc_status_str(wc.status), wc.byte_len,
-                       wc.wc_flags & IBV_WC_WITH_INV
-                           ? fmt::format(" (Send with Invalidate: STag 0x{:08x} invalidated)",
-                                         wc.invalidated_rkey)
-                           : "")
-                << std::endl;
-    }
-    std::cout << "server: QP "
-              << (ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? "ERROR" : "not in ERROR") << ": "
-              << ep.qp()->qp->error_reason() << std::endl;
-  } else {
+  ServerConnection sc{regions, ep};
+  auto served = serve_commands(o, sc);
+  if (!served) return served.error();
+  const auto& [fault, failures] = *served;
+  if (!fault.empty())
+    report_fault_end(ep);
+  else
     ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
-  }
-  const bool guards = good.guards_intact() && noremote.guards_intact() && otherpd.guards_intact() &&
-                      inval.guards_intact() && slot.guards_intact() && counter.guards_intact();
-  std::cout << "server: guard pages " << (guards ? "intact" : "CHANGED") << std::endl;
-  if (fault == "write-no-remote-write" || fault == "pd-mismatch")
-    std::cout << "server: target region "
-              << (check(fault == "pd-mismatch" ? otherpd.data() : noremote.data(), 0, 0) < 0 &&
-                          std::all_of(
-                              fault == "pd-mismatch" ? otherpd.data() : noremote.data(),
-                              (fault == "pd-mismatch" ? otherpd.data() : noremote.data()) + 4096,
-                              [](std::uint8_t b) { return b == kGuard; })
-                      ? "untouched"
-                      : "CHANGED")
-              << std::endl;
-  if (!guards) return 1;
+  if (!report_regions(regions, fault)) return 1;
   if (!fault.empty()) return ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? 0 : 1;
   if (auto s = describe_segment_path(o.app, ep); !s.empty())
     std::cout << "server: " << s << std::endl;
@@ -658,13 +718,8 @@ Runner add_xfer_command(CLI::App& app) {
       "Every RDMA operation (Send, Write, Read, Write with Immediate, atomics) between two\n"
       "processes at several sizes, each verified byte for byte; or, with --fault, one\n"
       "deliberate protection error and the Terminate it must cause. Run --server, then --client.");
-  auto* srv = sub->add_flag("--server,-s", o->server, "Serve one client");
-  auto* cli = sub->add_option("--client,-c", o->client, "Connect to the server at ADDR");
-  srv->excludes(cli);
-  sub->add_option("--bind,-a", o->bind, "Address the server listens on")->capture_default_str();
-  sub->add_option("--port,-p", o->port, "TCP port (0: any; see --port-file)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
+  add_peer_options(*sub, o->server, o->client, o->bind, o->port, "Serve one client",
+                   "TCP port (0: any; see --port-file)");
   sub->add_option("--port-file", o->port_file, "Server: write the port it listens on to this file");
   sub->add_option("--sizes", o->sizes, "Message sizes in octets (both sides need the same largest)")
       ->delimiter(',')

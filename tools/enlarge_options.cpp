@@ -1,8 +1,25 @@
 #include "tools/enlarge_options.hpp"
 
-#include <map>
-
 namespace iwarp::tools {
+
+namespace {
+
+constexpr enlarge::Mode kModes[] = {enlarge::Mode::Enlarge, enlarge::Mode::Pieces,
+                                    enlarge::Mode::Rendezvous};
+
+}  // namespace
+
+std::vector<std::string> enlarge_mode_names() {
+  std::vector<std::string> names;
+  for (auto m : kModes) names.emplace_back(enlarge::to_string(m));
+  return names;
+}
+
+enlarge::Mode enlarge_mode(const std::string& name) {
+  for (auto m : kModes)
+    if (name == enlarge::to_string(m)) return m;
+  return enlarge::Mode::Enlarge;  // the option's check lets only the names through
+}
 
 void add_enlarge_options(CLI::App& app, EnlargeCli& o) {
   auto* g = "Buffer enlargement";
@@ -55,7 +72,7 @@ void add_enlarge_options(CLI::App& app, EnlargeCli& o) {
   app.add_option("--mode", o.mode,
                  "enlarge (the protocol), pieces (never enlarge) or rendezvous (register per "
                  "message)")
-      ->check(CLI::IsMember({"enlarge", "pieces", "rendezvous"}))
+      ->check(CLI::IsMember(enlarge_mode_names()))
       ->capture_default_str()
       ->group(g);
   app.add_option("--budget", o.budget,
@@ -68,11 +85,7 @@ void add_enlarge_options(CLI::App& app, EnlargeCli& o) {
 std::expected<enlarge::Options, std::string> enlarge_options(const EnlargeCli& o,
                                                              const AppOptions& app) {
   enlarge::Options e = o.opts;
-  static const std::map<std::string, enlarge::Mode> modes = {
-      {"enlarge", enlarge::Mode::Enlarge},
-      {"pieces", enlarge::Mode::Pieces},
-      {"rendezvous", enlarge::Mode::Rendezvous}};
-  e.mode = modes.at(o.mode);
+  e.mode = enlarge_mode(o.mode);
   e.idle_shrink = std::chrono::milliseconds(o.idle_shrink_ms);
   e.refusal_backoff = std::chrono::milliseconds(o.refusal_backoff_ms);
   if (o.budget) e.budget = std::make_shared<enlarge::Budget>(o.budget);

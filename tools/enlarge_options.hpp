@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "enlarge/options.hpp"
 #include "tools/app_options.hpp"
@@ -19,6 +20,12 @@ struct EnlargeCli {
   int refusal_backoff_ms = 50;
   std::uint64_t budget = 0;  // 0: none
 };
+
+// The names of enlarge::Mode on the command line: enlarge, pieces, rendezvous.
+std::vector<std::string> enlarge_mode_names();
+
+// The mode one of those names stands for.
+enlarge::Mode enlarge_mode(const std::string& name);
 
 // Registers --slot-size, --recv-slots, --send-slots, --threshold, --min-enlarged,
 // --max-enlarged, --free-small, --idle-shrink, --refusal-backoff, --mode, --budget.

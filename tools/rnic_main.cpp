@@ -41,6 +41,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // rnic enlarge-bench's usage errors are one line, "rnic enlarge-bench: --FLAG: why".
+    for (auto* sub : app.get_subcommands())
+      if (e.get_exit_code() != 0 && sub->get_name() == "enlarge-bench") {
+        std::cerr << "rnic " << sub->get_name() << ": " << e.what() << "\n";
+        return 2;
+      }
     return app.exit(e) == 0 ? 0 : 2;  // --help is 0; a bad flag is 2, like bad input
   }
   if (!log_level.empty()) iwarp::log::configure(log_level);
