@@ -48,6 +48,9 @@ class Msn : public StrongValue<MsnTag, std::uint32_t> {
  public:
   using StrongValue::StrongValue;
   constexpr Msn next() const { return Msn{value() + 1}; }
+  // How many MSNs this one lies past `earlier`, modulo 2^32 (an MSN before `earlier` gives a
+  // large number).
+  constexpr std::uint32_t since(Msn earlier) const { return value() - earlier.value(); }
 };
 
 // A TCP sequence number with RFC 1982 serial-number comparison (RFC 793 §3.3).

@@ -1,5 +1,6 @@
 // RDMAP opcodes (RFC 5040 §4.2, RFC 7306 §4) and the table that drives header size, buffer
-// model and queue number for each, like siw's iwarp_pktinfo[].
+// model, queue number and delivery for each, like siw's iwarp_pktinfo[]: the receive engine
+// dispatches on the message family and the delivery columns, never on the raw opcode.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,19 @@ inline constexpr std::uint32_t kQnTerminate = 2;   // Terminate
 inline constexpr std::uint32_t kQnAtomicResp = 3;  // Atomic Response
 inline constexpr std::uint32_t kQueueCount = 4;
 
+// The kind of RDMAP message an opcode belongs to: the variants of one message (Send, Send with
+// SE, with Invalidate ...) share a family and are delivered by the same code.
+enum class MessageFamily : std::uint8_t {
+  Write,           // RFC 5040 §4.3: tagged, placed at the STag and TO, no local completion
+  ReadRequest,     // RFC 5040 §4.4: queued for a Read Response
+  ReadResponse,    // RFC 5040 §4.5: tagged, placed into the Read's sink, completes the Read WR
+  Send,            // RFC 5040 §4.6 / §4.7: untagged, placed into a receive WQE at its MO
+  Terminate,       // RFC 5040 §4.8
+  ImmediateData,   // RFC 7306 §4.3: consumes a receive WQE, carries no payload
+  AtomicRequest,   // RFC 7306 §4.2.1
+  AtomicResponse,  // RFC 7306 §4.2.2
+};
+
 struct OpcodeInfo {
   Opcode opcode;
   std::string_view name;    // as tshark prints it where it knows the opcode
@@ -42,6 +56,10 @@ struct OpcodeInfo {
   bool single_segment;      // must be one DDP segment with L=1
   bool solicited;           // Solicited Event variant
   bool invalidate;          // carries an STag to invalidate in RsvdULP
+  MessageFamily family;
+  // Consumes the next receive WQE of queue 0 and completes it when its last segment (L=1) is
+  // delivered (RFC 5040 §5.3, RFC 7306 §4.3).
+  bool consumes_rqe;
 };
 
 // Table lookup; nullopt for opcodes no RFC defines.

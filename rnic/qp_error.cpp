@@ -61,30 +61,25 @@ void QueuePair::fatal(const WireError& e, ByteSpan ddp_hdr, ByteSpan rdmap_hdr,
     error_reason_ = reason;
   }
   rx_event(RxEvent{.kind = RxEvent::Kind::TerminateSent,
-                   .offset = seg_rx_ ? seg_rx_->in_order() : 0,
+                   .offset = rx_.segments ? rx_.segments->in_order() : 0,
                    .text = reason});
   TxMsg m;
   m.kind = TxKind::Terminate;
   m.hdr = ddp::untagged_header(Opcode::Terminate, QueueNumber{rdmap::kQnTerminate},
-                               Msn{++tx_msn_[rdmap::kQnTerminate]}, MessageOffset{0});
+                               next_msn(rdmap::kQnTerminate), MessageOffset{0});
   t.encode(m.body);
   set_state(QpState::Terminate);
   // Nothing more is placed into the FPDU being received (its WQE completes just below).
-  if (rx_reader_) rx_reader_->drop_destination();
+  if (rx_.reader) rx_.reader->drop_destination();
   // The receive WQE of a Send too long for it completes with a length error, one whose own
   // buffer is unusable with a protection error; the rest flush.
-  if (rx_send_.active && rx_send_.error != WcStatus::Success) {
-    Wc wc;
-    wc.wr_id = rx_send_.rqe.wr_id;
-    wc.status = rx_send_.error;
-    wc.opcode = WcOpcode::Recv;
-    wc.qp_num = qp_num_;
-    init_.recv_cq->push(wc);
-    rx_send_.active = false;
+  if (rx_.send.active && rx_.send.error != WcStatus::Success) {
+    init_.recv_cq->push(recv_completion(rx_.send.rqe.wr_id, rx_.send.error));
+    rx_.send.active = false;
   }
   flush_all();
-  tx_priority_.clear();
-  tx_priority_.push_back(std::move(m));
+  tx_.priority.clear();
+  tx_.priority.push_back(std::move(m));
   closing_after_tx_ = true;
   closed_reason_ = {QpClosed::Cause::TerminateSent, reason};
   arm_close_timer();
@@ -125,16 +120,16 @@ void QueuePair::flush_all() {
   // memory: the unsent rest of the batch on the wire is copied out of registered memory, and
   // the FPDU being received stops placing into its destination (its octets are discarded).
   tx_detach([](const std::uint8_t*, std::size_t) { return true; });
-  tx_batch_wrs_.clear();
-  if (rx_reader_) rx_reader_->drop_destination();
-  rx_.atomic_word = nullptr;
-  rx_.pending_irq.reset();
-  rx_send_.sges.clear();
+  tx_.batch_wrs.clear();
+  if (rx_.reader) rx_.reader->drop_destination();
+  rx_.fpdu.atomic_word = nullptr;
+  rx_.fpdu.pending_irq.reset();
+  rx_.send.buffer = RecvBuffer{};
   // The message being sent and every request not yet completed, in posting order.
-  if (tx_cur_ && (tx_cur_->kind == TxKind::Sq || tx_cur_->kind == TxKind::ReadResponse))
-    tx_cur_.reset();
+  if (tx_.cur && (tx_.cur->kind == TxKind::Sq || tx_.cur->kind == TxKind::ReadResponse))
+    tx_.cur.reset();
   for (const auto& e : orq_)
-    if (e.sq_index != ~std::uint64_t{0}) complete_sq(e.sq_index, WcStatus::WrFlushErr);
+    if (e.sq_index != kNoSqIndex) complete_sq(e.sq_index, WcStatus::WrFlushErr);
   orq_.clear();
   std::uint64_t from, to;
   {
@@ -145,42 +140,30 @@ void QueuePair::flush_all() {
   }
   for (auto i = from; i < to; ++i) complete_sq(i, WcStatus::WrFlushErr);
   irq_.clear();
-  if (rx_send_.active) {
-    Wc wc;
-    wc.wr_id = rx_send_.rqe.wr_id;
-    wc.status = WcStatus::WrFlushErr;
-    wc.opcode = WcOpcode::Recv;
-    wc.qp_num = qp_num_;
-    init_.recv_cq->push(wc);
-    rx_send_.active = false;
+  if (rx_.send.active) {
+    init_.recv_cq->push(recv_completion(rx_.send.rqe.wr_id, WcStatus::WrFlushErr));
+    rx_.send.active = false;
   }
   std::deque<RecvWr> rq;
   {
     std::lock_guard l(mu_);
     rq.swap(rq_);
   }
-  for (const auto& r : rq) {
-    Wc wc;
-    wc.wr_id = r.wr_id;
-    wc.status = WcStatus::WrFlushErr;
-    wc.opcode = WcOpcode::Recv;
-    wc.qp_num = qp_num_;
-    init_.recv_cq->push(wc);
-  }
+  for (const auto& r : rq) init_.recv_cq->push(recv_completion(r.wr_id, WcStatus::WrFlushErr));
 }
 
 void QueuePair::close_socket() {
   if (!transport_ || closed_) return;
   closed_ = true;
   transport_->close();
-  writing_ = false;  // the wait for room ends with operation_aborted; nothing is read any more
+  tx_.writing = false;  // the wait for room ends with operation_aborted; nothing is read any more
   if (close_timer_) close_timer_->cancel();
-  if (wire_flush_) wire_flush_->cancel();
-  if (tap_) {
+  if (tap_wire_.wire_flush) tap_wire_.wire_flush->cancel();
+  if (tap_wire_.tap) {
     // A last FPDU that never arrived whole is still recorded.
-    if (!rx_tap_buf_.empty()) tap_->on_data(false, rx_tap_buf_);
-    rx_tap_buf_.clear();
-    tap_->on_close(true);
+    if (!tap_wire_.rx_partial.empty()) tap_wire_.tap->on_data(false, tap_wire_.rx_partial);
+    tap_wire_.rx_partial.clear();
+    tap_wire_.tap->on_close(true);
   }
 }
 
@@ -217,7 +200,7 @@ void QueuePair::rx_terminate_received(const rdmap::Terminate& t) {
     error_reason_ = reason;
   }
   rx_event(RxEvent{.kind = RxEvent::Kind::TerminateReceived,
-                   .offset = seg_rx_ ? seg_rx_->in_order() : 0,
+                   .offset = rx_.segments ? rx_.segments->in_order() : 0,
                    .text = reason});
   // The oldest request still waiting for the peer (a Read or atomic) learns why, when the
   // Terminate is about it: RFC 5040 §4.8, the terminated DDP header is that of a Read (or
@@ -230,7 +213,7 @@ void QueuePair::rx_terminate_received(const rdmap::Terminate& t) {
     auto h = ddp::DdpHeader::decode(t.ddp_header);
     about_request = h && !h->tagged && h->qn.value() == rdmap::kQnReadReq;
   }
-  if (about_request && !orq_.empty() && orq_.front().sq_index != ~std::uint64_t{0}) {
+  if (about_request && !orq_.empty() && orq_.front().sq_index != kNoSqIndex) {
     complete_sq(orq_.front().sq_index, status_for_terminate(t), 0, vendor);
     orq_.pop_front();
   }
@@ -278,18 +261,18 @@ void QueuePair::send_rtr(mpa::RtrType type) {
       break;
     case mpa::RtrType::Read: {
       m.hdr = ddp::untagged_header(Opcode::ReadRequest, QueueNumber{rdmap::kQnReadReq},
-                                   Msn{++tx_msn_[rdmap::kQnReadReq]}, MessageOffset{0});
+                                   next_msn(rdmap::kQnReadReq), MessageOffset{0});
       rdmap::ReadRequest rr{STag{1}, TaggedOffset{0}, 0, STag{1}, TaggedOffset{0}};
       rr.encode(m.body);
-      orq_.push_back(OrqEntry{~std::uint64_t{0}, false, STag{1}, 0, 0, 0, 0, nullptr});
+      orq_.push_back(OrqEntry{kNoSqIndex, false, STag{1}, TaggedOffset{0}, 0, 0, 0, nullptr});
       break;
     }
     default:
       m.hdr = ddp::untagged_header(Opcode::Send, QueueNumber{rdmap::kQnSend},
-                                   Msn{++tx_msn_[rdmap::kQnSend]}, MessageOffset{0});
+                                   next_msn(rdmap::kQnSend), MessageOffset{0});
       break;
   }
-  tx_priority_.push_back(std::move(m));
+  tx_.priority.push_back(std::move(m));
 }
 
 }  // namespace iwarp::rnic

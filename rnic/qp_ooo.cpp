@@ -1,19 +1,22 @@
-// Out-of-order placement with completions deferred per TCP hole (seed 004).
+// Out-of-order placement: data beyond a TCP hole is placed at once, its completions deferred
+// until the hole closes.
 //
 // A whole FPDU found beyond a hole (mpa::SegmentReceiver) is checked and placed at once:
 // a Write at its STag and TO, a Read Response into the sink of the Read it answers, a Send
 // segment into the receive WQE its MSN selects, at its MO; a Read Request is checked and
 // waits for the read queue's doorbell. What its delivery needs (the headers, the receive WQE)
 // goes into the hole ledger, under the hole before it. When the in-order point reaches the
-// FPDU, it is delivered exactly as one read in order would be (rx_head/rx_end without moving
-// data), so completions keep stream order: the Sends' CQEs, the Read WRs' completions and the
-// Read Requests' doorbell all come when the hole closes, as many as were held.
+// FPDU, it is delivered exactly as one read in order would be (rx_head/rx_end with
+// Delivery::AlreadyPlaced: nothing moves again), so completions keep stream order: the Sends' CQEs,
+// the Read WRs' completions and the Read Requests' doorbell all come when the hole closes, as many
+// as were held.
 //
 // Anything else beyond a hole (Immediate Data, atomics, Terminate, Sends with no receive WQE
 // posted yet, an SRQ) waits in the segment receiver and goes through the stream in order. An
 // invalid FPDU is never placed; its Terminate comes in stream order when its hole closes.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cstring>
 #include <future>
@@ -27,245 +30,222 @@ namespace {
 spdlog::logger& logger() {
   return log::layer("rnic");
 }
-using rdmap::Opcode;
+// What one FPDU placed beyond a hole adds to the counts its hole reports (RxEvent::Released,
+// HoleInfo): each Write segment and Read Request, and each Send and Read Response message by
+// its last FPDU (the one that completes it).
+template <class Placed, class Counts>
+void count_deferred(const Placed& d, Counts& c) {
+  using F = rdmap::MessageFamily;
+  switch (d.family) {
+    case F::Write:
+      ++c.writes;
+      break;
+    case F::ReadResponse:
+      if (d.last) ++c.read_responses;
+      break;
+    case F::Send:
+      if (d.last) ++c.sends;
+      break;
+    case F::ReadRequest:
+      ++c.read_requests;
+      break;
+    default:
+      break;
+  }
+}
 }  // namespace
 
 void QueuePair::rx_event(RxEvent e) {
-  if (!rx_opts_.observer) return;
+  if (!rx_.opts.observer) return;
   e.qp_num = qp_num_;
-  rx_opts_.observer->on_event(e);
+  rx_.opts.observer->on_event(e);
 }
 
 mpa::OooVerdict QueuePair::rx_ooo(const mpa::OooFpdu& f, const mpa::Hole& hole) {
   using V = mpa::OooVerdict;
   if (closed_ || state_.load() != QpState::Rts) return V::Wait;
   auto seg = ddp::parse_segment(f.ulpdu);
-  if (!seg) {
-    rx_event(RxEvent{.kind = RxEvent::Kind::DeferredError,
+  auto event = [&](RxEvent::Kind kind, std::string text) {
+    rx_event(RxEvent{.kind = kind,
                      .offset = f.offset,
                      .end = f.offset + f.wire_length,
                      .beyond_hole = true,
-                     .text = seg.error().to_string()});
+                     .text = std::move(text)});
+  };
+  if (!seg) {
+    event(RxEvent::Kind::DeferredError, seg.error().to_string());
     std::lock_guard l(mu_);
-    ooo_errors_.insert(f.offset);
+    ooo_.errors.insert(f.offset);
     return V::Invalid;
   }
-  const auto& h = seg->hdr;
-  const std::size_t len = seg->payload.size();
   Deferred d;
+  d.family = seg->info().family;
   d.offset = f.offset;
   d.wire_length = f.wire_length;
   d.ulpdu_length = f.ulpdu_length;
   d.head.assign(f.ulpdu.begin(), f.ulpdu.begin() + static_cast<std::ptrdiff_t>(std::min(
                                                        f.ulpdu.size(), mpa::kFpduHeadSize)));
-  d.last = h.last;
-  auto& mem = dev_.memory();
+  d.last = seg->hdr.last;
   const std::string what = ddp::describe(*seg);
-  auto invalid = [&](const WireError& e) {
-    rx_event(RxEvent{.kind = RxEvent::Kind::DeferredError,
-                     .offset = f.offset,
-                     .end = f.offset + f.wire_length,
-                     .beyond_hole = true,
-                     .text = fmt::format("{}: {}; its Terminate waits for hole [{}, {})", what,
-                                         e.to_string(), hole.begin, hole.end)});
-    std::lock_guard l(mu_);
-    ooo_errors_.insert(f.offset);
-    return V::Invalid;
-  };
-  auto wait = [&](std::string_view why) {
-    rx_event(RxEvent{.kind = RxEvent::Kind::Deferred,
-                     .offset = f.offset,
-                     .end = f.offset + f.wire_length,
-                     .beyond_hole = true,
-                     .text = fmt::format("{}: {}", what, why)});
-    return V::Wait;
-  };
-  // The payload, scattered over `dst` (consecutive pieces of the target).
-  switch (h.op()) {
-    case Opcode::Write: {
-      d.kind = Deferred::Kind::Write;
-      if (len > 0) {
-        // RFC 5041 §7.2: the STag, its rights and the range are checked before any octet moves.
-        auto p = mem.check_remote(h.stag, init_.pd, h.to.value(), len, kRemoteWrite, true);
-        if (!p) return invalid(p.error());
-        std::memcpy(*p, seg->payload.data(), len);
-      }
-      break;
+  const OooStep step = ooo_place(*seg, d);
+  switch (step.verdict) {
+    case V::Invalid: {
+      event(RxEvent::Kind::DeferredError,
+            fmt::format("{}: {}; its Terminate waits for hole [{}, {})", what,
+                        step.error->to_string(), hole.begin, hole.end));
+      std::lock_guard l(mu_);
+      ooo_.errors.insert(f.offset);
+      return V::Invalid;
     }
-    case Opcode::ReadResponse: {
-      d.kind = Deferred::Kind::ReadResponse;
-      // RFC 5040 §4.5: the response lands in the sink of an outstanding Read; which one is
-      // known from its STag and TO (one match, else it waits for the stream).
-      const OrqEntry* match = nullptr;
-      int matches = 0;
-      for (const auto& e : orq_)
-        if (!e.atomic && e.sink == h.stag && h.to.value() >= e.sink_to &&
-            h.to.value() + len <= e.sink_to + e.size) {
-          match = &e;
-          ++matches;
-        }
-      if (matches != 1) return wait("no single outstanding Read it answers yet");
-      (void)match;
-      if (len > 0) {
-        auto p = mem.check_remote(h.stag, init_.pd, h.to.value(), len, kRemoteWrite, true);
-        if (!p) return invalid(p.error());
-        std::memcpy(*p, seg->payload.data(), len);
-      }
+    case V::Wait:
+      event(RxEvent::Kind::Deferred, fmt::format("{}: {}", what, step.wait_reason));
+      return V::Wait;
+    case V::Placed:
       break;
-    }
-    case Opcode::Send:
-    case Opcode::SendSe:
-    case Opcode::SendInvalidate:
-    case Opcode::SendSeInvalidate: {
-      d.kind = Deferred::Kind::Send;
-      if (init_.srq) return wait("receive WQEs come from a shared receive queue");
-      if (h.qn.value() != rdmap::kQnSend) return wait("not the Send queue");
-      const auto& st = *setup_;
-      // RFC 5041 §5.3: the MSN selects the receive WQE. The message in progress (its head
-      // read, perhaps its last FPDU cut by the hole) holds a WQE already; the first WQE still
-      // queued serves the MSN after it, or the next MSN the stream expects.
-      const std::uint32_t expected =
-          rx_send_.active ? rx_send_.msn + 1 : rx_checker_.expected_msn(rdmap::kQnSend).value();
-      const bool in_progress = rx_send_.active && h.msn.value() == rx_send_.msn;
-      const std::uint32_t ahead = h.msn.value() - expected;
-      if (!in_progress && ahead > 1u << 20) return wait("MSN already delivered");
-      const bool rtr_first = !st.initiator && st.params.peer_to_peer &&
-                             st.params.rtr == mpa::RtrType::Send && expected == 1 &&
-                             !rx_first_fpdu_seen_;
-      if (!in_progress && rtr_first && ahead == 0) return wait("may be the peer-to-peer RTR");
-      std::vector<Sge> sges;
-      std::uint64_t wr_id = 0;
-      if (in_progress) {
-        // The message in progress: its WQE is taken already.
-        std::uint64_t cap = 0;
-        for (auto s : rx_send_.sges) cap += s.size();
-        if (h.mo.value() + len > cap)
-          return invalid(WireError{Errc::DdpUntaggedTooLong,
-                                   "RFC 5041 §7.2: the message must fit the posted receive buffer",
-                                   fmt::format("MO {} + {} octets, receive WR {} has {}",
-                                               h.mo.value(), len, rx_send_.rqe.wr_id, cap)});
-        std::uint64_t base = 0, mo = h.mo.value();
-        ByteSpan src = seg->payload;
-        for (auto s : rx_send_.sges) {
-          if (src.empty()) break;
-          if (mo < base + s.size()) {
-            const std::size_t n = std::min<std::size_t>(src.size(), base + s.size() - mo);
-            std::memcpy(s.data() + (mo - base), src.data(), n);
-            src = src.subspan(n);
-            mo += n;
-          }
-          base += s.size();
-        }
-        d.wr_id = rx_send_.rqe.wr_id;
-        break;
-      }
-      const std::size_t index = ahead - (rtr_first ? 1 : 0);
-      {
-        std::lock_guard l(mu_);
-        if (index >= rq_.size()) return wait("its receive WQE is not posted yet");
-        sges = rq_[index].sg_list;
-        wr_id = rq_[index].wr_id;
-      }
-      // Resolve the WQE's buffers; a bad one is reported in order (as a local error).
-      std::vector<MutableByteSpan> bufs;
-      std::uint64_t cap = 0;
-      for (const auto& s : sges) {
-        if (s.length == 0) continue;
-        auto p = mem.check_local(s.lkey, init_.pd, s.addr, s.length, kLocalWrite);
-        if (!p) return wait("its receive WQE's buffer is not writable (reported in order)");
-        bufs.emplace_back(*p, s.length);
-        cap += s.length;
-      }
-      if (h.mo.value() + len > cap) return wait("longer than its receive WQE (reported in order)");
-      std::uint64_t base = 0, mo = h.mo.value();
-      ByteSpan src = seg->payload;
-      for (auto b : bufs) {
-        if (src.empty()) break;
-        if (mo < base + b.size()) {
-          const std::size_t n = std::min<std::size_t>(src.size(), base + b.size() - mo);
-          std::memcpy(b.data() + (mo - base), src.data(), n);
-          src = src.subspan(n);
-          mo += n;
-        }
-        base += b.size();
-      }
-      d.wr_id = wr_id;
-      break;
-    }
-    case Opcode::ReadRequest: {
-      d.kind = Deferred::Kind::ReadRequest;
-      if (h.qn.value() != rdmap::kQnReadReq) return wait("not the Read Request queue");
-      // RFC 5040 §7.4.1: the source must be readable; the Read Response waits for the
-      // doorbell that rings when the hole closes.
-      const auto& rr = std::get<rdmap::ReadRequest>(seg->body);
-      if (rr.size > 0) {
-        auto p =
-            mem.check_remote(rr.src_stag, init_.pd, rr.src_to.value(), rr.size, kRemoteRead, false);
-        if (!p) return invalid(p.error());
-      }
-      break;
-    }
-    default:
-      return wait(
-          "waits for the stream (only Writes, Read Requests and Responses and Sends "
-          "are placed beyond a hole)");
   }
   logger().debug("QP {}: placed {} beyond hole [{}, {})", qp_num_, what, hole.begin, hole.end);
-  rx_event(RxEvent{.kind = RxEvent::Kind::Placed,
-                   .offset = f.offset,
-                   .end = f.offset + f.wire_length,
-                   .beyond_hole = true,
-                   .text = fmt::format("{} beyond hole [{}, {})", what, hole.begin, hole.end)});
+  event(RxEvent::Kind::Placed, fmt::format("{} beyond hole [{}, {})", what, hole.begin, hole.end));
   {
     std::lock_guard l(mu_);
     ++stats_.ooo_placed;
-    ledger_.emplace(d.offset, std::move(d));
+    ooo_.placed.emplace(d.offset, std::move(d));
   }
   return V::Placed;
+}
+
+// Places one FPDU found beyond a hole if its message family allows it now: every check that
+// in-order delivery makes before an octet moves is made here too (RFC 5041 §7.2), and what
+// cannot be decided yet waits for the stream.
+QueuePair::OooStep QueuePair::ooo_place(const ddp::Segment& s, Deferred& d) {
+  const auto& h = s.hdr;
+  const std::size_t len = s.payload.size();
+  auto& mem = dev_.memory();
+  using F = rdmap::MessageFamily;
+  switch (d.family) {
+    case F::ReadResponse: {
+      // RFC 5040 §4.5: the response lands in the sink of an outstanding Read; which one is
+      // known from its STag and TO (one match, else it waits for the stream).
+      const auto matches = std::count_if(orq_.begin(), orq_.end(), [&](const OrqEntry& e) {
+        return !e.atomic && e.sink == h.stag && h.to.value() >= e.sink_to.value() &&
+               h.to.value() + len <= e.sink_to.value() + e.size;
+      });
+      if (matches != 1) return OooStep::wait("no single outstanding Read it answers yet");
+      [[fallthrough]];
+    }
+    case F::Write:
+      if (len > 0) {
+        // RFC 5041 §7.2: the STag, its rights and the range are checked before any octet moves.
+        auto p = mem.check_remote(h.stag, init_.pd, h.to.value(), len, kRemoteWrite, true);
+        if (!p) return OooStep::invalid(p.error());
+        std::memcpy(*p, s.payload.data(), len);
+      }
+      return {};
+    case F::Send:
+      return ooo_place_send(s, d);
+    case F::ReadRequest: {
+      if (h.qn.value() != rdmap::kQnReadReq) return OooStep::wait("not the Read Request queue");
+      // RFC 5040 §7.4.1: the source must be readable; the Read Response waits for the
+      // doorbell that rings when the hole closes.
+      const auto& rr = std::get<rdmap::ReadRequest>(s.body);
+      if (rr.size > 0) {
+        auto p =
+            mem.check_remote(rr.src_stag, init_.pd, rr.src_to.value(), rr.size, kRemoteRead, false);
+        if (!p) return OooStep::invalid(p.error());
+      }
+      return {};
+    }
+    default:
+      return OooStep::wait(
+          "waits for the stream (only Writes, Read Requests and Responses and Sends "
+          "are placed beyond a hole)");
+  }
+}
+
+// A Send segment beyond a hole goes into the receive WQE its MSN selects, at its MO. A WQE that
+// is not posted yet, or whose buffer is unusable or too short, leaves the segment to the stream,
+// where the error is reported in order.
+QueuePair::OooStep QueuePair::ooo_place_send(const ddp::Segment& s, Deferred& d) {
+  const auto& h = s.hdr;
+  const std::uint64_t mo = h.mo.value();
+  if (init_.srq) return OooStep::wait("receive WQEs come from a shared receive queue");
+  if (h.qn.value() != rdmap::kQnSend) return OooStep::wait("not the Send queue");
+  const RqeForMsn rqe = rqe_for_msn(h.msn);
+  switch (rqe.kind) {
+    case RqeForMsn::Kind::AlreadyDelivered:
+      return OooStep::wait("MSN already delivered");
+    case RqeForMsn::Kind::MaybePeerRtr:
+      return OooStep::wait("may be the peer-to-peer RTR");
+    case RqeForMsn::Kind::InProgress: {
+      // The message in progress: its WQE is taken already.
+      const auto& buffer = rx_.send.buffer;
+      if (auto fits = buffer.check_fits(mo, s.payload.size(), h.msn, rx_.send.rqe.wr_id); !fits)
+        return OooStep::invalid(fits.error());
+      buffer.scatter(mo, s.payload);
+      d.wr_id = rx_.send.rqe.wr_id;
+      return {};
+    }
+    case RqeForMsn::Kind::Queued:
+      break;
+  }
+  RecvWr wr;
+  {
+    std::lock_guard l(mu_);
+    if (rqe.queued_index >= rq_.size()) return OooStep::wait("its receive WQE is not posted yet");
+    wr = rq_[rqe.queued_index];
+  }
+  auto buffer = resolve_recv_buffer(dev_.memory(), init_.pd, wr);
+  if (!buffer) return OooStep::wait("its receive WQE's buffer is not writable (reported in order)");
+  if (!buffer->check_fits(mo, s.payload.size(), h.msn, wr.wr_id))
+    return OooStep::wait("longer than its receive WQE (reported in order)");
+  buffer->scatter(mo, s.payload);
+  d.wr_id = wr.wr_id;
+  return {};
+}
+
+// RFC 5041 §5.3: the n-th Send on queue 0 consumes the n-th receive WQE. The message in progress
+// (its head read, perhaps its last FPDU cut by the hole) holds a WQE already; the first WQE still
+// queued serves the MSN after it, or the next MSN the stream expects. MSNs compare modulo 2^32:
+// one more than 2^20 behind is taken as delivered already.
+QueuePair::RqeForMsn QueuePair::rqe_for_msn(Msn msn) const {
+  using K = RqeForMsn::Kind;
+  if (rx_.send.active && msn == rx_.send.msn) return {K::InProgress, 0};
+  const Msn expected =
+      rx_.send.active ? rx_.send.msn.next() : rx_.checker.expected_msn(rdmap::kQnSend);
+  const std::uint32_t ahead = msn.since(expected);
+  if (ahead > 1u << 20) return {K::AlreadyDelivered, 0};
+  // RFC 6581 §4: before the first FPDU, MSN 1 may be the RTR, which consumes no WQE.
+  const bool rtr_first = expects_peer_rtr_send() && expected == Msn{1} && !rx_.first_fpdu_seen;
+  if (rtr_first && ahead == 0) return {K::MaybePeerRtr, 0};
+  return {K::Queued, ahead - (rtr_first ? 1u : 0u)};
 }
 
 void QueuePair::rx_release(std::uint64_t offset, std::uint32_t wire_length) {
   std::optional<Deferred> d;
   {
     std::lock_guard l(mu_);
-    if (auto it = ledger_.find(offset); it != ledger_.end()) {
+    if (auto it = ooo_.placed.find(offset); it != ooo_.placed.end()) {
       d = std::move(it->second);
-      ledger_.erase(it);
+      ooo_.placed.erase(it);
       ++stats_.released;
     }
   }
   if (closed_ || state_.load() != QpState::Rts || !d) return;
-  if (!rx_reader_->skip_fpdu(offset, wire_length)) {
+  if (!rx_.reader->skip_fpdu(offset, wire_length)) {
     fatal(WireError{Errc::MpaMarkerError,
                     "RFC 5044 §8: FPDUs found beyond a TCP hole start where the stream's FPDUs do",
                     fmt::format("FPDU placed at stream offset {} is not on the stream's FPDU "
                                 "boundary (at {})",
-                                offset, rx_reader_->position())});
+                                offset, rx_.reader->position())});
     return;
   }
-  switch (d->kind) {
-    case Deferred::Kind::Write:
-      ++rx_released_.writes;
-      break;
-    case Deferred::Kind::ReadResponse:
-      if (d->last) ++rx_released_.read_responses;
-      break;
-    case Deferred::Kind::Send:
-      if (d->last) ++rx_released_.sends;
-      break;
-    case Deferred::Kind::ReadRequest:
-      ++rx_released_.read_requests;
-      break;
-  }
+  count_deferred(*d, ooo_.released);
   // Delivered as if read in order now, with its data already in place.
-  rx_placed_mode_ = true;
-  rx_head(mpa::FpduHead{offset, d->ulpdu_length, d->head});
+  rx_head(mpa::FpduHead{offset, d->ulpdu_length, d->head}, Delivery::AlreadyPlaced);
   mpa::FpduTrailer t;
   t.offset = offset;
   t.wire_length = wire_length;
-  t.crc = rx_reader_->config().crc ? mpa::CrcStatus::Good : mpa::CrcStatus::NotChecked;
-  rx_end(t);
-  rx_placed_mode_ = false;
+  t.crc = rx_.reader->config().crc ? mpa::CrcStatus::Good : mpa::CrcStatus::NotChecked;
+  rx_end(t, Delivery::AlreadyPlaced);
 }
 
 void QueuePair::rx_hole_closed(const mpa::Hole& h, bool first) {
@@ -276,8 +256,8 @@ void QueuePair::rx_hole_closed(const mpa::Hole& h, bool first) {
     return;
   }
   rx_event(e);
-  RxEvent r = rx_released_;
-  rx_released_ = RxEvent{};
+  RxEvent r = ooo_.released;
+  ooo_.released = RxEvent{};
   r.kind = RxEvent::Kind::Released;
   r.offset = h.begin;
   r.end = h.end;
@@ -287,14 +267,14 @@ void QueuePair::rx_hole_closed(const mpa::Hole& h, bool first) {
       h.begin, h.end, r.sends, r.read_responses, r.read_requests, r.writes);
   {
     std::lock_guard l(mu_);
-    ooo_errors_.erase(ooo_errors_.begin(), ooo_errors_.lower_bound(seg_rx_->in_order()));
+    ooo_.errors.erase(ooo_.errors.begin(), ooo_.errors.lower_bound(rx_.segments->in_order()));
   }
   if (r.sends || r.read_responses || r.read_requests || r.writes) rx_event(r);
 }
 
 void QueuePair::receive_segment(TcpSeq seq, Bytes payload) {
   boost::asio::post(dev_.io(), [self = shared_from_this(), seq, p = std::move(payload)] {
-    if (self->closed_ || !self->seg_rx_) return;
+    if (self->closed_ || !self->rx_.segments) return;
     {
       std::lock_guard l(self->mu_);
       self->stats_.bytes_received += p.size();
@@ -305,15 +285,15 @@ void QueuePair::receive_segment(TcpSeq seq, Bytes payload) {
 
 void QueuePair::receive_fin(TcpSeq seq) {
   boost::asio::post(dev_.io(), [self = shared_from_this(), seq] {
-    if (self->closed_ || !self->seg_rx_) return;
-    self->fin_seq_ = seq;
+    if (self->closed_ || !self->rx_.segments) return;
+    self->rx_.fin_seq = seq;
     self->rx_check_fin();
   });
 }
 
 void QueuePair::rx_check_fin() {
   // The FIN counts once every octet before it has arrived (RFC 793 §3.5).
-  if (!fin_seq_ || closed_ || seg_rx_->next_seq() - *fin_seq_ < 0) return;
+  if (!rx_.fin_seq || closed_ || rx_.segments->next_seq() - *rx_.fin_seq < 0) return;
   enter_error({QpClosed::Cause::PeerClosed, "the peer closed the connection"});
 }
 
@@ -323,37 +303,22 @@ std::vector<HoleInfo> QueuePair::hole_report() const {
   auto self = std::const_pointer_cast<QueuePair>(shared_from_this());
   auto work = [self, &done] {
     std::vector<HoleInfo> out;
-    if (!self->seg_rx_) return done.set_value(out);
-    const auto holes = self->seg_rx_->holes();
+    if (!self->rx_.segments) return done.set_value(out);
+    const auto holes = self->rx_.segments->holes();
     std::lock_guard l(self->mu_);
     for (std::size_t i = 0; i < holes.size(); ++i) {
       HoleInfo hi;
       hi.hole = holes[i];
       const std::uint64_t until = i + 1 < holes.size() ? holes[i + 1].begin : ~std::uint64_t{0};
-      for (auto it = self->ledger_.lower_bound(holes[i].end);
-           it != self->ledger_.end() && it->first < until; ++it) {
+      for (auto it = self->ooo_.placed.lower_bound(holes[i].end);
+           it != self->ooo_.placed.end() && it->first < until; ++it) {
         const auto& d = it->second;
         ++hi.placed_fpdus;
-        switch (d.kind) {
-          case Deferred::Kind::Write:
-            ++hi.writes;
-            break;
-          case Deferred::Kind::ReadResponse:
-            if (d.last) ++hi.read_responses;
-            break;
-          case Deferred::Kind::Send:
-            if (d.last) {
-              ++hi.sends;
-              hi.send_wr_ids.push_back(d.wr_id);
-            }
-            break;
-          case Deferred::Kind::ReadRequest:
-            ++hi.read_requests;
-            break;
-        }
+        count_deferred(d, hi);
+        if (d.family == rdmap::MessageFamily::Send && d.last) hi.send_wr_ids.push_back(d.wr_id);
       }
-      for (auto it = self->ooo_errors_.lower_bound(holes[i].end);
-           it != self->ooo_errors_.end() && *it < until; ++it)
+      for (auto it = self->ooo_.errors.lower_bound(holes[i].end);
+           it != self->ooo_.errors.end() && *it < until; ++it)
         ++hi.deferred_errors;
       out.push_back(std::move(hi));
     }
@@ -370,7 +335,7 @@ mpa::SegmentReceiver::Stats QueuePair::segment_stats() const {
   std::promise<mpa::SegmentReceiver::Stats> done;
   auto fut = done.get_future();
   auto work = [this, &done] {
-    done.set_value(seg_rx_ ? seg_rx_->stats() : mpa::SegmentReceiver::Stats{});
+    done.set_value(rx_.segments ? rx_.segments->stats() : mpa::SegmentReceiver::Stats{});
   };
   if (dev_.on_engine_thread())
     work();

@@ -23,7 +23,7 @@ using rdmap::Opcode;
 }  // namespace
 
 std::size_t QueuePair::mulpdu() const {
-  std::size_t m = mpa::mulpdu(setup_->emss, tx_framing_->config().markers);
+  std::size_t m = mpa::mulpdu(setup_->emss, tx_.framing->config().markers);
   return std::min<std::size_t>(m, mpa::kMaxUlpduLength);
 }
 
@@ -82,12 +82,10 @@ void QueuePair::retire_sq() {
       logger().error("QP {}: send CQ overflow, completion of WR {} lost", qp_num_, wc.wr_id);
 }
 
-bool QueuePair::start_sq_wqe(std::uint64_t index, TxMsg& m) {
+// The payload of a Send or Write: its inline copy, or its local SGEs resolved now, so a region
+// deregistered after posting is caught. Reads and atomics carry no payload.
+bool QueuePair::resolve_send_sges(std::uint64_t index, TxMsg& m) {
   const SendWr& wr = sq_[index % sq_.size()].wr;
-  auto& mem = dev_.memory();
-  m.kind = TxKind::Sq;
-  m.sq_index = index;
-  // Resolve the local SGEs now, so a region deregistered after posting is caught.
   std::uint64_t total = 0;
   if (!wr.inline_data.empty()) {
     m.data.push_back(ByteSpan(wr.inline_data));
@@ -96,7 +94,7 @@ bool QueuePair::start_sq_wqe(std::uint64_t index, TxMsg& m) {
              wr.opcode != WrOpcode::AtomicFetchAndAdd) {
     for (const auto& s : wr.sg_list) {
       if (s.length == 0) continue;  // zero-length SGEs are not checked (as siw)
-      auto p = mem.check_local(s.lkey, init_.pd, s.addr, s.length, 0);
+      auto p = dev_.memory().check_local(s.lkey, init_.pd, s.addr, s.length, 0);
       if (!p) {
         local_fatal(index, WcStatus::LocProtErr,
                     fmt::format("WR {} ({}): local SGE lkey 0x{:08x} [0x{:x}, +{}) is not "
@@ -111,29 +109,36 @@ bool QueuePair::start_sq_wqe(std::uint64_t index, TxMsg& m) {
       total += s.length;
     }
   }
+  // RFC 5041 §5.3: the MO is 32 bits.
   if (total > 0xFFFFFFFFu) {
     local_fatal(index, WcStatus::LocLenErr, "message larger than 4 GiB");
     return false;
   }
   m.total = total;
-  auto untagged = [&](Opcode op, std::uint32_t qn, std::uint32_t inval = 0) {
-    m.hdr = ddp::untagged_header(op, QueueNumber{qn}, Msn{++tx_msn_[qn]}, MessageOffset{0}, true,
-                                 inval);
+  return true;
+}
+
+bool QueuePair::start_sq_wqe(std::uint64_t index, TxMsg& m) {
+  const SendWr& wr = sq_[index % sq_.size()].wr;
+  m.kind = TxKind::Sq;
+  m.sq_index = index;
+  if (!resolve_send_sges(index, m)) return false;
+  auto untagged = [&](Opcode op, std::uint32_t inval = 0) {
+    m.hdr = ddp::untagged_header(op, QueueNumber{rdmap::kQnSend}, next_msn(rdmap::kQnSend),
+                                 MessageOffset{0}, true, inval);
   };
   const bool se = wr.flags & kSendSolicited;
   switch (wr.opcode) {
     case WrOpcode::Send:
-      untagged(se ? Opcode::SendSe : Opcode::Send, rdmap::kQnSend);
+      untagged(se ? Opcode::SendSe : Opcode::Send);
       break;
     case WrOpcode::SendWithInv:
-      untagged(se ? Opcode::SendSeInvalidate : Opcode::SendInvalidate, rdmap::kQnSend,
-               wr.invalidate_rkey.value());
+      untagged(se ? Opcode::SendSeInvalidate : Opcode::SendInvalidate, wr.invalidate_rkey.value());
       break;
-    case WrOpcode::SendWithImm: {
-      untagged(se ? Opcode::ImmediateDataSe : Opcode::ImmediateData, rdmap::kQnSend);
+    case WrOpcode::SendWithImm:
+      untagged(se ? Opcode::ImmediateDataSe : Opcode::ImmediateData);
       ByteWriter(m.body).be64(std::uint64_t{wr.imm_data} << 32);
       break;
-    }
     case WrOpcode::RdmaWrite:
     case WrOpcode::RdmaWriteWithImm:
       m.hdr = ddp::tagged_header(Opcode::Write, wr.rkey, TaggedOffset{wr.remote_addr});
@@ -144,76 +149,15 @@ bool QueuePair::start_sq_wqe(std::uint64_t index, TxMsg& m) {
         m.imm = std::uint64_t{wr.imm_data} << 32;
       }
       break;
-    case WrOpcode::RdmaRead: {
-      // iWARP: the sink of a Read is written by the peer's Read Response, a tagged message, so
-      // its region needs REMOTE_WRITE as well as LOCAL_WRITE.
-      STag sink{0};
-      std::uint64_t sink_to = 0;
-      if (!wr.sg_list.empty() && wr.sg_list[0].length > 0) {
-        const auto& s = wr.sg_list[0];
-        auto p = mem.check_local(s.lkey, init_.pd, s.addr, s.length, kLocalWrite | kRemoteWrite);
-        if (!p) {
-          local_fatal(index, WcStatus::LocProtErr,
-                      fmt::format("WR {} (RDMA_READ): sink lkey 0x{:08x} [0x{:x}, +{}) is not "
-                                  "usable{}",
-                                  wr.wr_id, s.lkey.value(), s.addr, s.length,
-                                  p.error() == LocalFault::AccessRights
-                                      ? ": an iWARP Read sink needs LOCAL_WRITE and REMOTE_WRITE"
-                                  : p.error() == LocalFault::Bounds     ? ": outside the region"
-                                  : p.error() == LocalFault::PdMismatch ? ": region in another PD"
-                                                                        : ": no such valid STag"));
-          return false;
-        }
-        sink = s.lkey;
-        sink_to = s.addr;
-      } else {
-        sink = STag{1};  // zero-length Read: the STag is not looked at (like siw's RTR)
-      }
-      const std::uint32_t size = wr.sg_list.empty() ? 0 : wr.sg_list[0].length;
-      untagged(Opcode::ReadRequest, rdmap::kQnReadReq);
-      rdmap::ReadRequest rr{sink, TaggedOffset{sink_to}, size, wr.rkey,
-                            TaggedOffset{wr.remote_addr}};
-      rr.encode(m.body);
-      m.total = 0;
-      orq_.push_back(OrqEntry{index, false, sink, sink_to, size, 0, 0, nullptr});
-      break;
-    }
+    case WrOpcode::RdmaRead:
+      return start_read(index, m);
     case WrOpcode::AtomicCmpAndSwp:
-    case WrOpcode::AtomicFetchAndAdd: {
-      const auto& s = wr.sg_list[0];
-      auto p = mem.check_local(s.lkey, init_.pd, s.addr, 8, kLocalWrite);
-      if (!p) {
-        local_fatal(index, WcStatus::LocProtErr,
-                    fmt::format("WR {}: atomic result SGE lkey 0x{:08x} is not writable", wr.wr_id,
-                                s.lkey.value()));
-        return false;
-      }
-      untagged(Opcode::AtomicRequest, rdmap::kQnReadReq);
-      rdmap::AtomicRequest a;
-      a.request_id = ++atomic_request_id_;
-      a.stag = wr.rkey;
-      a.to = TaggedOffset{wr.remote_addr};
-      if (wr.opcode == WrOpcode::AtomicFetchAndAdd) {
-        a.op = static_cast<std::uint8_t>(rdmap::AtomicOp::FetchAdd);
-        a.add_swap_data = wr.compare_add;
-        a.add_swap_mask = 0;  // plain 64-bit add: no field boundaries
-      } else {
-        a.op = static_cast<std::uint8_t>(rdmap::AtomicOp::CompareSwap);
-        a.add_swap_data = wr.swap;
-        a.add_swap_mask = ~std::uint64_t{0};
-        a.compare_data = wr.compare_add;
-        a.compare_mask = ~std::uint64_t{0};
-      }
-      a.encode(m.body);
-      m.total = 0;
-      m.data.clear();
-      orq_.push_back(OrqEntry{index, true, STag{0}, 0, 8, 0, a.request_id, *p});
-      break;
-    }
+    case WrOpcode::AtomicFetchAndAdd:
+      return start_atomic(index, m);
     case WrOpcode::LocalInv: {
       // Copied first: once complete_sq() retires the slot, post_send() may reuse it.
       const STag inv = wr.invalidate_rkey;
-      if (!mem.invalidate(inv, init_.pd)) {
+      if (!dev_.memory().invalidate(inv, init_.pd)) {
         local_fatal(
             index, WcStatus::LocProtErr,
             fmt::format("LOCAL_INV of STag 0x{:08x}: not a valid STag of this PD", inv.value()));
@@ -226,15 +170,88 @@ bool QueuePair::start_sq_wqe(std::uint64_t index, TxMsg& m) {
   return true;
 }
 
+// An RDMA Read Request (RFC 5040 §4.4); the Read waits in the ORD for its response.
+bool QueuePair::start_read(std::uint64_t index, TxMsg& m) {
+  const SendWr& wr = sq_[index % sq_.size()].wr;
+  // iWARP: the sink of a Read is written by the peer's Read Response, a tagged message, so
+  // its region needs REMOTE_WRITE as well as LOCAL_WRITE.
+  STag sink{0};
+  TaggedOffset sink_to{0};
+  if (!wr.sg_list.empty() && wr.sg_list[0].length > 0) {
+    const auto& s = wr.sg_list[0];
+    auto p =
+        dev_.memory().check_local(s.lkey, init_.pd, s.addr, s.length, kLocalWrite | kRemoteWrite);
+    if (!p) {
+      local_fatal(index, WcStatus::LocProtErr,
+                  fmt::format("WR {} (RDMA_READ): sink lkey 0x{:08x} [0x{:x}, +{}) is not "
+                              "usable{}",
+                              wr.wr_id, s.lkey.value(), s.addr, s.length,
+                              p.error() == LocalFault::AccessRights
+                                  ? ": an iWARP Read sink needs LOCAL_WRITE and REMOTE_WRITE"
+                              : p.error() == LocalFault::Bounds     ? ": outside the region"
+                              : p.error() == LocalFault::PdMismatch ? ": region in another PD"
+                                                                    : ": no such valid STag"));
+      return false;
+    }
+    sink = s.lkey;
+    sink_to = TaggedOffset{s.addr};
+  } else {
+    sink = STag{1};  // zero-length Read: the STag is not looked at (like siw's RTR)
+  }
+  const std::uint32_t size = wr.sg_list.empty() ? 0 : wr.sg_list[0].length;
+  m.hdr = ddp::untagged_header(Opcode::ReadRequest, QueueNumber{rdmap::kQnReadReq},
+                               next_msn(rdmap::kQnReadReq), MessageOffset{0}, true);
+  rdmap::ReadRequest rr{sink, sink_to, size, wr.rkey, TaggedOffset{wr.remote_addr}};
+  rr.encode(m.body);
+  m.total = 0;
+  orq_.push_back(OrqEntry{index, false, sink, sink_to, size, 0, 0, nullptr});
+  return true;
+}
+
+// An Atomic Request (RFC 7306 §4.2.1); it waits in the ORD for its Atomic Response.
+bool QueuePair::start_atomic(std::uint64_t index, TxMsg& m) {
+  const SendWr& wr = sq_[index % sq_.size()].wr;
+  const auto& s = wr.sg_list[0];
+  auto p = dev_.memory().check_local(s.lkey, init_.pd, s.addr, 8, kLocalWrite);
+  if (!p) {
+    local_fatal(index, WcStatus::LocProtErr,
+                fmt::format("WR {}: atomic result SGE lkey 0x{:08x} is not writable", wr.wr_id,
+                            s.lkey.value()));
+    return false;
+  }
+  m.hdr = ddp::untagged_header(Opcode::AtomicRequest, QueueNumber{rdmap::kQnReadReq},
+                               next_msn(rdmap::kQnReadReq), MessageOffset{0}, true);
+  rdmap::AtomicRequest a;
+  a.request_id = ++tx_.atomic_request_id;
+  a.stag = wr.rkey;
+  a.to = TaggedOffset{wr.remote_addr};
+  if (wr.opcode == WrOpcode::AtomicFetchAndAdd) {
+    a.op = static_cast<std::uint8_t>(rdmap::AtomicOp::FetchAdd);
+    a.add_swap_data = wr.compare_add;
+    a.add_swap_mask = 0;  // plain 64-bit add: no field boundaries
+  } else {
+    a.op = static_cast<std::uint8_t>(rdmap::AtomicOp::CompareSwap);
+    a.add_swap_data = wr.swap;
+    a.add_swap_mask = ~std::uint64_t{0};
+    a.compare_data = wr.compare_add;
+    a.compare_mask = ~std::uint64_t{0};
+  }
+  a.encode(m.body);
+  m.total = 0;
+  m.data.clear();
+  orq_.push_back(OrqEntry{index, true, STag{0}, TaggedOffset{0}, 8, 0, a.request_id, *p});
+  return true;
+}
+
 bool QueuePair::next_message(TxMsg& m) {
   // A Terminate goes out whatever the gate; the RTR waits for it like any FPDU (the
   // first-FPDU delay holds it back too).
-  if (!tx_priority_.empty() && (tx_priority_.front().kind == TxKind::Terminate || !tx_gated_)) {
-    m = std::move(tx_priority_.front());
-    tx_priority_.pop_front();
+  if (!tx_.priority.empty() && (tx_.priority.front().kind == TxKind::Terminate || !tx_.gated)) {
+    m = std::move(tx_.priority.front());
+    tx_.priority.pop_front();
     return true;
   }
-  if (state_.load() != QpState::Rts || tx_gated_) return false;
+  if (state_.load() != QpState::Rts || tx_.gated) return false;
   // RFC 5040 §6.3: Read Responses (and atomic responses) go out in the order of the requests.
   if (!irq_.empty()) {
     IrqEntry e = irq_.front();
@@ -252,11 +269,11 @@ bool QueuePair::next_message(TxMsg& m) {
     if (e.atomic) {
       m.kind = TxKind::AtomicResponse;
       m.hdr = ddp::untagged_header(Opcode::AtomicResponse, QueueNumber{rdmap::kQnAtomicResp},
-                                   Msn{++tx_msn_[rdmap::kQnAtomicResp]}, MessageOffset{0});
+                                   next_msn(rdmap::kQnAtomicResp), MessageOffset{0});
       e.atomic_resp.encode(m.body);
     } else {
       m.kind = TxKind::ReadResponse;
-      m.hdr = ddp::tagged_header(Opcode::ReadResponse, e.sink, TaggedOffset{e.sink_to});
+      m.hdr = ddp::tagged_header(Opcode::ReadResponse, e.sink, e.sink_to);
       if (!e.src.empty()) m.data.push_back(e.src);
       m.total = e.src.size();
     }
@@ -316,8 +333,8 @@ void QueuePair::append_fpdu(TxMsg& m) {
   else
     h.mo = MessageOffset{static_cast<std::uint32_t>(m.off)};
 
-  if (arena_used_ == arena_.size()) arena_.emplace_back();
-  Bytes& hb = arena_[arena_used_++];
+  if (tx_.arena_used == tx_.arena.size()) tx_.arena.emplace_back();
+  Bytes& hb = tx_.arena[tx_.arena_used++];
   hb.clear();
   hb.resize(mpa::kUlpduLengthSize);
   h.encode(hb);
@@ -325,7 +342,7 @@ void QueuePair::append_fpdu(TxMsg& m) {
   const std::size_t ulpdu_len = overhead + n;
 
   // The payload pieces of this segment, straight from registered memory.
-  std::size_t first_iov = iov_.size();
+  std::size_t first_iov = tx_.iov.size();
   std::size_t skip = m.off, need = n;
   std::vector<ByteSpan> pieces;
   for (auto d : m.data) {
@@ -341,13 +358,13 @@ void QueuePair::append_fpdu(TxMsg& m) {
   }
 
   std::size_t wire = 0;
-  if (!tx_framing_->config().markers) {
+  if (!tx_.framing->config().markers) {
     store_be16(hb.data(), static_cast<std::uint16_t>(ulpdu_len));
     const std::size_t pad = mpa::pad_length(ulpdu_len);
-    if (arena_used_ == arena_.size()) arena_.emplace_back();
-    Bytes& tr = arena_[arena_used_++];
+    if (tx_.arena_used == tx_.arena.size()) tx_.arena.emplace_back();
+    Bytes& tr = tx_.arena[tx_.arena_used++];
     tr.assign(pad + mpa::kCrcSize, 0);
-    if (tx_framing_->config().crc) {
+    if (tx_.framing->config().crc) {
       // RFC 5044 §6.2: CRC over ULPDU_Length, ULPDU and PAD, sent least significant octet first.
       mpa::Crc32c crc;
       crc.update(hb);
@@ -363,14 +380,14 @@ void QueuePair::append_fpdu(TxMsg& m) {
     // With markers the FPDU is assembled by the MPA encoder, which places them.
     std::vector<ByteSpan> ulpdu{ByteSpan(hb).subspan(mpa::kUlpduLengthSize)};
     ulpdu.insert(ulpdu.end(), pieces.begin(), pieces.end());
-    if (arena_used_ == arena_.size()) arena_.emplace_back();
-    Bytes& out = arena_[arena_used_++];
+    if (tx_.arena_used == tx_.arena.size()) tx_.arena.emplace_back();
+    Bytes& out = tx_.arena[tx_.arena_used++];
     out.clear();
-    auto r = tx_framing_->encode(ulpdu, out);
+    auto r = tx_.framing->encode(ulpdu, out);
     if (!r) {
       logger().error("QP {}: {}", qp_num_, r.error().to_string());
-      iov_.resize(first_iov);
-      iov_user_.resize(first_iov);
+      tx_.iov.resize(first_iov);
+      tx_.iov_user.resize(first_iov);
       m.off = m.total;
       return;
     }
@@ -379,44 +396,44 @@ void QueuePair::append_fpdu(TxMsg& m) {
   }
   m.off += n;
   m.started = true;
-  batch_bytes_ += wire;
-  if (wire && tap_) fpdu_ends_.push_back(batch_bytes_);  // only a capture needs them
+  tx_.batch_bytes += wire;
+  if (wire && tap_wire_.tap) tx_.fpdu_ends.push_back(tx_.batch_bytes);  // only a capture needs them
   std::lock_guard l(mu_);
   ++stats_.fpdus_sent;
   stats_.bytes_sent += wire;
 }
 
 void QueuePair::push_iov(ByteSpan b, bool user) {
-  iov_.emplace_back(b.data(), b.size());
-  iov_user_.push_back(user);
+  tx_.iov.emplace_back(b.data(), b.size());
+  tx_.iov_user.push_back(user);
 }
 
 void QueuePair::tx_kick() {
   // Not re-entrant: an error found while the batch is built (a bad lkey, say) queues its
   // Terminate through fatal(), which calls here again; the loop below picks it up.
-  if (writing_ || tx_building_ || closed_ || !transport_) return;
-  tx_building_ = true;
-  arena_used_ = 0;
-  iov_.clear();
-  iov_user_.clear();
-  iov_pos_ = 0;
-  tx_detached_.clear();
-  fpdu_ends_.clear();
-  batch_bytes_ = 0;
-  tx_batch_wrs_.clear();
+  if (tx_.writing || tx_.building || closed_ || !transport_) return;
+  tx_.building = true;
+  tx_.arena_used = 0;
+  tx_.iov.clear();
+  tx_.iov_user.clear();
+  tx_.iov_pos = 0;
+  tx_.detached.clear();
+  tx_.fpdu_ends.clear();
+  tx_.batch_bytes = 0;
+  tx_.batch_wrs.clear();
   bool terminate_sent = false;
-  while (batch_bytes_ < kBatchBytes && iov_.size() + 8 < kMaxIov && !terminate_sent) {
-    if (!tx_cur_) {
+  while (tx_.batch_bytes < kBatchBytes && tx_.iov.size() + 8 < kMaxIov && !terminate_sent) {
+    if (!tx_.cur) {
       TxMsg m;
       if (!next_message(m)) {
         // next_message() may have failed the QP: its Terminate is queued now and goes in
         // this batch, behind what was built before the bad WR.
-        if (!tx_priority_.empty() && tx_priority_.front().kind == TxKind::Terminate) continue;
+        if (!tx_.priority.empty() && tx_.priority.front().kind == TxKind::Terminate) continue;
         break;
       }
-      tx_cur_ = std::move(m);
+      tx_.cur = std::move(m);
     }
-    TxMsg& m = *tx_cur_;
+    TxMsg& m = *tx_.cur;
     if (!m.started || m.off < m.total) append_fpdu(m);
     if (m.off < m.total) continue;
     if (m.then_imm) {
@@ -425,39 +442,39 @@ void QueuePair::tx_kick() {
       imm.kind = m.kind;
       imm.sq_index = m.sq_index;
       imm.hdr = *m.then_imm;
-      imm.hdr.msn = Msn{++tx_msn_[rdmap::kQnSend]};
+      imm.hdr.msn = next_msn(rdmap::kQnSend);
       ByteWriter(imm.body).be64(m.imm);
-      tx_cur_ = std::move(imm);
+      tx_.cur = std::move(imm);
       continue;
     }
     if (m.kind == TxKind::Sq) {
       const auto op = sq_[m.sq_index % sq_.size()].wr.opcode;
       if (op != WrOpcode::RdmaRead && op != WrOpcode::AtomicCmpAndSwp &&
           op != WrOpcode::AtomicFetchAndAdd)
-        tx_batch_wrs_.push_back(m.sq_index);
+        tx_.batch_wrs.push_back(m.sq_index);
     }
     terminate_sent = m.kind == TxKind::Terminate;  // nothing follows a Terminate (RFC 5040 §5.6)
-    tx_cur_.reset();
+    tx_.cur.reset();
   }
-  tx_building_ = false;
-  if (terminate_sent) tx_priority_.clear();
-  if (iov_.empty()) {
+  tx_.building = false;
+  if (terminate_sent) tx_.priority.clear();
+  if (tx_.iov.empty()) {
     if (closing_after_tx_) enter_error(closed_reason_);
     return;
   }
-  writing_ = true;
+  tx_.writing = true;
   {
     std::lock_guard l(mu_);
     ++stats_.tx_batches;
   }
-  if (tap_) {
+  if (tap_wire_.tap) {
     Bytes all;
-    all.reserve(batch_bytes_);
-    for (const auto& b : iov_) {
+    all.reserve(tx_.batch_bytes);
+    for (const auto& b : tx_.iov) {
       auto* p = static_cast<const std::uint8_t*>(b.data());
       all.insert(all.end(), p, p + b.size());
     }
-    tap_->on_fpdus(true, all, fpdu_ends_);
+    tap_wire_.tap->on_fpdus(true, all, tx_.fpdu_ends);
   }
   tx_write();
 }
@@ -466,16 +483,17 @@ void QueuePair::tx_kick() {
 // here, synchronously on the engine thread: between two calls no I/O request holds a span of
 // it (see Transport), so deregistration can copy the unsent rest away (tx_detach).
 void QueuePair::tx_write() {
-  while (iov_pos_ < iov_.size()) {
+  while (tx_.iov_pos < tx_.iov.size()) {
     boost::system::error_code ec;
     std::size_t n = transport_->write_some(
-        std::span(iov_).subspan(iov_pos_, std::min<std::size_t>(iov_.size() - iov_pos_, kMaxIov)),
+        std::span(tx_.iov).subspan(tx_.iov_pos,
+                                   std::min<std::size_t>(tx_.iov.size() - tx_.iov_pos, kMaxIov)),
         ec);
     if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) {
       transport_->async_wait_writable(
           [self = shared_from_this()](const boost::system::error_code& e) {
             if (e) {
-              self->writing_ = false;
+              self->tx_.writing = false;
               if (e != boost::asio::error::operation_aborted && !self->closed_)
                 self->enter_error({QpClosed::Cause::PeerClosed,
                                    fmt::format("connection lost while sending: {}", e.message())});
@@ -487,7 +505,7 @@ void QueuePair::tx_write() {
       return;
     }
     if (ec) {
-      writing_ = false;
+      tx_.writing = false;
       // The peer may have closed after a Terminate that is already in our receive buffer:
       // read what is there first, so the QP reports the Terminate rather than the broken pipe.
       boost::asio::post(dev_.io(), [self = shared_from_this(), ec] {
@@ -499,21 +517,21 @@ void QueuePair::tx_write() {
       });
       return;
     }
-    while (n > 0 && iov_pos_ < iov_.size()) {
-      const std::size_t b = iov_[iov_pos_].size();
+    while (n > 0 && tx_.iov_pos < tx_.iov.size()) {
+      const std::size_t b = tx_.iov[tx_.iov_pos].size();
       if (n >= b) {
         n -= b;
-        ++iov_pos_;
+        ++tx_.iov_pos;
       } else {
-        iov_[iov_pos_] += n;
+        tx_.iov[tx_.iov_pos] += n;
         n = 0;
       }
     }
   }
-  writing_ = false;
+  tx_.writing = false;
   // RFC 5040 §5 (as siw): a Send or Write completes once handed to the LLP.
-  auto done = std::move(tx_batch_wrs_);
-  tx_batch_wrs_.clear();
+  auto done = std::move(tx_.batch_wrs);
+  tx_.batch_wrs.clear();
   for (auto i : done) {
     std::uint32_t len;
     {
@@ -531,13 +549,13 @@ void QueuePair::tx_write() {
 void QueuePair::tx_detach(const std::function<bool(const std::uint8_t*, std::size_t)>& touches) {
   // The unsent rest of the batch keeps its octets, copied out of registered memory, so the
   // stream stays whole while the memory is no longer ours to read.
-  for (std::size_t i = iov_pos_; i < iov_.size(); ++i) {
-    if (!iov_user_[i]) continue;
-    auto* p = static_cast<const std::uint8_t*>(iov_[i].data());
-    if (!touches(p, iov_[i].size())) continue;
-    tx_detached_.emplace_back(p, p + iov_[i].size());
-    iov_[i] = boost::asio::const_buffer(tx_detached_.back().data(), tx_detached_.back().size());
-    iov_user_[i] = false;
+  for (std::size_t i = tx_.iov_pos; i < tx_.iov.size(); ++i) {
+    if (!tx_.iov_user[i]) continue;
+    auto* p = static_cast<const std::uint8_t*>(tx_.iov[i].data());
+    if (!touches(p, tx_.iov[i].size())) continue;
+    tx_.detached.emplace_back(p, p + tx_.iov[i].size());
+    tx_.iov[i] = boost::asio::const_buffer(tx_.detached.back().data(), tx_.detached.back().size());
+    tx_.iov_user[i] = false;
   }
 }
 

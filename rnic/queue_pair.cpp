@@ -316,12 +316,10 @@ int QueuePair::post_recv(const RecvWr& wr, std::string* why) {
       return 0;
     }
   }
-  Wc wc;
-  wc.wr_id = wr.wr_id;
-  wc.status = WcStatus::WrFlushErr;
-  wc.opcode = WcOpcode::Recv;
-  wc.qp_num = qp_num_;
-  boost::asio::post(dev_.io(), [self = shared_from_this(), wc] { self->init_.recv_cq->push(wc); });
+  boost::asio::post(
+      dev_.io(), [self = shared_from_this(), wc = recv_completion(wr.wr_id, WcStatus::WrFlushErr)] {
+        self->init_.recv_cq->push(wc);
+      });
   return 0;
 }
 
@@ -344,26 +342,26 @@ void QueuePair::start(std::unique_ptr<Transport> transport, const StreamSetup& s
   self_ = shared_from_this();
   dev_.attach(weak_from_this());
   transport_ = std::move(transport);
-  rx_opts_ = std::move(rx);
-  tap_ = std::move(tap);
+  rx_.opts = std::move(rx);
+  tap_wire_.tap = std::move(tap);
   on_closed_ = std::move(on_closed);
   {
     std::lock_guard l(mu_);
     setup_ = setup;
   }
   const auto& p = setup.params;
-  tx_framing_.emplace(setup.initiator ? p.framing_to_responder() : p.framing_to_initiator());
-  rx_reader_.emplace(setup.initiator ? p.framing_to_initiator() : p.framing_to_responder());
+  tx_.framing.emplace(setup.initiator ? p.framing_to_responder() : p.framing_to_initiator());
+  rx_.reader.emplace(setup.initiator ? p.framing_to_initiator() : p.framing_to_responder());
   // RFC 5044 §7.1.2 / RFC 6581 §4: the responder sends no FPDU before the initiator's first
   // (in peer-to-peer mode that is the RTR message).
-  tx_gated_ = !setup.initiator;
+  tx_.gated = !setup.initiator;
   if (setup.initiator && setup.first_fpdu_delay.count() > 0) {
-    tx_gated_ = true;
-    tx_delay_.emplace(dev_.io());
-    tx_delay_->expires_after(setup.first_fpdu_delay);
-    tx_delay_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    tx_.gated = true;
+    tx_.delay.emplace(dev_.io());
+    tx_.delay->expires_after(setup.first_fpdu_delay);
+    tx_.delay->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec) return;
-      self->tx_gated_ = false;
+      self->tx_.gated = false;
       self->tx_kick();
     });
   }

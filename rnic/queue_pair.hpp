@@ -32,6 +32,7 @@
 #include "rnic/completion_queue.hpp"
 #include "rnic/device.hpp"
 #include "rnic/impaired_wire.hpp"
+#include "rnic/recv_buffer.hpp"
 #include "rnic/rx_observer.hpp"
 #include "rnic/transport.hpp"
 #include "rnic/work_request.hpp"
@@ -126,7 +127,8 @@ struct StreamSetup {
   std::chrono::milliseconds close_timeout = kCloseTimeout;
 };
 
-// How the receive side gets its TCP segments (seed 004: the receive engine works on segments).
+// How the receive side gets its TCP segments: the receive engine works on TCP segments, in any
+// order, so data beyond a hole can be placed before the hole closes (qp_ooo.cpp).
 struct RxOptions {
   // Sequence number of the first octet after the MPA frame (a replay's segments carry real
   // sequence numbers; a live socket's stream is numbered from here).
@@ -136,7 +138,8 @@ struct RxOptions {
   std::shared_ptr<RxObserver> observer;  // timeline events (engine thread)
 };
 
-// Per TCP hole: what arrived beyond it and waits for it to close (seed 004 claims 1-8).
+// Per TCP hole: what arrived beyond it and was placed, and whose completions, doorbells and
+// Terminates wait for the hole to close (qp_ooo.cpp).
 struct HoleInfo {
   mpa::Hole hole;
   std::uint32_t sends = 0;                 // Send messages completed beyond it: CQEs held back
@@ -240,11 +243,13 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryU
     std::optional<ddp::DdpHeader> then_imm;  // Write with Immediate: the Immediate Data to follow
     std::uint64_t imm = 0;
   };
+  // The send-queue index of a Read that no work request asked for (the peer-to-peer RTR).
+  static constexpr std::uint64_t kNoSqIndex = ~std::uint64_t{0};
   struct OrqEntry {
-    std::uint64_t sq_index;
+    std::uint64_t sq_index;  // kNoSqIndex: the RTR's zero-length Read
     bool atomic;
     STag sink{0};
-    std::uint64_t sink_to = 0;
+    TaggedOffset sink_to{0};
     std::uint32_t size = 0, received = 0;
     std::uint32_t request_id = 0;
     std::uint8_t* result = nullptr;  // atomics: where the original value goes
@@ -253,14 +258,14 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryU
   struct IrqEntry {
     bool atomic;
     STag sink{0};
-    std::uint64_t sink_to = 0;
+    TaggedOffset sink_to{0};
     ByteSpan src;
     rdmap::AtomicResponse atomic_resp;
     STag src_stag{0};
     bool revoked = false;  // `src` was deregistered before the response went out
   };
 
-  // --- engine (engine thread) ---
+  // --- transmit engine (engine thread, qp_tx.cpp) ---
   void tx_kick();
   void tx_write();
   void push_iov(ByteSpan b, bool user);
@@ -270,15 +275,24 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryU
   std::uint16_t negotiated_ord() const {
     return setup_->initiator ? setup_->params.initiator_ord : setup_->params.responder_ord;
   }
+  // RFC 5041 §5.3: the MSN of the next message sent on untagged queue `qn` (the first is 1).
+  Msn next_msn(std::uint32_t qn) {
+    tx_.msn[qn] = tx_.msn[qn].next();
+    return tx_.msn[qn];
+  }
   void arm_close_timer();
   bool next_message(TxMsg& m);  // false when nothing can go now
   bool start_sq_wqe(std::uint64_t index, TxMsg& m);
+  bool resolve_send_sges(std::uint64_t index, TxMsg& m);
+  bool start_read(std::uint64_t index, TxMsg& m);
+  bool start_atomic(std::uint64_t index, TxMsg& m);
   void append_fpdu(TxMsg& m);
   void complete_sq(std::uint64_t index, WcStatus status, std::uint32_t byte_len = 0,
                    std::uint32_t vendor_err = 0);
   void retire_sq();
   std::size_t mulpdu() const;
 
+  // --- receive engine (engine thread, qp_rx.cpp) ---
   void rx_start(Bytes leftover);
   void rx_read();
   void rx_drain();
@@ -288,25 +302,68 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryU
   void arm_wire_flush();
   void on_rx_error(const boost::system::error_code& ec);
 
-  // Receive-side placement (qp_rx.cpp).
-  MutableByteSpan rx_head(const mpa::FpduHead& h);
-  void rx_end(const mpa::FpduTrailer& t);
+  // How an FPDU reaches rx_head/rx_end: read in stream order with its payload still to be
+  // placed, or released from the out-of-order ledger with its payload placed already (beyond
+  // a hole, qp_ooo.cpp). Everything else about its delivery is the same.
+  enum class Delivery : std::uint8_t { InOrder, AlreadyPlaced };
+  MutableByteSpan rx_head(const mpa::FpduHead& h, Delivery how);
+  void rx_end(const mpa::FpduTrailer& t, Delivery how);
   void rx_framing_error(const WireError& e);
-  Result<MutableByteSpan> rx_untagged(const ddp::Segment& s, std::size_t payload_len,
-                                      ByteSpan head_payload);
   Result<MutableByteSpan> rx_tagged(const ddp::Segment& s, std::size_t payload_len,
-                                    ByteSpan head_payload);
-  Result<void> rx_message_end();
+                                    ByteSpan head_payload, Delivery how);
+  Result<MutableByteSpan> rx_untagged(const ddp::Segment& s, std::size_t payload_len,
+                                      ByteSpan head_payload, Delivery how);
+  Result<MutableByteSpan> rx_send_segment(const ddp::Segment& s, std::size_t payload_len,
+                                          ByteSpan head_payload, Delivery how);
+  Result<void> rx_check_request(const ddp::Segment& s);
+  bool expects_peer_rtr_send() const;
+  Result<void> rx_message_end(Delivery how);
+  Result<void> rx_read_response_end();
+  Result<void> complete_receive();
+  void execute_atomic(const rdmap::AtomicRequest& a);
+  void rx_atomic_response_end();
+  // A receive completion with nothing filled in beyond the WR, status and QP (RFC 5040 §5.3).
+  Wc recv_completion(std::uint64_t wr_id, WcStatus status, WcOpcode opcode = WcOpcode::Recv) const;
   void rx_terminate_received(const rdmap::Terminate& t);
-  // Beyond a TCP hole (qp_ooo.cpp): place a whole FPDU now if it can be, and keep what its
-  // delivery needs in the hole ledger; release it when the in-order point reaches it.
+  bool take_rqe();
+
+  // --- out-of-order placement (engine thread, qp_ooo.cpp) ---
+  // An FPDU placed beyond a hole, as its delivery will need it: the head of its ULPDU (the
+  // headers), what kind of message it belongs to, and for a Send the receive WQE it went to.
+  struct Deferred {
+    rdmap::MessageFamily family = rdmap::MessageFamily::Write;
+    std::uint64_t offset = 0;
+    std::uint32_t wire_length = 0;
+    std::uint16_t ulpdu_length = 0;
+    Bytes head;
+    bool last = false;
+    std::uint64_t wr_id = 0;  // Send: the receive WQE its MSN selected
+  };
+  // What trying to place one FPDU beyond a hole came to.
+  struct OooStep {
+    mpa::OooVerdict verdict = mpa::OooVerdict::Placed;
+    std::string wait_reason;         // Wait: why it waits for the stream
+    std::optional<WireError> error;  // Invalid: what is wrong with it
+    static OooStep wait(std::string why) { return {mpa::OooVerdict::Wait, std::move(why), {}}; }
+    static OooStep invalid(WireError e) { return {mpa::OooVerdict::Invalid, {}, std::move(e)}; }
+  };
+  // Which receive WQE a Send found beyond a hole goes to (RFC 5041 §5.3: the MSN selects it).
+  struct RqeForMsn {
+    enum class Kind : std::uint8_t { InProgress, Queued, AlreadyDelivered, MaybePeerRtr };
+    Kind kind = Kind::Queued;
+    std::size_t queued_index = 0;  // Queued: index in the receive queue
+  };
+  // Beyond a TCP hole: place a whole FPDU now if it can be, and keep what its delivery needs
+  // in the hole ledger; release it when the in-order point reaches it.
   mpa::OooVerdict rx_ooo(const mpa::OooFpdu& f, const mpa::Hole& hole);
+  OooStep ooo_place(const ddp::Segment& s, Deferred& d);
+  OooStep ooo_place_send(const ddp::Segment& s, Deferred& d);
+  RqeForMsn rqe_for_msn(Msn msn) const;
   void rx_release(std::uint64_t offset, std::uint32_t wire_length);
   void rx_hole_closed(const mpa::Hole& h, bool first);
   void rx_event(RxEvent e);
-  bool take_rqe();
 
-  // Errors (qp_error.cpp): Terminate toward the peer, then ERROR with everything flushed.
+  // --- errors (qp_error.cpp): Terminate toward the peer, then ERROR with everything flushed ---
   void fatal(const WireError& e, ByteSpan ddp_hdr = {}, ByteSpan rdmap_hdr = {},
              std::uint16_t segment_length = 0);
   void local_fatal(std::uint64_t sq_index, WcStatus status, const std::string& why);
@@ -321,7 +378,8 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryU
   std::uint32_t qp_num_;
   std::atomic<QpState> state_{QpState::Idle};
 
-  mutable std::mutex mu_;              // guards the rings, the error reason and setup_
+  // The work queues, shared between the verbs side (any thread) and the engine.
+  mutable std::mutex mu_;              // guards the rings, the error reason, setup_ and stats_
   std::condition_variable rq_posted_;  // a receive WR was posted (QpInit::rnr_wait)
   bool rnr_abort_ = false;             // modify_to_error(): stop waiting for one (under mu_)
   std::vector<SqEntry> sq_;
@@ -330,98 +388,109 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryU
   std::string error_reason_;
   std::optional<StreamSetup> setup_;
   std::atomic<bool> doorbell_pending_{false};
+  Stats stats_;
 
-  // Engine-thread state.
+  // The connection's lifetime (engine thread).
   std::shared_ptr<QueuePair> self_;  // alive while connected
   std::unique_ptr<Transport> transport_;
-  std::shared_ptr<WireTap> tap_;
-  std::optional<boost::asio::steady_timer> tx_delay_;
   std::function<void(const QpClosed&)> on_closed_;
-  std::optional<mpa::FpduEncoder> tx_framing_;
-  std::optional<mpa::FpduReader> rx_reader_;
-  std::shared_ptr<RxSink> rx_sink_;
-  std::array<std::uint32_t, rdmap::kQueueCount> tx_msn_{};  // last MSN sent per queue
-  std::deque<OrqEntry> orq_;
-  std::deque<IrqEntry> irq_;
-  std::deque<TxMsg> tx_priority_;  // Terminate, RTR: before anything else
-  std::optional<TxMsg> tx_cur_;
-  bool tx_gated_ = false;     // MPA v1 responder: hold FPDUs until the initiator's first arrives
-  bool writing_ = false;      // a batch is on its way to the socket (tx_write)
-  bool tx_building_ = false;  // tx_kick() is building a batch (not re-entrant)
   std::optional<boost::asio::steady_timer> close_timer_;
   bool closing_after_tx_ = false;
   QpClosed closed_reason_{QpClosed::Cause::LocalDisconnect, ""};
   bool closed_ = false;
-  std::deque<Bytes> arena_;  // headers and trailers of the batch (stable addresses)
-  std::size_t arena_used_ = 0;
-  std::vector<boost::asio::const_buffer> iov_;
-  std::vector<bool> iov_user_;               // iov_[i] points into registered memory
-  std::size_t iov_pos_ = 0;                  // first iov_ entry not yet written whole
-  std::deque<Bytes> tx_detached_;            // copies made by tx_detach() (stable addresses)
-  std::vector<std::uint64_t> tx_batch_wrs_;  // Sends/Writes that complete when the batch is out
-  std::vector<std::size_t> fpdu_ends_;       // where each FPDU of the batch ends (for the tap)
-  Bytes rx_tap_buf_;                         // received octets not yet a whole FPDU (for the tap)
-  void tap_inbound(ByteSpan data);
-  std::size_t batch_bytes_ = 0;
-  Bytes rx_buf_;
 
-  // Receive-side message state.
-  ddp::SegmentChecker rx_checker_;
+  // The read queues (engine thread): our Reads and atomics waiting for their responses (ORD),
+  // the peer's waiting for ours (IRD), RFC 5040 §6.3 / RFC 7306 §5.
+  std::deque<OrqEntry> orq_;
+  std::deque<IrqEntry> irq_;
+
+  // Transmit context (engine thread only; no lock): framing, MSNs, the message being sent and
+  // the gather batch on its way to the socket.
+  struct TxContext {
+    std::optional<mpa::FpduEncoder> framing;
+    std::optional<boost::asio::steady_timer> delay;  // StreamSetup::first_fpdu_delay
+    std::array<Msn, rdmap::kQueueCount> msn{};       // last MSN sent per queue
+    std::uint32_t atomic_request_id = 0;             // last one sent (RFC 7306 §4.2.1)
+    std::deque<TxMsg> priority;                      // Terminate, RTR: before anything else
+    std::optional<TxMsg> cur;
+    bool gated = false;       // MPA v1 responder: hold FPDUs until the initiator's first arrives
+    bool writing = false;     // a batch is on its way to the socket (tx_write)
+    bool building = false;    // tx_kick() is building a batch (not re-entrant)
+    std::deque<Bytes> arena;  // headers and trailers of the batch (stable addresses)
+    std::size_t arena_used = 0;
+    std::vector<boost::asio::const_buffer> iov;
+    std::vector<bool> iov_user;            // iov[i] points into registered memory
+    std::size_t iov_pos = 0;               // first iov entry not yet written whole
+    std::deque<Bytes> detached;            // copies made by tx_detach() (stable addresses)
+    std::vector<std::uint64_t> batch_wrs;  // Sends/Writes that complete when the batch is out
+    std::vector<std::size_t> fpdu_ends;    // where each FPDU of the batch ends (for the tap)
+    std::size_t batch_bytes = 0;
+  } tx_;
+
+  // The FPDU being received, from its head to its trailer.
   struct RxFpdu {
     ddp::Segment seg;
     std::size_t payload_len = 0;
     std::optional<WireError> error;
     Bytes raw_ddp, raw_rdmap;  // the offending headers, for a Terminate
     std::uint16_t ulpdu_length = 0;
+    // The peer-to-peer RTR Send (RFC 6581 §4): nothing to place, report or complete.
+    bool peer_rtr = false;
     // Untagged payload that spans several receive SGEs lands in a bounce buffer first.
     Bytes bounce;
     std::uint32_t bounce_mo = 0;
     // A validated Read Request / Atomic Request, acted on once the FPDU's CRC is good.
     std::optional<IrqEntry> pending_irq;
     std::uint64_t* atomic_word = nullptr;
-  } rx_;
+  };
+  // The Send message in progress and the receive WQE it consumed.
   struct RxSend {
-    bool active = false;    // a receive WQE is consumed by the message in progress
-    std::uint32_t msn = 0;  // that message's MSN
+    bool active = false;  // a receive WQE is consumed by the message in progress
+    Msn msn{0};           // that message's MSN
     RecvWr rqe;
-    std::vector<MutableByteSpan> sges;  // resolved receive buffers (cleared when revoked)
-    bool revoked = false;               // a region of its SGEs was deregistered meanwhile
-    std::uint64_t capacity = 0;
+    RecvBuffer buffer;     // its SGEs resolved (cleared, capacity 0, when revoked)
+    bool revoked = false;  // a region of its SGEs was deregistered meanwhile
     std::uint32_t placed = 0;
     // How the receive WR completes when the message fails here (LocLenErr: too long,
     // LocProtErr: its own SGEs are not writable); Success: flushed like the rest.
     WcStatus error = WcStatus::Success;
-  } rx_send_;
-  bool rx_first_fpdu_seen_ = false;
-
-  // The segment path (seed 004): holes, and what waits beyond each.
-  RxOptions rx_opts_;
-  std::optional<mpa::SegmentReceiver> seg_rx_;
-  std::shared_ptr<SegVisitor> seg_visitor_;
-  std::optional<ImpairedWire> wire_;
-  std::optional<boost::asio::steady_timer> wire_flush_;
-  std::optional<TcpSeq> fin_seq_;
-  // An FPDU placed beyond a hole, as its delivery will need it: the head of its ULPDU (the
-  // headers), what kind of message it belongs to, and for a Send the receive WQE it went to.
-  struct Deferred {
-    enum class Kind : std::uint8_t { Write, ReadResponse, Send, ReadRequest };
-    Kind kind = Kind::Write;
-    std::uint64_t offset = 0;
-    std::uint32_t wire_length = 0;
-    std::uint16_t ulpdu_length = 0;
-    Bytes head;
-    bool last = false;
-    std::uint64_t wr_id = 0;  // Send: the receive WQE its MSN selected
   };
-  std::map<std::uint64_t, Deferred> ledger_;  // by stream offset; guarded by mu_
-  std::set<std::uint64_t> ooo_errors_;        // invalid FPDUs beyond a hole; guarded by mu_
-  bool rx_placed_mode_ = false;  // rx_head/rx_end deliver an FPDU whose data is in place
-  RxEvent rx_released_;          // what the in-order point let go since the last report
-  std::uint32_t rx_last_write_len_ = 0;
-  std::uint32_t rx_cur_write_len_ = 0;
-  std::uint32_t atomic_request_id_ = 0;
+  // Receive stream (engine thread only; no lock): the segment path, the MPA reader, and the
+  // message state across FPDUs.
+  struct RxStream {
+    RxOptions opts;
+    std::optional<mpa::SegmentReceiver> segments;  // TCP segments in, holes tracked
+    std::shared_ptr<SegVisitor> visitor;
+    std::optional<mpa::FpduReader> reader;
+    std::shared_ptr<RxSink> sink;
+    Bytes buf;
+    std::optional<TcpSeq> fin_seq;
+    ddp::SegmentChecker checker;
+    RxFpdu fpdu;
+    RxSend send;
+    bool first_fpdu_seen = false;
+    // Immediate Data reports the length of the Write just before it (RFC 7306 §4.3).
+    std::uint32_t last_write_len = 0;
+    std::uint32_t cur_write_len = 0;
+  } rx_;
 
-  Stats stats_;
+  // Out-of-order ledger: FPDUs placed beyond a TCP hole whose completions, doorbells and
+  // Terminates wait for the hole to close. `placed` and `errors` are written on the engine
+  // thread and read by hole_report() under mu_; `released` is engine-thread only.
+  struct OooLedger {
+    std::map<std::uint64_t, Deferred> placed;  // by stream offset
+    std::set<std::uint64_t> errors;            // invalid FPDUs beyond a hole
+    RxEvent released;  // what the in-order point let go since the last report
+  } ooo_;
+
+  // Capture and simulation (engine thread only): the pcap tap and the simulated impaired wire.
+  struct TapAndWire {
+    std::shared_ptr<WireTap> tap;
+    Bytes rx_partial;  // received octets not yet a whole FPDU (for the tap)
+    std::optional<ImpairedWire> wire;
+    std::optional<boost::asio::steady_timer> wire_flush;
+  } tap_wire_;
+  void tap_inbound(ByteSpan data);
 };
 
 }  // namespace iwarp::rnic

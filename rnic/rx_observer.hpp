@@ -29,7 +29,8 @@ struct RxEvent {
   std::uint64_t offset = 0;  // stream offset (Full Operation octet 0) the event is about
   std::uint64_t end = 0;     // HoleOpened/HoleClosed: end of the range; Placed: end of FPDU
   bool beyond_hole = false;  // Placed/Completion: happened while a hole lay before it
-  // Released: what the closing hole let go (RFC 5040 ordering; seed 004 claims 2, 5, 8).
+  // Released: what the closing hole let go: the Send CQEs, Read WR completions and Read
+  // Requests held back, in stream order (RFC 5040 §5.3 / RFC 5041 §5.4).
   std::uint32_t sends = 0, read_responses = 0, read_requests = 0, writes = 0;
   std::string text;  // one line: opcode, STag/TO or MSN/MO, length; or the error
 };
