@@ -20,6 +20,7 @@
 
 #include "common/log.hpp"
 #include "ddp/segment.hpp"
+#include "ddp/terminate.hpp"
 #include "mpa/fpdu.hpp"
 
 namespace iwarp::rnic {
@@ -729,16 +730,11 @@ void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<
                         // RFC 5044 §7.1 / RFC 6581 §7: the initiator answers an unacceptable Reply
                         // with a Terminate carrying the LLP error, then closes.
                         const auto& err = *out.error;
-                        const TermCode tc = term_code(err.code);
-                        rdmap::Terminate t;
-                        t.layer = static_cast<std::uint8_t>(tc.layer);
-                        t.etype = tc.etype;
-                        t.ecode = tc.ecode;
                         ddp::Segment s;
                         s.hdr = ddp::untagged_header(rdmap::Opcode::Terminate,
                                                      QueueNumber{rdmap::kQnTerminate}, Msn{1},
                                                      MessageOffset{0});
-                        s.body = t;
+                        s.body = rdmap::make_terminate(err.code);
                         Bytes ulpdu, fpdu;
                         ddp::encode_segment(s, ulpdu);
                         mpa::FpduEncoder enc(out.params.framing_to_responder());
