@@ -9,7 +9,7 @@
 #include <string>
 
 #include "enlarge/budget.hpp"
-#include "rnic/connection_manager.hpp"
+#include "rnic/cm_options.hpp"
 
 namespace iwarp::enlarge {
 
