@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "process_support.hpp"
+#include "rnic/connection_manager.hpp"  // the engine behind the endpoint
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;
