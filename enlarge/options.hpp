@@ -9,7 +9,7 @@
 
 #include "enlarge/budget.hpp"
 #include "enlarge/wire_format.hpp"
-#include "rnic/connection_manager.hpp"
+#include "rnic/cm_options.hpp"
 
 namespace iwarp::enlarge {
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ddp/segment.hpp"
+#include "ddp/terminate.hpp"
 #include "enlarge/wire_format.hpp"
 #include "mpa/fpdu.hpp"
 #include "mpa/negotiation.hpp"
@@ -322,11 +323,8 @@ void qp_seeds() {
     ddp::Segment t;
     t.hdr =
         ddp::untagged_header(rdmap::Opcode::Terminate, QueueNumber{2}, Msn{1}, MessageOffset{0});
-    rdmap::Terminate term;
-    term.layer = 1;
-    term.etype = 1;
-    term.ecode = 0;
-    t.body = term;
+    // DDP layer, tagged buffer, invalid STag (RFC 5041 §7.2), with no headers echoed.
+    t.body = rdmap::make_terminate(Errc::DdpTaggedInvalidStag);
     s.segs.push_back(t);
     seeds.push_back(s);
   }

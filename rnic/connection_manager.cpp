@@ -20,6 +20,7 @@
 
 #include "common/log.hpp"
 #include "ddp/segment.hpp"
+#include "ddp/terminate.hpp"
 #include "mpa/fpdu.hpp"
 
 namespace iwarp::rnic {
@@ -605,153 +606,157 @@ void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<
     peer_ = fmt::format("{}:{}", host, port);
   }
   asio::post(dev_.io(), [self = shared_from_this(), host, port, param] {
-    if (param.private_data.size() > self->max_private_data()) {
-      self->finish_exchange();
-      return self->emit(CmEventType::ConnectError,
-                        fmt::format("{} octets of private data; the MPA Request carries at most {}",
-                                    param.private_data.size(), self->max_private_data()));
-    }
-    boost::system::error_code ec;
-    tcp::resolver resolver(self->dev_.io());
-    auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-    if (ec) {
-      self->finish_exchange();
-      return self->emit(CmEventType::Unreachable,
-                        fmt::format("cannot resolve '{}': {}", host, ec.message()));
-    }
-    self->sock_.emplace(self->dev_.io());
-    self->timer_.expires_after(self->opts_.connect_timeout);
-    self->timer_.async_wait([self](const boost::system::error_code& e) {
-      if (e || self->finished_) return;
-      self->finish_exchange();
-      boost::system::error_code ignored;
-      self->sock_->close(ignored);
-      self->emit(CmEventType::Unreachable, fmt::format("TCP connect timed out after {} ms",
-                                                       self->opts_.connect_timeout.count()));
-    });
-    // A refused connection is tried again for CmOptions::connect_retry (a server that is
-    // between two listeners, as perftest's is), each attempt on a fresh socket.
-    auto attempt = std::make_shared<std::function<void()>>();
-    const auto retry_until = std::chrono::steady_clock::now() + self->opts_.connect_retry;
-    *attempt = [self, param, endpoints, weak = std::weak_ptr(attempt), retry_until] {
-      auto again = weak.lock();
-      if (!again || self->finished_) return;
-      asio::async_connect(
-          *self->sock_, endpoints,
-          [self, param, again, retry_until](const boost::system::error_code& cerr,
-                                            const tcp::endpoint& ep) {
-            if (self->finished_) return;
-            if (cerr == asio::error::connection_refused &&
-                std::chrono::steady_clock::now() < retry_until) {
-              auto t = std::make_shared<asio::steady_timer>(self->dev_.io(),
-                                                            std::chrono::milliseconds(20));
-              t->async_wait([t, again](const boost::system::error_code& e) {
-                if (!e) (*again)();
-              });
-              return;
-            }
-            if (cerr) {
-              self->finish_exchange();
-              self->timer_.cancel();
-              return self->emit(CmEventType::Unreachable,
-                                fmt::format("TCP connect: {}", cerr.message()));
-            }
-            boost::system::error_code ig;
-            set_cloexec(self->sock_->native_handle());
-            self->sock_->set_option(tcp::no_delay(true), ig);
-            {
-              std::lock_guard l(self->mu_);
-              self->peer_ = fmt::format("{}:{}", ep.address().to_string(), ep.port());
-            }
-            if (self->opts_.tap)
-              self->tap_ =
-                  self->opts_.tap(TapInfo{self->sock_->local_endpoint(ig), ep, true, self->emss()});
-            mpa::Policy pol = self->opts_.policy;
-            // Kept for MPA v1, which negotiates no IRD/ORD (see start_qp), as accept() does.
-            pol.ird = self->ird_ = param.responder_resources;
-            pol.ord = self->ord_ = param.initiator_depth;
-            auto req = mpa::make_request(pol, param.private_data);
-            auto bytes = std::make_shared<Bytes>(req.encode());
-            if (self->tap_) self->tap_->on_data(true, *bytes);
-            self->arm_timer(self->opts_.mpa_timeout, "no MPA Reply arrived");
-            asio::async_write(
-                *self->sock_, asio::buffer(*bytes),
-                [self, bytes, pol, req](const boost::system::error_code& we, std::size_t) {
-                  if (we) {
-                    if (self->finished_) return;
-                    self->finish_exchange();
-                    self->timer_.cancel();
-                    return self->emit(CmEventType::ConnectError,
-                                      fmt::format("sending the MPA Request: {}", we.message()));
-                  }
-                  self->read_frame(mpa::FrameKind::Reply, [self, pol,
-                                                           req](Result<mpa::MpaFrame> f) {
-                    if (self->finished_) return;
-                    self->finish_exchange();
-                    self->timer_.cancel();
-                    if (!f) {
-                      boost::system::error_code ig2;
-                      self->sock_->close(ig2);
-                      return self->emit(CmEventType::ConnectError,
-                                        fmt::format("bad MPA Reply: {}", f.error().to_string()));
-                    }
-                    auto out = mpa::finish_initiator(pol, req, *f);
-                    switch (out.kind) {
-                      case mpa::Outcome::Kind::Established: {
-                        // Disconnected or moved to ERROR while the Reply was on its way: the QP
-                        // stays where the application put it.
-                        if (auto why = self->qp_gone()) return self->abort_exchange(*why);
-                        self->start_qp(out.params, true);
-                        CmEvent e;
-                        e.type = CmEventType::Established;
-                        e.id = self;
-                        e.private_data = f->private_data;
-                        e.params = out.params;
-                        if (f->params) {
-                          e.peer_ird = f->params->ird;
-                          e.peer_ord = f->params->ord;
-                        }
-                        e.detail = mpa::describe(out.params);
-                        logger().info("{} ESTABLISHED: {}", self->peer(), e.detail);
-                        self->ch_->push(std::move(e));
-                        return;
-                      }
-                      case mpa::Outcome::Kind::Rejected: {
-                        boost::system::error_code ig2;
-                        self->sock_->close(ig2);
-                        return self->emit(
-                            CmEventType::Rejected,
-                            out.error ? out.error->to_string()
-                                      : std::string("the responder rejected the connection"),
-                            f->private_data);
-                      }
-                      case mpa::Outcome::Kind::Terminated: {
-                        // RFC 5044 §7.1 / RFC 6581 §7: the initiator answers an unacceptable Reply
-                        // with a Terminate carrying the LLP error, then closes.
-                        const auto& err = *out.error;
-                        const TermCode tc = term_code(err.code);
-                        rdmap::Terminate t;
-                        t.layer = static_cast<std::uint8_t>(tc.layer);
-                        t.etype = tc.etype;
-                        t.ecode = tc.ecode;
-                        ddp::Segment s;
-                        s.hdr = ddp::untagged_header(rdmap::Opcode::Terminate,
-                                                     QueueNumber{rdmap::kQnTerminate}, Msn{1},
-                                                     MessageOffset{0});
-                        s.body = t;
-                        Bytes ulpdu, fpdu;
-                        ddp::encode_segment(s, ulpdu);
-                        mpa::FpduEncoder enc(out.params.framing_to_responder());
-                        if (enc.encode(ulpdu, fpdu)) self->send_and_close(std::move(fpdu));
-                        return self->emit(CmEventType::ConnectError, err.to_string());
-                      }
-                    }
-                  });
-                });
-          });
-    };
-    (*attempt)();
+    self->start_connect(host, port, param);
   });
+}
+
+void CmId::start_connect(const std::string& host, std::uint16_t port, const ConnParam& param) {
+  if (param.private_data.size() > max_private_data()) {
+    finish_exchange();
+    return emit(CmEventType::ConnectError,
+                fmt::format("{} octets of private data; the MPA Request carries at most {}",
+                            param.private_data.size(), max_private_data()));
+  }
+  boost::system::error_code ec;
+  tcp::resolver resolver(dev_.io());
+  auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+  if (ec) {
+    finish_exchange();
+    return emit(CmEventType::Unreachable,
+                fmt::format("cannot resolve '{}': {}", host, ec.message()));
+  }
+  sock_.emplace(dev_.io());
+  timer_.expires_after(opts_.connect_timeout);
+  timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+    if (e || self->finished_) return;
+    self->finish_exchange();
+    boost::system::error_code ignored;
+    self->sock_->close(ignored);
+    self->emit(CmEventType::Unreachable, fmt::format("TCP connect timed out after {} ms",
+                                                     self->opts_.connect_timeout.count()));
+  });
+  try_tcp_connect(endpoints, param, std::chrono::steady_clock::now() + opts_.connect_retry);
+}
+
+void CmId::try_tcp_connect(const tcp::resolver::results_type& endpoints, const ConnParam& param,
+                           std::chrono::steady_clock::time_point retry_until) {
+  if (finished_) return;
+  asio::async_connect(*sock_, endpoints,
+                      [self = shared_from_this(), endpoints, param, retry_until](
+                          const boost::system::error_code& cerr, const tcp::endpoint& ep) {
+                        if (self->finished_) return;
+                        // A refused connection is tried again for CmOptions::connect_retry (a
+                        // server that is between two listeners, as perftest's is), each attempt on
+                        // a fresh socket.
+                        if (cerr == asio::error::connection_refused &&
+                            std::chrono::steady_clock::now() < retry_until) {
+                          auto t = std::make_shared<asio::steady_timer>(
+                              self->dev_.io(), std::chrono::milliseconds(20));
+                          t->async_wait([t, self, endpoints, param,
+                                         retry_until](const boost::system::error_code& e) {
+                            if (!e) self->try_tcp_connect(endpoints, param, retry_until);
+                          });
+                          return;
+                        }
+                        if (cerr) {
+                          self->finish_exchange();
+                          self->timer_.cancel();
+                          return self->emit(CmEventType::Unreachable,
+                                            fmt::format("TCP connect: {}", cerr.message()));
+                        }
+                        self->send_mpa_request(ep, param);
+                      });
+}
+
+void CmId::send_mpa_request(const tcp::endpoint& ep, const ConnParam& param) {
+  boost::system::error_code ig;
+  set_cloexec(sock_->native_handle());
+  sock_->set_option(tcp::no_delay(true), ig);
+  {
+    std::lock_guard l(mu_);
+    peer_ = fmt::format("{}:{}", ep.address().to_string(), ep.port());
+  }
+  if (opts_.tap) tap_ = opts_.tap(TapInfo{sock_->local_endpoint(ig), ep, true, emss()});
+  mpa::Policy pol = opts_.policy;
+  // Kept for MPA v1, which negotiates no IRD/ORD (see start_qp), as accept() does.
+  pol.ird = ird_ = param.responder_resources;
+  pol.ord = ord_ = param.initiator_depth;
+  auto req = mpa::make_request(pol, param.private_data);
+  auto bytes = std::make_shared<Bytes>(req.encode());
+  if (tap_) tap_->on_data(true, *bytes);
+  arm_timer(opts_.mpa_timeout, "no MPA Reply arrived");
+  asio::async_write(*sock_, asio::buffer(*bytes),
+                    [self = shared_from_this(), bytes, pol, req](
+                        const boost::system::error_code& we, std::size_t) {
+                      if (we) {
+                        if (self->finished_) return;
+                        self->finish_exchange();
+                        self->timer_.cancel();
+                        return self->emit(CmEventType::ConnectError,
+                                          fmt::format("sending the MPA Request: {}", we.message()));
+                      }
+                      self->read_frame(mpa::FrameKind::Reply,
+                                       [self, pol, req](Result<mpa::MpaFrame> f) {
+                                         self->on_mpa_reply(pol, req, std::move(f));
+                                       });
+                    });
+}
+
+void CmId::on_mpa_reply(const mpa::Policy& pol, const mpa::MpaFrame& req, Result<mpa::MpaFrame> f) {
+  if (finished_) return;
+  finish_exchange();
+  timer_.cancel();
+  if (!f) {
+    boost::system::error_code ig;
+    sock_->close(ig);
+    return emit(CmEventType::ConnectError, fmt::format("bad MPA Reply: {}", f.error().to_string()));
+  }
+  auto out = mpa::finish_initiator(pol, req, *f);
+  switch (out.kind) {
+    case mpa::Outcome::Kind::Established:
+      return establish_initiator(out.params, *f);
+    case mpa::Outcome::Kind::Rejected: {
+      boost::system::error_code ig;
+      sock_->close(ig);
+      return emit(
+          CmEventType::Rejected,
+          out.error ? out.error->to_string() : std::string("the responder rejected the connection"),
+          f->private_data);
+    }
+    case mpa::Outcome::Kind::Terminated: {
+      // RFC 5044 §7.1 / RFC 6581 §7: the initiator answers an unacceptable Reply with a
+      // Terminate carrying the LLP error, then closes.
+      const auto& err = *out.error;
+      ddp::Segment s;
+      s.hdr = ddp::untagged_header(rdmap::Opcode::Terminate, QueueNumber{rdmap::kQnTerminate},
+                                   Msn{1}, MessageOffset{0});
+      s.body = rdmap::make_terminate(err.code);
+      Bytes ulpdu, fpdu;
+      ddp::encode_segment(s, ulpdu);
+      mpa::FpduEncoder enc(out.params.framing_to_responder());
+      if (enc.encode(ulpdu, fpdu)) send_and_close(std::move(fpdu));
+      return emit(CmEventType::ConnectError, err.to_string());
+    }
+  }
+}
+
+void CmId::establish_initiator(const mpa::ConnectionParams& params, const mpa::MpaFrame& reply) {
+  // Disconnected or moved to ERROR while the Reply was on its way: the QP stays where the
+  // application put it.
+  if (auto why = qp_gone()) return abort_exchange(*why);
+  start_qp(params, true);
+  CmEvent e;
+  e.type = CmEventType::Established;
+  e.id = shared_from_this();
+  e.private_data = reply.private_data;
+  e.params = params;
+  if (reply.params) {
+    e.peer_ird = reply.params->ird;
+    e.peer_ord = reply.params->ord;
+  }
+  e.detail = mpa::describe(params);
+  logger().info("{} ESTABLISHED: {}", peer(), e.detail);
+  ch_->push(std::move(e));
 }
 
 void CmId::send_and_close(Bytes data) {

@@ -19,80 +19,11 @@
 #include <string>
 
 #include "mpa/negotiation.hpp"
+#include "rnic/cm_events.hpp"
+#include "rnic/cm_options.hpp"
 #include "rnic/queue_pair.hpp"
 
 namespace iwarp::rnic {
-
-enum class CmEventType : std::uint8_t {
-  ConnectRequest,  // RDMA_CM_EVENT_CONNECT_REQUEST (on the listener's channel)
-  Established,     // RDMA_CM_EVENT_ESTABLISHED
-  Rejected,        // RDMA_CM_EVENT_REJECTED: the responder answered R=1
-  Unreachable,     // RDMA_CM_EVENT_UNREACHABLE: no TCP connection
-  ConnectError,    // RDMA_CM_EVENT_CONNECT_ERROR: the MPA exchange failed or timed out
-  Disconnected,    // RDMA_CM_EVENT_DISCONNECTED
-  AddrResolved,    // RDMA_CM_EVENT_ADDR_RESOLVED
-  RouteResolved,   // RDMA_CM_EVENT_ROUTE_RESOLVED
-};
-std::string_view to_string(CmEventType t);
-
-struct ConnParam {
-  Bytes private_data;
-  std::uint16_t responder_resources = 16;  // our IRD
-  std::uint16_t initiator_depth = 16;      // our ORD
-};
-
-class CmId;
-
-struct CmEvent {
-  CmEventType type = CmEventType::Established;
-  std::shared_ptr<CmId> id;  // the connection (for ConnectRequest: the new one to accept)
-  Bytes private_data;        // the peer's
-  std::uint16_t peer_ird = 0, peer_ord = 0;
-  std::optional<mpa::ConnectionParams> params;  // Established: what was negotiated
-  std::string detail;                           // in words: why, for errors and disconnects
-};
-
-class EventChannel {
- public:
-  // nonblocking_fd = false: a blocking eventfd, as librdmacm's channel fd (see
-  // CompletionChannel).
-  explicit EventChannel(bool nonblocking_fd = true);
-  ~EventChannel();
-  EventChannel(const EventChannel&) = delete;
-  EventChannel& operator=(const EventChannel&) = delete;
-  // Blocks for the next event; nullopt on timeout.
-  std::optional<CmEvent> get(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
-  // The next event without waiting.
-  std::optional<CmEvent> try_get();
-  // Events the consumer would drop are never queued (so the fd is readable only while there is
-  // an event to get): `keep` decides, under the queue's lock, on the engine or the caller's
-  // thread. It must not call back into this channel.
-  void set_filter(std::function<bool(const CmEvent&)> keep);
-  // Takes the queued events of `id` off the channel (its owner destroyed it), or those `drop`
-  // picks.
-  void purge(const CmId* id);
-  void purge_if(const std::function<bool(const CmEvent&)>& drop);
-  void push(CmEvent e);
-  int fd() const { return q_->fd; }
-
- private:
-  friend class CmId;
-  // The queue and its eventfd. The ids of the channel share it, because a connection can end
-  // (and its id emit an event from the engine thread) after the application destroyed the
-  // channel: the channel's destructor closes the queue, and later events are dropped.
-  struct Queue {
-    int fd = -1;
-    std::mutex mu;
-    std::deque<CmEvent> events;
-    bool closed = false;
-    std::function<bool(const CmEvent&)> keep;
-    void push(CmEvent e);
-    // Takes the events of `id` out (under the lock); the fd is drained when none are left.
-    std::deque<CmEvent> take_events_of(const CmId* id);
-    std::deque<CmEvent> take_if(const std::function<bool(const CmEvent&)>& pick);
-  };
-  std::shared_ptr<Queue> q_;
-};
 
 // Where a connection runs, for a wire tap (pcap recording).
 struct TapInfo {
@@ -100,25 +31,6 @@ struct TapInfo {
   bool initiator = true;
   std::size_t emss = 0;
 };
-using TapFactory = std::function<std::shared_ptr<WireTap>(const TapInfo&)>;
-
-// A listener's defences against connections that never finish the MPA exchange (each holds a
-// socket, i.e. a file descriptor, and a timer until it times out, up to 2 x mpa_timeout).
-// At most this many connections may be in the MPA exchange at once (from the TCP accept until
-// the exchange has an outcome: established, rejected or failed). Past it a connection is reset
-// at once: the oldest one that has not sent its MPA Request yet, to make room for the new one
-// (ListenerStats::evicted), so that idle connections cannot lock real clients out (a real
-// client sends its Request at once); or, when every slot holds a Request the application has
-// not answered yet, the new one (ListenerStats::refused). Both are logged at most once per
-// kAcceptLogInterval, and no event is reported for them. 1024: above the bursts real clients
-// make (enlarge-bench connects 250 at a time) and at the default RLIMIT_NOFILE soft limit, so
-// idle connections cannot take every descriptor of a process allowed more.
-inline constexpr std::size_t kMaxPendingMpa = 1024;
-// When accept fails for want of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM: the connection stays
-// queued, so trying again at once fails again at once), the listener waits this long before it
-// tries again, instead of spinning; it logs the failures at most once per kAcceptLogInterval.
-inline constexpr std::chrono::milliseconds kAcceptBackoff{100};
-inline constexpr std::chrono::milliseconds kAcceptLogInterval{1000};
 
 // What a listener did with the connections it accepted (any thread).
 struct ListenerStats {
@@ -127,34 +39,6 @@ struct ListenerStats {
   std::uint64_t refused = 0;        // new ones reset: every slot held an unanswered Request
   std::uint64_t accept_errors = 0;  // failed accept calls (each EMFILE retry counts)
   std::size_t pending = 0;          // in the MPA exchange now
-};
-
-struct CmOptions {
-  mpa::Policy policy;  // ird/ord are taken from ConnParam
-  std::chrono::milliseconds connect_timeout{5000};
-  // A refused TCP connection is tried again, every 20 ms, for this long (0: reported at once
-  // as UNREACHABLE): a server between two listeners, as perftest's is between its control and
-  // data connections, is not gone.
-  std::chrono::milliseconds connect_retry{0};
-  std::chrono::milliseconds mpa_timeout{5000};  // for the peer's MPA Request or Reply
-  // siw 6.1 answers the MPA Request before it reads its socket; an initiator whose first FPDU
-  // follows the Reply too closely can stall it. This delays our first FPDU (0: none).
-  std::chrono::milliseconds first_fpdu_delay{0};
-  // How long a Terminate or disconnect may wait for a peer that takes nothing before the stream
-  // is aborted (StreamSetup::close_timeout).
-  std::chrono::milliseconds close_timeout = kCloseTimeout;
-  // The TCP segment size to frame for (0: the socket's TCP_MAXSEG). RFC 5044 §4.1 MULPDU.
-  std::size_t emss = 0;
-  bool ignore_ord = false;  // testing aid, see StreamSetup
-  // Listener: see kMaxPendingMpa and kAcceptBackoff.
-  std::size_t max_pending_mpa = kMaxPendingMpa;
-  std::chrono::milliseconds accept_backoff = kAcceptBackoff;
-  // Testing aid: the responder sends its MPA Reply this long after accept (0: at once), so that
-  // what happens meanwhile (a disconnect on either side) can be exercised.
-  std::chrono::milliseconds reply_delay{0};
-  // A simulated impaired wire under every QP this id starts (RxOptions::wire).
-  std::optional<WireImpairment> wire;
-  TapFactory tap;
 };
 
 class CmId : public std::enable_shared_from_this<CmId> {
@@ -228,6 +112,15 @@ class CmId : public std::enable_shared_from_this<CmId> {
   // rdma_disconnect, else CONNECT_ERROR).
   void abort_exchange(const std::string& why);
   void send_reply(std::shared_ptr<Bytes> reply, mpa::ConnectionParams params);
+  // The initiator's steps (engine thread), each continuing the next when its I/O completes:
+  // resolve and arm the connect timeout; a TCP connect attempt (refused ones are retried until
+  // retry_until); the MPA Request (RFC 5044 §7.1); the Reply's outcome; the QP started.
+  void start_connect(const std::string& host, std::uint16_t port, const ConnParam& param);
+  void try_tcp_connect(const boost::asio::ip::tcp::resolver::results_type& endpoints,
+                       const ConnParam& param, std::chrono::steady_clock::time_point retry_until);
+  void send_mpa_request(const boost::asio::ip::tcp::endpoint& ep, const ConnParam& param);
+  void on_mpa_reply(const mpa::Policy& pol, const mpa::MpaFrame& req, Result<mpa::MpaFrame> f);
+  void establish_initiator(const mpa::ConnectionParams& params, const mpa::MpaFrame& reply);
   void read_frame(mpa::FrameKind kind, std::function<void(Result<mpa::MpaFrame>)> done);
   void arm_timer(std::chrono::milliseconds t, std::string what);
   void emit(CmEventType t, std::string detail, Bytes pdata = {});

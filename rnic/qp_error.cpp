@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 
 #include "common/log.hpp"
+#include "ddp/terminate.hpp"
 #include "rnic/queue_pair.hpp"
 
 namespace iwarp::rnic {
@@ -30,29 +31,8 @@ void QueuePair::fatal(const WireError& e, ByteSpan ddp_hdr, ByteSpan rdmap_hdr,
                       std::uint16_t segment_length) {
   const QpState st = state_.load();
   if (closed_ || st == QpState::Terminate || st == QpState::Error) return;
-  const TermCode tc = term_code(e.code);
-  rdmap::Terminate t;
-  t.layer = static_cast<std::uint8_t>(tc.layer);
-  t.etype = tc.etype;
-  t.ecode = tc.ecode;
-  // RFC 5040 §4.8: attach the headers of the segment that failed where the layer has them:
-  // the DDP header for DDP errors and RDMAP operation errors (not for version or opcode
-  // errors, whose headers cannot be trusted), and the RDMAP header of a Read Request too for
-  // remote protection errors.
-  const bool version_or_opcode =
-      e.code == Errc::DdpTaggedVersion || e.code == Errc::DdpUntaggedVersion ||
-      e.code == Errc::RdmapVersion || e.code == Errc::RdmapUnexpectedOpcode;
-  const bool catastrophic = tc.etype == 0;
-  if (tc.layer != TermLayer::Llp && !version_or_opcode && !catastrophic && !ddp_hdr.empty()) {
-    t.m = t.d = true;
-    t.ddp_segment_length = segment_length;
-    t.ddp_header.assign(ddp_hdr.begin(), ddp_hdr.end());
-    if (tc.layer == TermLayer::Rdmap && tc.etype == 1 &&
-        rdmap_hdr.size() == rdmap::kTerminatedRdmapHeaderSize) {
-      t.r = true;
-      t.rdmap_header.assign(rdmap_hdr.begin(), rdmap_hdr.end());
-    }
-  }
+  // RFC 5040 §4.8: the Terminate echoes the failed segment's headers as its layer allows.
+  const rdmap::Terminate t = rdmap::make_terminate(e.code, ddp_hdr, rdmap_hdr, segment_length);
   const std::string reason = fmt::format("sent Terminate [{}]: {}",
                                          describe_term(t.layer, t.etype, t.ecode), e.to_string());
   logger().warn("QP {}: {}", qp_num_, reason);

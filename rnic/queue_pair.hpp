@@ -32,26 +32,13 @@
 #include "rnic/completion_queue.hpp"
 #include "rnic/device.hpp"
 #include "rnic/impaired_wire.hpp"
+#include "rnic/qp_types.hpp"
 #include "rnic/recv_buffer.hpp"
 #include "rnic/rx_observer.hpp"
 #include "rnic/transport.hpp"
 #include "rnic/work_request.hpp"
 
 namespace iwarp::rnic {
-
-// siw's QP states (RFC 5040 §5 leaves the names to the implementation).
-enum class QpState : std::uint8_t { Idle, Rtr, Rts, Closing, Terminate, Error };
-std::string_view to_string(QpState s);
-// The transitions the state machine allows (IDLE->RTR->RTS, RTS->CLOSING|TERMINATE|ERROR, ...).
-bool legal_transition(QpState from, QpState to);
-
-struct QpCaps {
-  std::uint32_t max_send_wr = 256;
-  std::uint32_t max_recv_wr = 256;
-  std::uint32_t max_send_sge = 6;
-  std::uint32_t max_recv_sge = 6;
-  std::uint32_t max_inline_data = 80;
-};
 
 class SharedReceiveQueue {
  public:
@@ -106,10 +93,6 @@ struct QpInit {
   // RNIC_RNR_WAIT_MS / rnic run --rnr-wait, at most 5000).
   std::chrono::milliseconds rnr_wait{0};
 };
-
-// Default bound on closing a stream whose peer does not read: RFC 5040 §5.6 ends the stream
-// after a Terminate, but sets no time; siw aborts such a socket too.
-inline constexpr std::chrono::milliseconds kCloseTimeout{5000};
 
 // What the connection manager hands a QP when the MPA exchange is done.
 struct StreamSetup {

@@ -24,6 +24,7 @@
 #include "mpa/fpdu.hpp"
 #include "mpa/negotiation.hpp"
 #include "mpa/stream_decoder.hpp"
+#include "rnic/connection_manager.hpp"  // the engine behind the endpoint
 #include "verbs_shim/endpoint.hpp"
 
 namespace iwarp::testing {

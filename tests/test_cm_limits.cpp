@@ -28,6 +28,7 @@
 
 #include "process_support.hpp"
 #include "raw_peer.hpp"
+#include "rnic/connection_manager.hpp"  // the engine behind the endpoint
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "enlarge/node.hpp"
+#include "rnic/connection_manager.hpp"  // the engine behind the endpoint
 #include "verbs_shim/endpoint.hpp"
 
 namespace iwarp::enlarge {

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "rnic/connection_manager.hpp"  // the engine behind the endpoint
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;

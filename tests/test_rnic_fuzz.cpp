@@ -18,6 +18,7 @@
 #include "mpa/negotiation.hpp"
 #include "mpa/stream_decoder.hpp"
 #include "raw_peer.hpp"
+#include "rnic/connection_manager.hpp"  // the engine behind the endpoint
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "ddp/segmentation.hpp"
+#include "ddp/terminate.hpp"
 #include "mpa/fpdu.hpp"
 
 namespace iwarp::trace {
@@ -166,14 +167,8 @@ std::expected<GeneratedTrace, std::string> generate_conversation(const std::stri
     auto bad = tagged(Opcode::Write, 0xdeadbe00, 0x1000, {});
     Bytes echoed;
     bad.hdr.encode(echoed);
-    rdmap::Terminate t;
-    auto tc = term_code(Errc::DdpTaggedInvalidStag);
-    t.layer = static_cast<std::uint8_t>(tc.layer);
-    t.etype = tc.etype;
-    t.ecode = tc.ecode;
-    t.m = t.d = true;
-    t.ddp_segment_length = static_cast<std::uint16_t>(echoed.size() + 3);
-    t.ddp_header = echoed;
+    auto t = rdmap::make_terminate(Errc::DdpTaggedInvalidStag, echoed, {},
+                                   static_cast<std::uint16_t>(echoed.size() + 3));
     auto term = untagged(Opcode::Terminate);
     term.body = t;
     run(S, term);

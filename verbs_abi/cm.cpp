@@ -24,6 +24,9 @@
 
 #include "common/log.hpp"
 #include "rnic/connection_manager.hpp"
+#include "rnic/device.hpp"
+#include "rnic/queue_pair.hpp"
+#include "rnic/verbs_translation.hpp"
 #include "verbs_abi/cm_entry.hpp"
 #include "verbs_abi/context.hpp"
 #include "verbs_abi/settings.hpp"
@@ -722,41 +725,9 @@ int iwarp_cm_rdma_ack_cm_event(rdma_cm_event* event) {
 }
 
 const char* iwarp_cm_rdma_event_str(rdma_cm_event_type event) {
-  switch (event) {
-    case RDMA_CM_EVENT_ADDR_RESOLVED:
-      return "RDMA_CM_EVENT_ADDR_RESOLVED";
-    case RDMA_CM_EVENT_ADDR_ERROR:
-      return "RDMA_CM_EVENT_ADDR_ERROR";
-    case RDMA_CM_EVENT_ROUTE_RESOLVED:
-      return "RDMA_CM_EVENT_ROUTE_RESOLVED";
-    case RDMA_CM_EVENT_ROUTE_ERROR:
-      return "RDMA_CM_EVENT_ROUTE_ERROR";
-    case RDMA_CM_EVENT_CONNECT_REQUEST:
-      return "RDMA_CM_EVENT_CONNECT_REQUEST";
-    case RDMA_CM_EVENT_CONNECT_RESPONSE:
-      return "RDMA_CM_EVENT_CONNECT_RESPONSE";
-    case RDMA_CM_EVENT_CONNECT_ERROR:
-      return "RDMA_CM_EVENT_CONNECT_ERROR";
-    case RDMA_CM_EVENT_UNREACHABLE:
-      return "RDMA_CM_EVENT_UNREACHABLE";
-    case RDMA_CM_EVENT_REJECTED:
-      return "RDMA_CM_EVENT_REJECTED";
-    case RDMA_CM_EVENT_ESTABLISHED:
-      return "RDMA_CM_EVENT_ESTABLISHED";
-    case RDMA_CM_EVENT_DISCONNECTED:
-      return "RDMA_CM_EVENT_DISCONNECTED";
-    case RDMA_CM_EVENT_DEVICE_REMOVAL:
-      return "RDMA_CM_EVENT_DEVICE_REMOVAL";
-    case RDMA_CM_EVENT_MULTICAST_JOIN:
-      return "RDMA_CM_EVENT_MULTICAST_JOIN";
-    case RDMA_CM_EVENT_MULTICAST_ERROR:
-      return "RDMA_CM_EVENT_MULTICAST_ERROR";
-    case RDMA_CM_EVENT_ADDR_CHANGE:
-      return "RDMA_CM_EVENT_ADDR_CHANGE";
-    case RDMA_CM_EVENT_TIMEWAIT_EXIT:
-      return "RDMA_CM_EVENT_TIMEWAIT_EXIT";
-  }
-  return "UNKNOWN EVENT";
+  static_assert(RDMA_CM_EVENT_TIMEWAIT_EXIT == 15, "rdma_cm_event_name follows rdma-core 44");
+  const char* name = rnic::rdma_cm_event_name(event);
+  return name ? name : "UNKNOWN EVENT";
 }
 
 int iwarp_cm_rdma_set_option(rdma_cm_id* i, int level, int optname, void* optval, size_t optlen) {

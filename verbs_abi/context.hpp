@@ -18,8 +18,9 @@
 #include <mutex>
 
 #include "rnic/completion_queue.hpp"
-#include "rnic/device.hpp"
-#include "rnic/queue_pair.hpp"
+#include "rnic/engine_fwd.hpp"
+#include "rnic/memory.hpp"
+#include "rnic/qp_types.hpp"
 
 namespace iwarp::verbs_abi {
 

@@ -20,6 +20,9 @@
 #include <mutex>
 
 #include "common/log.hpp"
+#include "rnic/device.hpp"
+#include "rnic/queue_pair.hpp"
+#include "rnic/verbs_translation.hpp"
 #include "verbs_abi/context.hpp"
 #include "verbs_abi/settings.hpp"
 #include "verbs_abi/unsupported.hpp"
@@ -225,21 +228,9 @@ int query_device_ex_op(ibv_context* c, const ibv_query_device_ex_input* in, ibv_
 }  // namespace
 
 ibv_qp_state to_ibv_state(rnic::QpState s) {
-  switch (s) {
-    case rnic::QpState::Idle:
-      return IBV_QPS_INIT;
-    case rnic::QpState::Rtr:
-      return IBV_QPS_RTR;
-    case rnic::QpState::Rts:
-      return IBV_QPS_RTS;
-    case rnic::QpState::Closing:
-      return IBV_QPS_SQD;
-    case rnic::QpState::Terminate:
-      return IBV_QPS_SQE;
-    case rnic::QpState::Error:
-      return IBV_QPS_ERR;
-  }
-  return IBV_QPS_ERR;
+  static_assert(IBV_QPS_INIT == 1 && IBV_QPS_SQE == 5 && IBV_QPS_ERR == 6,
+                "ibv_qp_state_value follows libibverbs' numbering");
+  return static_cast<ibv_qp_state>(rnic::ibv_qp_state_value(s));
 }
 
 void fill_ops(ibv_context_ops* ops);  // verbs.cpp

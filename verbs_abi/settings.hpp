@@ -21,9 +21,10 @@
 //   error)
 #pragma once
 
+#include <chrono>
 #include <string>
 
-#include "rnic/connection_manager.hpp"
+#include "rnic/cm_options.hpp"
 
 namespace iwarp::verbs_abi {
 

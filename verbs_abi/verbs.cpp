@@ -19,6 +19,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "rnic/device.hpp"
+#include "rnic/queue_pair.hpp"
+#include "rnic/verbs_translation.hpp"
 #include "verbs_abi/context.hpp"
 #include "verbs_abi/settings.hpp"
 #include "verbs_abi/unsupported.hpp"
@@ -126,10 +129,6 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova, int ac
   return &mr->pub;
 }
 
-rnic::Sge to_sge(const ibv_sge& s) {
-  return {s.addr, s.length, STag{s.lkey}};
-}
-
 int post_send_op(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
   auto* qp = impl<Qp>(q);
   int err = 0;
@@ -162,22 +161,9 @@ int post_send_op(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
       }
     }
     if (!err) {
-      rnic::SendWr r;
-      r.wr_id = wr->wr_id;
-      r.opcode = static_cast<rnic::WrOpcode>(wr->opcode);
+      rnic::SendWr r = rnic::send_wr_from_ibv(*wr);
       r.flags = wr->send_flags &
                 (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
-      r.sg_list.reserve(static_cast<std::size_t>(wr->num_sge));
-      for (int i = 0; i < wr->num_sge; ++i) r.sg_list.push_back(to_sge(wr->sg_list[i]));
-      if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-        r.remote_addr = wr->wr.atomic.remote_addr;
-        r.rkey = STag{wr->wr.atomic.rkey};
-        r.compare_add = wr->wr.atomic.compare_add;
-        r.swap = wr->wr.atomic.swap;
-      } else {
-        r.remote_addr = wr->wr.rdma.remote_addr;
-        r.rkey = STag{wr->wr.rdma.rkey};
-      }
       if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_SEND_WITH_IMM)
         r.imm_data = ntohl(wr->imm_data);  // big-endian on the C ABI
       if (wr->opcode == IBV_WR_SEND_WITH_INV || wr->opcode == IBV_WR_LOCAL_INV)
@@ -198,14 +184,6 @@ int post_send_op(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
   return err;
 }
 
-rnic::RecvWr to_recv(const ibv_recv_wr& w) {
-  rnic::RecvWr r;
-  r.wr_id = w.wr_id;
-  r.sg_list.reserve(static_cast<std::size_t>(std::max(w.num_sge, 0)));
-  for (int i = 0; i < w.num_sge; ++i) r.sg_list.push_back(to_sge(w.sg_list[i]));
-  return r;
-}
-
 int post_recv_op(ibv_qp* q, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   auto* qp = impl<Qp>(q);
   for (; wr; wr = wr->next) {
@@ -217,7 +195,7 @@ int post_recv_op(ibv_qp* q, ibv_recv_wr* wr, ibv_recv_wr** bad) {
       err = EINVAL;
     else {
       std::string why;
-      err = qp->qp->post_recv(to_recv(*wr), &why);
+      err = qp->qp->post_recv(rnic::recv_wr_from_ibv(*wr), &why);
       if (err == EINVAL) report_unsupported("ibv_post_recv", why.c_str());
     }
     if (err) {
@@ -237,7 +215,7 @@ int post_srq_recv_op(ibv_srq* s, ibv_recv_wr* wr, ibv_recv_wr** bad) {
       err = EINVAL;
     else {
       std::string why;
-      err = srq->srq->post_recv(to_recv(*wr), &why);
+      err = srq->srq->post_recv(rnic::recv_wr_from_ibv(*wr), &why);
       if (err == EINVAL) report_unsupported("ibv_post_srq_recv", why.c_str());
     }
     if (err) {
@@ -261,19 +239,13 @@ int poll_cq_op(ibv_cq* c, int num_entries, ibv_wc* wc) {
       const rnic::Wc& w = buf[i];
       ibv_wc& o = wc[total + i];
       std::memset(&o, 0, sizeof o);
-      o.wr_id = w.wr_id;
-      o.status = static_cast<ibv_wc_status>(w.status);
-      o.opcode = static_cast<ibv_wc_opcode>(w.opcode);
-      o.vendor_err = w.vendor_err;
-      o.byte_len = w.byte_len;
+      rnic::fill_ibv_wc(w, o);
       // imm_data and invalidated_rkey share a union; immediate data is big-endian.
       if (w.wc_flags & rnic::kWcWithInv)
         o.invalidated_rkey = w.invalidated_rkey.value();
       else if (w.wc_flags & rnic::kWcWithImm)
         o.imm_data = htonl(w.imm_data);
-      o.qp_num = w.qp_num;
       o.src_qp = w.qp_num;
-      o.wc_flags = w.wc_flags;
     }
     total += n;
     if (n < want) break;

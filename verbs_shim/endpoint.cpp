@@ -4,6 +4,9 @@
 
 #include "common/log.hpp"
 #include "mpa/mpa_frame.hpp"
+#include "rnic/connection_manager.hpp"
+#include "rnic/device.hpp"
+#include "rnic/queue_pair.hpp"
 
 namespace iwarp::verbs {
 

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <chrono>
+#include <expected>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "verbs_shim/rdma_cm.hpp"
 #include "verbs_shim/verbs.hpp"

@@ -8,6 +8,10 @@
 #include <unordered_map>
 
 #include "mpa/mpa_frame.hpp"
+#include "rnic/connection_manager.hpp"
+#include "rnic/device.hpp"
+#include "rnic/queue_pair.hpp"
+#include "rnic/verbs_translation.hpp"
 
 namespace iwarp::verbs {
 
@@ -51,31 +55,9 @@ int check_private_data(rdma_cm_id* id, std::size_t len, const char* call) {
 }  // namespace
 
 const char* rdma_event_str(rdma_cm_event_type e) {
-  switch (e) {
-    case RDMA_CM_EVENT_ADDR_RESOLVED:
-      return "RDMA_CM_EVENT_ADDR_RESOLVED";
-    case RDMA_CM_EVENT_ADDR_ERROR:
-      return "RDMA_CM_EVENT_ADDR_ERROR";
-    case RDMA_CM_EVENT_ROUTE_RESOLVED:
-      return "RDMA_CM_EVENT_ROUTE_RESOLVED";
-    case RDMA_CM_EVENT_ROUTE_ERROR:
-      return "RDMA_CM_EVENT_ROUTE_ERROR";
-    case RDMA_CM_EVENT_CONNECT_REQUEST:
-      return "RDMA_CM_EVENT_CONNECT_REQUEST";
-    case RDMA_CM_EVENT_CONNECT_RESPONSE:
-      return "RDMA_CM_EVENT_CONNECT_RESPONSE";
-    case RDMA_CM_EVENT_CONNECT_ERROR:
-      return "RDMA_CM_EVENT_CONNECT_ERROR";
-    case RDMA_CM_EVENT_UNREACHABLE:
-      return "RDMA_CM_EVENT_UNREACHABLE";
-    case RDMA_CM_EVENT_REJECTED:
-      return "RDMA_CM_EVENT_REJECTED";
-    case RDMA_CM_EVENT_ESTABLISHED:
-      return "RDMA_CM_EVENT_ESTABLISHED";
-    case RDMA_CM_EVENT_DISCONNECTED:
-      return "RDMA_CM_EVENT_DISCONNECTED";
-  }
-  return "RDMA_CM_EVENT_UNKNOWN";
+  // The shim defines the events up to DISCONNECTED; librdmacm's later ones are unknown here.
+  const char* name = e <= RDMA_CM_EVENT_DISCONNECTED ? rnic::rdma_cm_event_name(e) : nullptr;
+  return name ? name : "RDMA_CM_EVENT_UNKNOWN";
 }
 
 rdma_event_channel* rdma_create_event_channel(ibv_context* verbs) {

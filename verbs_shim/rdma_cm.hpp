@@ -6,9 +6,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "rnic/connection_manager.hpp"
+#include "rnic/cm_events.hpp"
+#include "rnic/cm_options.hpp"
+#include "rnic/engine_fwd.hpp"
 #include "verbs_shim/verbs.hpp"
 
 namespace iwarp::verbs {

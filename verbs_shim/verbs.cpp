@@ -8,6 +8,10 @@
 #include <future>
 #include <vector>
 
+#include "rnic/device.hpp"
+#include "rnic/queue_pair.hpp"
+#include "rnic/verbs_translation.hpp"
+
 namespace iwarp::verbs {
 
 namespace {
@@ -165,15 +169,9 @@ int ibv_destroy_cq(ibv_cq* cq) {
 
 ibv_wc to_ibv_wc(const rnic::Wc& w) {
   ibv_wc wc;
-  wc.wr_id = w.wr_id;
-  wc.status = static_cast<ibv_wc_status>(w.status);
-  wc.opcode = static_cast<ibv_wc_opcode>(w.opcode);
-  wc.vendor_err = w.vendor_err;
-  wc.byte_len = w.byte_len;
-  wc.imm_data = w.imm_data;
+  rnic::fill_ibv_wc(w, wc);
+  wc.imm_data = w.imm_data;  // host order in the shim
   wc.invalidated_rkey = w.invalidated_rkey.value();
-  wc.qp_num = w.qp_num;
-  wc.wc_flags = w.wc_flags;
   return wc;
 }
 
@@ -288,21 +286,7 @@ int ibv_destroy_qp(ibv_qp* qp) {
 }
 
 ibv_qp_state ibv_query_qp_state(ibv_qp* qp) {
-  switch (qp->qp->state()) {
-    case rnic::QpState::Idle:
-      return IBV_QPS_INIT;
-    case rnic::QpState::Rtr:
-      return IBV_QPS_RTR;
-    case rnic::QpState::Rts:
-      return IBV_QPS_RTS;
-    case rnic::QpState::Closing:
-      return IBV_QPS_SQD;
-    case rnic::QpState::Terminate:
-      return IBV_QPS_SQE;
-    case rnic::QpState::Error:
-      return IBV_QPS_ERR;
-  }
-  return IBV_QPS_ERR;
+  return static_cast<ibv_qp_state>(rnic::ibv_qp_state_value(qp->qp->state()));
 }
 
 int ibv_modify_qp_to_err(ibv_qp* qp) {
@@ -311,32 +295,15 @@ int ibv_modify_qp_to_err(ibv_qp* qp) {
 }
 
 rnic::SendWr to_send_wr(const ibv_send_wr& w) {
-  rnic::SendWr r;
-  r.wr_id = w.wr_id;
-  r.opcode = static_cast<rnic::WrOpcode>(w.opcode);
+  rnic::SendWr r = rnic::send_wr_from_ibv(w);
   r.flags = w.send_flags;
-  for (int i = 0; i < w.num_sge; ++i)
-    r.sg_list.push_back({w.sg_list[i].addr, w.sg_list[i].length, STag{w.sg_list[i].lkey}});
-  if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-    r.remote_addr = w.wr.atomic.remote_addr;
-    r.rkey = STag{w.wr.atomic.rkey};
-    r.compare_add = w.wr.atomic.compare_add;
-    r.swap = w.wr.atomic.swap;
-  } else {
-    r.remote_addr = w.wr.rdma.remote_addr;
-    r.rkey = STag{w.wr.rdma.rkey};
-  }
-  r.imm_data = w.imm_data;
+  r.imm_data = w.imm_data;  // host order in the shim
   r.invalidate_rkey = STag{w.invalidate_rkey};
   return r;
 }
 
 rnic::RecvWr to_recv_wr(const ibv_recv_wr& w) {
-  rnic::RecvWr r;
-  r.wr_id = w.wr_id;
-  for (int i = 0; i < w.num_sge; ++i)
-    r.sg_list.push_back({w.sg_list[i].addr, w.sg_list[i].length, STag{w.sg_list[i].lkey}});
-  return r;
+  return rnic::recv_wr_from_ibv(w);
 }
 
 int ibv_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {

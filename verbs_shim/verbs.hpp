@@ -12,8 +12,9 @@
 #include <string>
 
 #include "rnic/completion_queue.hpp"
-#include "rnic/device.hpp"
-#include "rnic/queue_pair.hpp"
+#include "rnic/engine_fwd.hpp"
+#include "rnic/qp_types.hpp"
+#include "rnic/work_request.hpp"
 
 namespace iwarp::verbs {
 

@@ -1,0 +1,30 @@
+// A queue pair's value types, for code that names QP states and limits without the engine
+// (the verbs APIs, the CM's options): the state machine's states, the queue capacities and the
+// default close timeout.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+
+namespace iwarp::rnic {
+
+// siw's QP states (RFC 5040 §5 leaves the names to the implementation).
+enum class QpState : std::uint8_t { Idle, Rtr, Rts, Closing, Terminate, Error };
+std::string_view to_string(QpState s);
+// The transitions the state machine allows (IDLE->RTR->RTS, RTS->CLOSING|TERMINATE|ERROR, ...).
+bool legal_transition(QpState from, QpState to);
+
+struct QpCaps {
+  std::uint32_t max_send_wr = 256;
+  std::uint32_t max_recv_wr = 256;
+  std::uint32_t max_send_sge = 6;
+  std::uint32_t max_recv_sge = 6;
+  std::uint32_t max_inline_data = 80;
+};
+
+// Default bound on closing a stream whose peer does not read: RFC 5040 §5.6 ends the stream
+// after a Terminate, but sets no time; siw aborts such a socket too.
+inline constexpr std::chrono::milliseconds kCloseTimeout{5000};
+
+}  // namespace iwarp::rnic
