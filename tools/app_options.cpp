@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "trace/pcap_tap.hpp"
+#include "capture/pcap_tap.hpp"
 
 namespace iwarp::tools {
 
@@ -121,7 +121,7 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o) {
   e.cm.mpa_timeout = std::chrono::milliseconds(std::min(o.timeout_ms, 5000));
   e.cm.first_fpdu_delay = std::chrono::milliseconds(o.first_fpdu_delay_ms);
   e.cm.emss = o.emss;
-  if (!o.pcap.empty()) e.cm.tap = trace::pcap_tap_factory(o.pcap);
+  if (!o.pcap.empty()) e.cm.tap = capture::pcap_tap_factory(o.pcap);
   if (!o.wire.empty()) e.cm.wire = *rnic::parse_wire_impairment(o.wire);
   return e;
 }

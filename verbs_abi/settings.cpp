@@ -12,8 +12,8 @@
 #include <memory>
 #include <mutex>
 
+#include "capture/pcap_tap.hpp"
 #include "common/log.hpp"
-#include "trace/pcap_tap.hpp"
 
 namespace iwarp::verbs_abi {
 
@@ -150,7 +150,7 @@ Settings parse_settings(const char* (*get)(const char*)) {
         if (pp->pid != ::getpid()) {
           pp->pid = ::getpid();
           pp->factory =
-              trace::pcap_tap_factory(fmt::format("{}/{}-{}.pcap", dir, program_name(), pp->pid));
+              capture::pcap_tap_factory(fmt::format("{}/{}-{}.pcap", dir, program_name(), pp->pid));
         }
         return pp->factory(ti);
       };

@@ -6,12 +6,12 @@
 #include <memory>
 #include <string>
 
-#include "rnic/connection_manager.hpp"
+#include "rnic/cm_options.hpp"
 #include "trace/pcap_writer.hpp"
 
-namespace iwarp::trace {
+namespace iwarp::capture {
 
 // A factory for CmOptions::tap: the first connection writes `path`, later ones path-2, path-3...
 rnic::TapFactory pcap_tap_factory(const std::string& path);
 
-}  // namespace iwarp::trace
+}  // namespace iwarp::capture

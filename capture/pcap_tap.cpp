@@ -1,32 +1,34 @@
-#include "trace/pcap_tap.hpp"
+#include "capture/pcap_tap.hpp"
 
 #include <fmt/format.h>
 
 #include <atomic>
 
 #include "common/log.hpp"
+#include "rnic/connection_manager.hpp"
 
-namespace iwarp::trace {
+namespace iwarp::capture {
 
 namespace {
 
 class PcapTap : public rnic::WireTap {
  public:
-  PcapTap(std::unique_ptr<PcapWriter> w, bool initiator)
+  PcapTap(std::unique_ptr<trace::PcapWriter> w, bool initiator)
       : w_(std::move(w)), initiator_(initiator) {}
   void on_data(bool outbound, ByteSpan data) override {
     // The initiator is the capture's client.
-    w_->write(outbound == initiator_ ? Side::Client : Side::Server, data);
+    w_->write(outbound == initiator_ ? trace::Side::Client : trace::Side::Server, data);
   }
   void on_fpdus(bool outbound, ByteSpan data, std::span<const std::size_t> ends) override {
-    w_->write_records(outbound == initiator_ ? Side::Client : Side::Server, data, ends);
+    w_->write_records(outbound == initiator_ ? trace::Side::Client : trace::Side::Server, data,
+                      ends);
   }
   void on_close(bool outbound) override {
-    w_->close(outbound == initiator_ ? Side::Client : Side::Server);
+    w_->close(outbound == initiator_ ? trace::Side::Client : trace::Side::Server);
   }
 
  private:
-  std::unique_ptr<PcapWriter> w_;
+  std::unique_ptr<trace::PcapWriter> w_;
   bool initiator_;
 };
 
@@ -50,12 +52,12 @@ rnic::TapFactory pcap_tap_factory(const std::string& path) {
                  ? fmt::format("{}-{}", path, k)
                  : fmt::format("{}-{}{}", path.substr(0, dot), k, path.substr(dot));
     }
-    PcapWriterOptions o;
+    trace::PcapWriterOptions o;
     o.client = v4(ti.initiator ? ti.local : ti.remote);
     o.server = v4(ti.initiator ? ti.remote : ti.local);
     o.mss = static_cast<std::uint16_t>(std::min<std::size_t>(ti.emss ? ti.emss : 1460, 65000));
     o.wall_clock = true;
-    auto w = PcapWriter::open(file, o);
+    auto w = trace::PcapWriter::open(file, o);
     if (!w) {
       log::layer("tool").error("{}", w.error());
       return nullptr;
@@ -65,4 +67,4 @@ rnic::TapFactory pcap_tap_factory(const std::string& path) {
   };
 }
 
-}  // namespace iwarp::trace
+}  // namespace iwarp::capture
