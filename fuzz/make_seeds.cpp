@@ -58,18 +58,9 @@ void be32(Bytes& b, std::uint32_t v) {
   be16(b, static_cast<std::uint16_t>(v));
 }
 
-TcpSeq stream_start(const trace::TcpFlow& f, int dir) {
-  if (dir == 0 && f.saw_syn) return f.client_isn + 1;
-  if (dir == 1 && f.saw_syn_ack) return f.server_isn + 1;
-  std::optional<TcpSeq> low;
-  for (const auto& s : f.dir[dir])
-    if (!s.payload.empty() && (!low || s.seq < *low)) low = s.seq;
-  return low.value_or(TcpSeq{0});
-}
-
 Bytes reassemble(const trace::TcpFlow& f, int dir) {
   Bytes out;
-  trace::TcpReassembler r(stream_start(f, dir));
+  trace::TcpReassembler r(trace::stream_start(f, dir));
   for (const auto& s : f.dir[dir])
     if (!s.payload.empty())
       r.add(s.seq, s.payload, [&](ByteSpan b) { out.insert(out.end(), b.begin(), b.end()); });
@@ -185,7 +176,7 @@ void from_capture(const fs::path& path) {
       put("qp_receive", name, q);
       // segment_receiver, raw mode: the capture's own segments of this direction (real
       // disorder and retransmissions), offsets from the start of Full Operation.
-      const TcpSeq fo_seq = stream_start(flow, d) + static_cast<std::uint32_t>(fo[d]);
+      const TcpSeq fo_seq = trace::stream_start(flow, d) + static_cast<std::uint32_t>(fo[d]);
       Bytes g = {static_cast<std::uint8_t>((crc ? 1 : 0) | (markers ? 2 : 0) | (3 << 3))};
       be32(g, fo_seq.value());
       be16(g, 0x5eed);

@@ -135,16 +135,6 @@ class Resync final : public mpa::StreamVisitor {
   bool stop_ = false;
 };
 
-// Where a direction's stream starts, as the decoder takes it.
-TcpSeq stream_base(const trace::TcpFlow& f, int dir) {
-  if (dir == 0 && f.saw_syn) return f.client_isn + 1;
-  if (dir == 1 && f.saw_syn_ack) return f.server_isn + 1;
-  std::optional<TcpSeq> low;
-  for (const auto& s : f.dir[dir])
-    if (!s.payload.empty() && (!low || s.seq < *low)) low = s.seq;
-  return low.value_or(TcpSeq{0});
-}
-
 // a + b, or 2^64 - 1 when that does not fit.
 std::uint64_t add_saturating(std::uint64_t a, std::uint64_t b) {
   return b > UINT64_MAX - a ? UINT64_MAX : a + b;
@@ -330,7 +320,7 @@ class Learner {
   // wins, as in TCP, RFC 793 §3.9). Only the octets the capture holds are kept (a segment far
   // ahead of the others costs what it carries), and only the first max_stream octets.
   void rebuild_stream(int d) {
-    cp.stream_seq[d] = stream_base(flow, d);
+    cp.stream_seq[d] = trace::stream_start(flow, d);
     IntervalSet<std::uint64_t> held;
     std::map<std::uint64_t, Bytes> pieces;
     std::uint64_t beyond = 0, beyond_frame = 0;

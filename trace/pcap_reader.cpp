@@ -498,4 +498,13 @@ std::expected<Capture, std::string> read_capture(const std::string& path) {
   return cap;
 }
 
+TcpSeq stream_start(const TcpFlow& f, int dir) {
+  if (dir == 0 && f.saw_syn) return f.client_isn + 1;
+  if (dir == 1 && f.saw_syn_ack) return f.server_isn + 1;
+  std::optional<TcpSeq> low;
+  for (const auto& s : f.dir[dir])
+    if (!s.payload.empty() && (!low || s.seq < *low)) low = s.seq;
+  return low.value_or(TcpSeq{0});
+}
+
 }  // namespace iwarp::trace

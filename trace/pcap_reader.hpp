@@ -50,6 +50,11 @@ struct TcpFlow {
   std::vector<std::string> problems;
 };
 
+// Where direction `dir` of `f` starts its stream: the octet after the SYN's sequence number
+// (RFC 793 §3.3) when the capture has the SYN, else the lowest sequence number seen carrying
+// data (a capture that began mid-connection).
+TcpSeq stream_start(const TcpFlow& f, int dir);
+
 struct Capture {
   std::string path;
   int link_type = 0;

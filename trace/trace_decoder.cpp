@@ -140,18 +140,6 @@ bool starts_with_key(ByteSpan b, std::string_view key) {
   return b.size() >= key.size() && std::equal(key.begin(), key.end(), b.begin());
 }
 
-// One TCP direction: where its stream starts, and its reassembly.
-TcpSeq stream_start(const TcpFlow& f, int dir) {
-  if (dir == 0 && f.saw_syn) return f.client_isn + 1;
-  if (dir == 1 && f.saw_syn_ack) return f.server_isn + 1;
-  // No SYN: start at the lowest sequence number seen carrying data.
-  const auto& segs = f.dir[dir];
-  std::optional<TcpSeq> low;
-  for (const auto& s : segs)
-    if (!s.payload.empty() && (!low || s.seq < *low)) low = s.seq;
-  return low.value_or(TcpSeq{0});
-}
-
 void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
                  std::vector<Record>* records) {
   fr.initiator = flow.client;
