@@ -8,19 +8,19 @@ namespace {
 using F = MessageFamily;
 // clang-format off
 constexpr std::array<OpcodeInfo, kMaxOpcode + 1> kTable{{
-  // opcode                  name                          tagged qn             body                     payload single SE     inval  family             RQE
-  {Opcode::Write,            "RDMA Write",                  true,  0,             0,                       true,   false, false, false, F::Write,          false},
-  {Opcode::ReadRequest,      "RDMA Read Request",           false, kQnReadReq,    kReadRequestBodySize,    false,  true,  false, false, F::ReadRequest,    false},
-  {Opcode::ReadResponse,     "RDMA Read Response",          true,  0,             0,                       true,   false, false, false, F::ReadResponse,   false},
-  {Opcode::Send,             "Send",                        false, kQnSend,       0,                       true,   false, false, false, F::Send,           true},
-  {Opcode::SendInvalidate,   "Send with Invalidate",        false, kQnSend,       0,                       true,   false, false, true,  F::Send,           true},
-  {Opcode::SendSe,           "Send with SE",                false, kQnSend,       0,                       true,   false, true,  false, F::Send,           true},
-  {Opcode::SendSeInvalidate, "Send with SE and Invalidate", false, kQnSend,       0,                       true,   false, true,  true,  F::Send,           true},
-  {Opcode::Terminate,        "Terminate",                   false, kQnTerminate,  kTerminateControlSize,   true,   true,  false, false, F::Terminate,      false},
-  {Opcode::ImmediateData,    "Immediate Data",              false, kQnSend,       kImmediateDataSize,      false,  true,  false, false, F::ImmediateData,  true},
-  {Opcode::ImmediateDataSe,  "Immediate Data with SE",      false, kQnSend,       kImmediateDataSize,      false,  true,  true,  false, F::ImmediateData,  true},
-  {Opcode::AtomicRequest,    "Atomic Request",              false, kQnReadReq,    kAtomicRequestBodySize,  false,  true,  false, false, F::AtomicRequest,  false},
-  {Opcode::AtomicResponse,   "Atomic Response",             false, kQnAtomicResp, kAtomicResponseBodySize, false,  true,  false, false, F::AtomicResponse, false},
+  // opcode                  name                          tagged qn             body                     payload single SE     inval  family
+  {Opcode::Write,            "RDMA Write",                  true,  0,             0,                       true,   false, false, false, F::Write},
+  {Opcode::ReadRequest,      "RDMA Read Request",           false, kQnReadReq,    kReadRequestBodySize,    false,  true,  false, false, F::ReadRequest},
+  {Opcode::ReadResponse,     "RDMA Read Response",          true,  0,             0,                       true,   false, false, false, F::ReadResponse},
+  {Opcode::Send,             "Send",                        false, kQnSend,       0,                       true,   false, false, false, F::Send},
+  {Opcode::SendInvalidate,   "Send with Invalidate",        false, kQnSend,       0,                       true,   false, false, true,  F::Send},
+  {Opcode::SendSe,           "Send with SE",                false, kQnSend,       0,                       true,   false, true,  false, F::Send},
+  {Opcode::SendSeInvalidate, "Send with SE and Invalidate", false, kQnSend,       0,                       true,   false, true,  true,  F::Send},
+  {Opcode::Terminate,        "Terminate",                   false, kQnTerminate,  kTerminateControlSize,   true,   true,  false, false, F::Terminate},
+  {Opcode::ImmediateData,    "Immediate Data",              false, kQnSend,       kImmediateDataSize,      false,  true,  false, false, F::ImmediateData},
+  {Opcode::ImmediateDataSe,  "Immediate Data with SE",      false, kQnSend,       kImmediateDataSize,      false,  true,  true,  false, F::ImmediateData},
+  {Opcode::AtomicRequest,    "Atomic Request",              false, kQnReadReq,    kAtomicRequestBodySize,  false,  true,  false, false, F::AtomicRequest},
+  {Opcode::AtomicResponse,   "Atomic Response",             false, kQnAtomicResp, kAtomicResponseBodySize, false,  true,  false, false, F::AtomicResponse},
 }};
 // clang-format on
 }  // namespace

@@ -57,9 +57,6 @@ struct OpcodeInfo {
   bool solicited;           // Solicited Event variant
   bool invalidate;          // carries an STag to invalidate in RsvdULP
   MessageFamily family;
-  // Consumes the next receive WQE of queue 0 and completes it when its last segment (L=1) is
-  // delivered (RFC 5040 §5.3, RFC 7306 §4.3).
-  bool consumes_rqe;
 };
 
 // Table lookup; nullopt for opcodes no RFC defines.
