@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <array>
+
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -17,15 +21,29 @@
 
 namespace iwarp::test {
 
-inline std::string run_command(const std::string& cmd, int* status = nullptr) {
+// Runs `cmd` through the shell and returns its standard output. With `err`, its standard error
+// goes there (else it is discarded); with `status`, pclose()'s status.
+inline std::string run_command(const std::string& cmd, int* status = nullptr,
+                               std::string* err = nullptr) {
   std::string out;
-  FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
+  char err_path[] = "/tmp/iwarp_cmd_stderr_XXXXXX";
+  int err_fd = err ? mkstemp(err_path) : -1;
+  if (err_fd >= 0) close(err_fd);
+  const std::string redirect = err_fd >= 0 ? std::string(" 2>'") + err_path + "'" : " 2>/dev/null";
+  FILE* p = popen((cmd + redirect).c_str(), "r");
   if (!p) return out;
   std::array<char, 65536> buf;
   std::size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   int st = pclose(p);
   if (status) *status = st;
+  if (err_fd >= 0) {
+    std::ifstream in(err_path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    *err = text.str();
+    std::remove(err_path);
+  }
   return out;
 }
 
@@ -68,12 +86,18 @@ struct TsharkFpdus {
 
 inline TsharkFpdus tshark_fpdus(const std::string& file) {
   TsharkFpdus t;
+  int status = -1;
+  std::string err;
   std::string out = run_command(
       "tshark -o tcp.reassemble_out_of_order:TRUE -r '" + file +
-      "' -Y iwarp_mpa.fpdu -T fields -E occurrence=a -E separator=/t -E aggregator=, "
-      "-e iwarp_rdma.opcode -e iwarp_ddp.tagged_flag -e iwarp_ddp.last_flag -e iwarp_ddp.stag "
-      "-e iwarp_ddp.tagged_offset -e iwarp_ddp.qn -e iwarp_ddp.msn -e iwarp_ddp.mo "
-      "-e iwarp_mpa.ulpdulength");
+          "' -Y iwarp_mpa.fpdu -T fields -E occurrence=a -E separator=/t -E aggregator=, "
+          "-e iwarp_rdma.opcode -e iwarp_ddp.tagged_flag -e iwarp_ddp.last_flag -e iwarp_ddp.stag "
+          "-e iwarp_ddp.tagged_offset -e iwarp_ddp.qn -e iwarp_ddp.msn -e iwarp_ddp.mo "
+          "-e iwarp_mpa.ulpdulength",
+      &status, &err);
+  // A tshark that fails says why (an empty answer alone says nothing about the cause).
+  if (status != 0)
+    ADD_FAILURE() << "tshark exited with status " << status << " reading " << file << ": " << err;
   for (const auto& line : split(out, '\n')) {
     if (line.empty()) continue;
     auto f = split(line, '\t');
