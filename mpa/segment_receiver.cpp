@@ -256,7 +256,8 @@ std::optional<std::uint64_t> SegmentReceiver::fpdu_end_at(std::uint64_t off,
     ++got;
   }
   const std::uint16_t ulen = load_be16(len);
-  return logical_to_wire(p, ulen + pad_length(ulen) + kCrcSize);
+  const std::uint64_t rest = ulen + pad_length(ulen) + kCrcSize;
+  return cfg_.markers ? logical_to_wire(p, rest) : p + rest;  // no markers: no grid to skip
 }
 
 bool SegmentReceiver::parse_at(std::uint64_t bend, std::uint64_t off, OooFpdu& out, Bytes& ulpdu) {

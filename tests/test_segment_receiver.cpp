@@ -508,6 +508,45 @@ TEST(SegmentReceiverCrc, CorruptFpduBeyondAHoleIsNotOfferedAndGoesThroughTheStre
   }
 }
 
+// Without markers the 512-octet marker grid means nothing (RFC 5044 §4.3 places markers only
+// when negotiated): where an FPDU sits against it must not change the receiver's work. The same
+// corrupt FPDUs beyond a hole, once on the grid and once shifted by half of it, take the same
+// steps. (A receiver that skipped marker octets here saw a corrupt FPDU end 4 octets late,
+// kept it as a start and walked it again with the next segment.)
+TEST(SegmentReceiverCrc, WithoutMarkersTheMarkerGridDoesNotChangeTheWork) {
+  constexpr FramingConfig cfg = kCrc;
+  auto send_ulpdu = [](std::size_t ulpdu_len, std::uint32_t msn) {
+    Bytes u;
+    ddp::untagged_header(rdmap::Opcode::Send, QueueNumber{0}, Msn{msn}, MessageOffset{0}).encode(u);
+    u.resize(ulpdu_len, static_cast<std::uint8_t>(msn));
+    return u;
+  };
+  // Beyond the first FPDU (the hole), 40 corrupt FPDUs of 512 wire octets each (2 + 506 + 4).
+  auto run = [&](std::size_t first_ulpdu) {
+    std::vector<Bytes> ulpdus{send_ulpdu(first_ulpdu, 1)};
+    for (std::uint32_t k = 0; k < 40; ++k) ulpdus.push_back(send_ulpdu(506, k + 2));
+    const Stream s = encode_stream(cfg, ulpdus);
+    Bytes wire = s.bytes;
+    for (std::size_t k = 1; k < s.fpdus.size(); ++k) wire[s.fpdus[k].offset + 40] ^= 0x10;
+    const TcpSeq start{500};
+    SegmentReceiver rx(cfg, start);
+    Recorder rec(s, rx);
+    for (std::size_t k = 1; k < s.fpdus.size(); ++k)
+      feed(rx, rec, start, wire, s.fpdus[k].offset, s.fpdus[k].end());
+    EXPECT_TRUE(rec.offers.empty());  // every one fails its CRC
+    const auto steps = rx.stats().steps;
+    feed(rx, rec, start, wire, 0, s.fpdus[1].offset);
+    EXPECT_EQ(rec.streamed, wire);
+    EXPECT_FALSE(rx.has_holes());
+    return std::pair{s.fpdus[1].offset, steps};
+  };
+  const auto on_grid = run(506);  // FPDUs at 512, 1024, ...: none crosses a multiple of 512
+  const auto shifted = run(250);  // FPDUs at 256, 768, ...: each crosses one
+  ASSERT_EQ(on_grid.first, 512u);
+  ASSERT_EQ(shifted.first, 256u);
+  EXPECT_EQ(shifted.second, on_grid.second);
+}
+
 // A segment starting in the middle of an FPDU: the marker inside the next FPDU points back to
 // its start (RFC 5044 §5), and the FPDUs after it follow by their lengths.
 TEST(SegmentReceiverMarkers, SegmentStartingMidFpduYieldsTheNextFpdusViaFpduptr) {
