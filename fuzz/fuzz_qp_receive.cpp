@@ -1,6 +1,7 @@
 // Target 4: the whole receive path of a queue pair (rnic/queue_pair.hpp): segment receiver,
 // FPDU reader, DDP/RDMAP checks, placement, Read Responses, atomics, Terminates, flush. The QP
-// runs over a NullTransport and is fed with QueuePair::receive_segment, as `rnic replay` does.
+// runs over a NullTransport and is fed through its SegmentInput (rnic/segment_input.hpp), as `rnic
+// replay` does.
 //
 // Memory: eight regions at fixed STags, each inside a larger allocation with canary guard
 // octets before and after it:
@@ -43,6 +44,7 @@
 #include "rnic/completion_queue.hpp"
 #include "rnic/device.hpp"
 #include "rnic/queue_pair.hpp"
+#include "rnic/segment_input.hpp"
 #include "rnic/transport.hpp"
 
 using namespace iwarp;
@@ -181,6 +183,7 @@ struct Harness {
   std::vector<Bytes> initial;
   CompletionQueue scq{64, nullptr, nullptr}, rcq{64, nullptr, nullptr};
   std::shared_ptr<QueuePair> qp;
+  SegmentInput* input = nullptr;  // the segments go in through this view of `qp` only
 };
 
 // Registers the eight regions, each between canary guards and filled with its own pattern.
@@ -210,6 +213,7 @@ void create_qp_with_receives(Harness& t, const Header& hd) {
   init.caps.max_recv_wr = 16;
   init.caps.max_recv_sge = 2;
   t.qp = std::make_shared<QueuePair>(t.dev, init);
+  t.input = t.qp.get();
   for (int i = 0; i < hd.receives(); ++i) {
     RecvWr wr;
     wr.wr_id = 100 + i;
@@ -317,14 +321,14 @@ void feed_stream(Harness& t, const Header& hd) {
         d.frozen.emplace(d.data(), d.data() + d.length);
       });
     }
-    t.qp->receive_segment(hd.start + static_cast<std::uint32_t>(s.off),
-                          Bytes(s.data.begin(), s.data.end()));
+    t.input->receive_segment(hd.start + static_cast<std::uint32_t>(s.off),
+                             Bytes(s.data.begin(), s.data.end()));
     drain();
     ++done;
     check_frozen(t, "during the stream");
     freeze_invalidated(t);
   }
-  if (hd.h1 & 0x40) t.qp->receive_fin(hd.start + static_cast<std::uint32_t>(hd.stream.size()));
+  if (hd.h1 & 0x40) t.input->receive_fin(hd.start + static_cast<std::uint32_t>(hd.stream.size()));
   drain();
 }
 

@@ -137,7 +137,7 @@ class Recorder final : public rnic::RxObserver {
 class Splitter {
  public:
   Splitter(double p, std::uint64_t seed) : p_(p), rng_(seed) {}
-  void push(rnic::WireSegment s, const rnic::SegmentOut& out) {
+  void push(sim::WireSegment s, const sim::SegmentOut& out) {
     if (p_ <= 0 || s.payload.size() < 2 || std::uniform_real_distribution<>(0, 1)(rng_) >= p_) {
       out(std::move(s));
       return;
@@ -148,8 +148,8 @@ class Splitter {
     const auto at = [&](std::size_t i) {
       return s.payload.begin() + static_cast<std::ptrdiff_t>(i);
     };
-    rnic::WireSegment a{s.seq, Bytes(at(0), at(cut + overlap))};
-    rnic::WireSegment b{s.seq + static_cast<std::uint32_t>(cut), Bytes(at(cut), s.payload.end())};
+    sim::WireSegment a{s.seq, Bytes(at(0), at(cut + overlap))};
+    sim::WireSegment b{s.seq + static_cast<std::uint32_t>(cut), Bytes(at(cut), s.payload.end())};
     ++count_;
     out(std::move(a));
     out(std::move(b));
@@ -180,6 +180,9 @@ struct Endpoint {
   std::vector<std::uint64_t> recv_offset;  // per RecvPlan
   std::shared_ptr<Context> ctx = std::make_shared<Context>();
   std::shared_ptr<rnic::QueuePair> qp;
+  // The capture's segments go in, and the segment path's outcome comes out, through this
+  // narrow view of `qp` only.
+  rnic::SegmentInput* input = nullptr;
   std::shared_ptr<std::uint64_t> transmitted = std::make_shared<std::uint64_t>(0);
   EndpointResult result;
 };
@@ -271,6 +274,7 @@ void build_endpoint(Endpoint& e, const ConnectionPlan& plan, Side side, std::uin
   init.caps.max_send_sge = 1;
   init.caps.max_recv_sge = 1;
   e.qp = std::make_shared<rnic::QueuePair>(*e.dev, init);
+  e.input = e.qp.get();
   for (std::size_t i = 0; i < ep.recvs.size(); ++i) {
     rnic::RecvWr wr;
     wr.wr_id = ep.recvs[i].rtr ? kRtrWrId : ep.recvs[i].msn;
@@ -368,7 +372,7 @@ void inject(Endpoint& e, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq,
     ctx->frame = frame;
     ctx->time_us = time_us;
   });
-  e.qp->receive_segment(seq, std::move(payload));
+  e.input->receive_segment(seq, std::move(payload));
   drain(e);
 }
 
@@ -378,7 +382,7 @@ void inject_fin(Endpoint& e, std::uint64_t frame, std::uint64_t time_us, TcpSeq 
     ctx->frame = frame;
     ctx->time_us = time_us;
   });
-  e.qp->receive_fin(seq);
+  e.input->receive_fin(seq);
   drain(e);
 }
 
@@ -524,8 +528,8 @@ void finish(ConnectionResult& res, const ConnectionPlan& plan) {
 // region (a hash of each, and of all of them together).
 void record_endpoint(Endpoint& e, bool keep_memory) {
   auto& r = e.result;
-  r.holes_open = e.qp->hole_report();
-  r.segments = e.qp->segment_stats();
+  r.holes_open = e.input->hole_report();
+  r.segments = e.input->segment_stats();
   r.qp = e.qp->stats();
   r.state = std::string(rnic::to_string(e.qp->state()));
   r.transmitted = *e.transmitted;
@@ -570,6 +574,7 @@ void tear_down(ConnectionResult& res, Endpoint (&eps)[2]) {
   for (int i = 0; i < 3; ++i)
     for (auto& e : eps) drain(e);
   for (int s = 0; s < 2; ++s) {
+    eps[s].input = nullptr;
     eps[s].qp.reset();
     res.ep[s] = std::move(eps[s].result);
   }
@@ -589,7 +594,7 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   start_endpoint(eps[1], plan, shared);
 
   // Segments of each direction, optionally disordered on the way.
-  std::optional<rnic::SegmentDisorder> disorder[2];
+  std::optional<sim::SegmentDisorder> disorder[2];
   std::optional<Splitter> splitter[2];
   std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> origin[2];  // seq -> frame
   std::uint64_t now_time = 0;
@@ -602,7 +607,7 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
     }
   }
   auto deliver = [&](int d) {
-    return [&, d](rnic::WireSegment s) {
+    return [&, d](sim::WireSegment s) {
       auto& e = eps[index(receiver_of(static_cast<Direction>(d)))];
       // The frame this octet range came from (the last segment pushed that starts at or
       // before it, by offset from the stream start).
@@ -618,7 +623,7 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
       inject(e, frame, time, s.seq, std::move(s.payload));
     };
   };
-  const rnic::SegmentOut out[2] = {deliver(0), deliver(1)};
+  const sim::SegmentOut out[2] = {deliver(0), deliver(1)};
 
   // Causality: whatever an endpoint sends after receiving something may depend on it, so the
   // segments held back in the direction it receives are delivered before it sends again. The
@@ -660,8 +665,8 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         if (overlaps_burst(d, st.tagged)) settle_direction(st.dir);
         burst[d].insert(burst[d].end(), st.tagged.begin(), st.tagged.end());
         origin[d][static_cast<std::uint32_t>(st.seq - plan.stream_seq[d])] = {st.frame, st.time_us};
-        splitter[d]->push(rnic::WireSegment{st.seq, st.payload},
-                          [&](rnic::WireSegment s) { disorder[d]->push(std::move(s), out[d]); });
+        splitter[d]->push(sim::WireSegment{st.seq, st.payload},
+                          [&](sim::WireSegment s) { disorder[d]->push(std::move(s), out[d]); });
         break;
       }
       case Step::Kind::Fin:

@@ -14,18 +14,19 @@
 
 #include "mpa/segment_receiver.hpp"
 #include "replay/replay_plan.hpp"
-#include "rnic/impaired_wire.hpp"
 #include "rnic/queue_pair.hpp"
 #include "rnic/rx_observer.hpp"
+#include "rnic/segment_input.hpp"
 #include "rnic/work_request.hpp"
+#include "sim/impaired_wire.hpp"
 
 namespace iwarp::replay {
 
 // A seeded disorder of each direction's segments: some held back and delivered later (as a
 // retransmission would be), some delivered twice or again as an overlapping retransmission
-// (rnic::SegmentDisorder), and, before that, some cut into two overlapping pieces.
+// (sim::SegmentDisorder), and, before that, some cut into two overlapping pieces.
 struct Permutation {
-  rnic::WireImpairment wire{.reorder = 0.25, .dup = 0.1, .delay = 4, .seed = 1, .mss = 0};
+  sim::WireImpairment wire{.reorder = 0.25, .dup = 0.1, .delay = 4, .seed = 1, .mss = 0};
   double split = 0.1;  // probability that a segment is re-cut into two overlapping pieces
   std::string describe() const;
 };
@@ -97,7 +98,7 @@ struct ConnectionResult {
   std::vector<std::string> not_reproduced;  // Terminates of the trace the emulation did not send
   std::vector<std::string> cut_short;       // the plan's reasons, and holes left open
   std::uint64_t steps = 0, segments_injected = 0;
-  rnic::SegmentDisorder::Stats disorder[2];
+  sim::SegmentDisorder::Stats disorder[2];
   std::uint64_t split = 0;           // segments re-cut
   std::uint64_t unexpected() const;  // Terminates sent and violations the trace does not hold
 };

@@ -10,8 +10,8 @@
 
 #include "mpa/negotiation.hpp"
 #include "rnic/engine_fwd.hpp"
-#include "rnic/impaired_wire.hpp"
 #include "rnic/qp_types.hpp"
+#include "rnic/rx_segment_shaper.hpp"
 
 namespace iwarp::rnic {
 
@@ -59,8 +59,9 @@ struct CmOptions {
   // Testing aid: the responder sends its MPA Reply this long after accept (0: at once), so that
   // what happens meanwhile (a disconnect on either side) can be exercised.
   std::chrono::milliseconds reply_delay{0};
-  // A simulated impaired wire under every QP this id starts (RxOptions::wire).
-  std::optional<WireImpairment> wire;
+  // Makes a receive-side segment shaper (a simulated impaired wire, sim/impaired_wire.hpp) for
+  // every QP this id starts (RxOptions::shaper); empty: none.
+  RxShaperFactory rx_shaper;
   TapFactory tap;
 };
 

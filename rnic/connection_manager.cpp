@@ -592,7 +592,7 @@ void CmId::start_qp(const mpa::ConnectionParams& negotiated, bool initiator) {
   // The QP is RTS before ESTABLISHED is reported, so the application can post at once; a
   // first-FPDU delay only holds transmission back (StreamSetup::first_fpdu_delay).
   RxOptions rx;
-  rx.wire = opts_.wire;
+  rx.shaper = opts_.rx_shaper;
   qp->start(std::make_unique<SocketTransport>(std::move(*sock_)), st, {}, tap_, on_closed,
             std::move(rx));
   sock_.reset();

@@ -87,11 +87,11 @@ void QueuePair::rx_start(Bytes leftover) {
   rx_.sink = std::make_shared<RxSink>(*this);
   rx_.visitor = std::make_shared<SegVisitor>(*this);
   rx_.segments.emplace(rx_.reader->config(), rx_.opts.stream_start);
-  if (rx_.opts.wire) {
+  if (rx_.opts.shaper) {
     const std::size_t mss = setup_ ? setup_->emss : 1448;
-    tap_wire_.wire.emplace(*rx_.opts.wire, rx_.reader->config(), mss, rx_.opts.stream_start);
-    logger().info("QP {}: receiving through a simulated impaired wire ({}, MSS {})", qp_num_,
-                  rx_.opts.wire->describe(), rx_.opts.wire->mss ? rx_.opts.wire->mss : mss);
+    tap_wire_.shaper =
+        rx_.opts.shaper(RxShaperContext{rx_.reader->config(), mss, rx_.opts.stream_start});
+    logger().info("QP {}: receiving through a {}", qp_num_, tap_wire_.shaper->describe());
   }
   rx_.buf.resize(kRxBufferFirst);
   if (!leftover.empty()) rx_data(leftover);
@@ -124,10 +124,10 @@ void QueuePair::rx_data(ByteSpan data) {
     std::lock_guard l(mu_);
     stats_.bytes_received += data.size();
   }
-  if (tap_wire_.wire) {
+  if (tap_wire_.shaper) {
     // A simulation: the stream is cut into segments again and presented out of order.
-    tap_wire_.wire->push(data, [this](WireSegment s) { rx_segment(s.seq, s.payload); });
-    arm_wire_flush();
+    tap_wire_.shaper->push(data, [this](TcpSeq seq, ByteSpan p) { rx_segment(seq, p); });
+    arm_shaper_flush();
     return;
   }
   rx_segment(rx_.segments->next_seq(), data);
@@ -139,15 +139,15 @@ void QueuePair::rx_segment(TcpSeq seq, ByteSpan payload) {
   if (rx_.fin_seq) rx_check_fin();
 }
 
-void QueuePair::arm_wire_flush() {
-  if (!tap_wire_.wire->holding() || closed_) return;
+void QueuePair::arm_shaper_flush() {
+  if (!tap_wire_.shaper->holding() || closed_) return;
   // Held segments arrive at the latest 2 ms after the stream pauses (a retransmission).
   if (!tap_wire_.wire_flush) tap_wire_.wire_flush.emplace(dev_.io());
   tap_wire_.wire_flush->expires_after(std::chrono::milliseconds(2));
   tap_wire_.wire_flush->async_wait(
       [self = shared_from_this()](const boost::system::error_code& ec) {
         if (ec || self->closed_) return;
-        self->tap_wire_.wire->flush([&](WireSegment s) { self->rx_segment(s.seq, s.payload); });
+        self->tap_wire_.shaper->flush([&](TcpSeq seq, ByteSpan p) { self->rx_segment(seq, p); });
       });
 }
 
@@ -170,7 +170,7 @@ void QueuePair::rx_drain() {
     if (closed_ || rx_.reader->failed()) return;
     boost::system::error_code ec;
     auto win = rx_.reader->direct_window();
-    if (win.size() >= kDirectMin && !tap_wire_.wire && !rx_.segments->has_holes()) {
+    if (win.size() >= kDirectMin && !tap_wire_.shaper && !rx_.segments->has_holes()) {
       const std::size_t n = transport_->read_some(win, ec);
       if (!ec) {
         if (tap_wire_.tap) tap_inbound(ByteSpan(win.data(), n));
@@ -279,8 +279,8 @@ void QueuePair::revoke(const MemoryRegion& r) {
 void QueuePair::on_rx_error(const boost::system::error_code& ec) {
   if (ec == boost::asio::error::operation_aborted || closed_) return;
   // What the simulated wire still holds arrived before the end of the stream.
-  if (tap_wire_.wire)
-    tap_wire_.wire->flush([this](WireSegment s) { rx_segment(s.seq, s.payload); });
+  if (tap_wire_.shaper)
+    tap_wire_.shaper->flush([this](TcpSeq seq, ByteSpan p) { rx_segment(seq, p); });
   if (closed_) return;
   if (ec == boost::asio::error::eof)
     enter_error({QpClosed::Cause::PeerClosed, "the peer closed the connection"});

@@ -31,10 +31,11 @@
 #include "mpa/segment_receiver.hpp"
 #include "rnic/completion_queue.hpp"
 #include "rnic/device.hpp"
-#include "rnic/impaired_wire.hpp"
 #include "rnic/qp_types.hpp"
 #include "rnic/recv_buffer.hpp"
 #include "rnic/rx_observer.hpp"
+#include "rnic/rx_segment_shaper.hpp"
+#include "rnic/segment_input.hpp"
 #include "rnic/transport.hpp"
 #include "rnic/work_request.hpp"
 
@@ -116,22 +117,10 @@ struct RxOptions {
   // Sequence number of the first octet after the MPA frame (a replay's segments carry real
   // sequence numbers; a live socket's stream is numbered from here).
   TcpSeq stream_start{0};
-  // Live only: re-cut the received stream into segments and disorder them (a simulation).
-  std::optional<WireImpairment> wire;
+  // Live only: makes what re-cuts the received stream into segments (a simulation; none: each
+  // read is one in-order segment).
+  RxShaperFactory shaper;
   std::shared_ptr<RxObserver> observer;  // timeline events (engine thread)
-};
-
-// Per TCP hole: what arrived beyond it and was placed, and whose completions, doorbells and
-// Terminates wait for the hole to close (qp_ooo.cpp).
-struct HoleInfo {
-  mpa::Hole hole;
-  std::uint32_t sends = 0;                 // Send messages completed beyond it: CQEs held back
-  std::vector<std::uint64_t> send_wr_ids;  // the receive WQEs they completed, in order
-  std::uint32_t read_responses = 0;        // Read Responses completed beyond it: Read WRs held back
-  std::uint32_t read_requests = 0;         // Read Requests queued beyond it: doorbell held back
-  std::uint32_t writes = 0;                // Write segments placed beyond it
-  std::uint32_t placed_fpdus = 0;          // all FPDUs placed beyond it
-  std::uint32_t deferred_errors = 0;       // invalid FPDUs whose Terminate waits for it
 };
 
 // Why a connection ended, reported once to the connection manager.
@@ -147,7 +136,9 @@ struct QpClosed {
   std::string detail;
 };
 
-class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryUser {
+class QueuePair : public std::enable_shared_from_this<QueuePair>,
+                  public MemoryUser,
+                  public SegmentInput {
  public:
   QueuePair(Device& dev, const QpInit& init);
   ~QueuePair();
@@ -173,15 +164,11 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryU
   void start(std::unique_ptr<Transport> transport, const StreamSetup& setup, Bytes rx_leftover,
              std::shared_ptr<WireTap> tap, std::function<void(const QpClosed&)> on_closed,
              RxOptions rx = {});
-  // One received TCP segment (replay; any thread): it joins the segment path like one read
-  // from a socket, in any order.
-  void receive_segment(TcpSeq seq, Bytes payload);
-  // The peer's FIN (replay; any thread): as if the socket reached end of stream, once every
-  // octet before `seq` has arrived.
-  void receive_fin(TcpSeq seq);
-  // The holes open now and what waits on each (any thread).
-  std::vector<HoleInfo> hole_report() const;
-  mpa::SegmentReceiver::Stats segment_stats() const;
+  // Segments without a socket (replay, fuzzing): see SegmentInput.
+  void receive_segment(TcpSeq seq, Bytes payload) override;
+  void receive_fin(TcpSeq seq) override;
+  std::vector<HoleInfo> hole_report() const override;
+  mpa::SegmentReceiver::Stats segment_stats() const override;
   // The responder in peer-to-peer mode expects the initiator's RTR first (RFC 6581 §4); the
   // initiator sends it. Called by the CM with the negotiated RTR type.
   void send_rtr(mpa::RtrType type);
@@ -282,7 +269,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryU
   void rx_data(ByteSpan data);                    // octets read from the transport
   void rx_segment(TcpSeq seq, ByteSpan payload);  // one TCP segment into the segment path
   void rx_check_fin();
-  void arm_wire_flush();
+  void arm_shaper_flush();
   void on_rx_error(const boost::system::error_code& ec);
 
   // How an FPDU reaches rx_head/rx_end: read in stream order with its payload still to be
@@ -466,12 +453,13 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>, public MemoryU
     RxEvent released;  // what the in-order point let go since the last report
   } ooo_;
 
-  // Capture and simulation (engine thread only): the pcap tap and the simulated impaired wire.
+  // Capture and simulation (engine thread only): the pcap tap and the receive-side segment
+  // shaper (RxOptions::shaper).
   struct TapAndWire {
     std::shared_ptr<WireTap> tap;
     Bytes rx_partial;  // received octets not yet a whole FPDU (for the tap)
-    std::optional<ImpairedWire> wire;
-    std::optional<boost::asio::steady_timer> wire_flush;
+    std::unique_ptr<RxSegmentShaper> shaper;
+    std::optional<boost::asio::steady_timer> wire_flush;  // flushes the shaper after a pause
   } tap_wire_;
   void tap_inbound(ByteSpan data);
 };

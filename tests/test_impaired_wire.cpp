@@ -1,4 +1,4 @@
-// The simulated impaired wire (rnic/impaired_wire): parsing --wire specs, StreamCutter's
+// The simulated impaired wire (sim/impaired_wire): parsing --wire specs, StreamCutter's
 // FPDU-aligned segmentation, SegmentDisorder's seeded disorder, and the whole wire feeding a
 // SegmentReceiver. Streams are real FPDUs (FpduEncoder) of real DDP segments.
 #include <gtest/gtest.h>
@@ -18,9 +18,9 @@
 #include "framing_support.hpp"
 #include "mpa/fpdu.hpp"
 #include "mpa/segment_receiver.hpp"
-#include "rnic/impaired_wire.hpp"
+#include "sim/impaired_wire.hpp"
 
-namespace iwarp::rnic {
+namespace iwarp::sim {
 namespace {
 
 using mpa::FramingConfig;
@@ -638,4 +638,4 @@ TEST_P(ImpairedWireFraming, EndToEndIntoASegmentReceiverRebuildsTheStream) {
 }
 
 }  // namespace
-}  // namespace iwarp::rnic
+}  // namespace iwarp::sim

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "capture/pcap_tap.hpp"
+#include "sim/impaired_wire.hpp"
 
 namespace iwarp::tools {
 
@@ -95,7 +96,7 @@ void add_app_options(CLI::App& app, AppOptions& o) {
                  "  mss=N      segment size (default: the connection's MSS)\n"
                  "e.g. --wire reorder=0.3,dup=0.05,seed=7")
       ->check([](const std::string& s) -> std::string {
-        auto w = rnic::parse_wire_impairment(s);
+        auto w = sim::parse_wire_impairment(s);
         return w ? std::string{} : w.error();
       });
   app.add_option("--pcap", o.pcap, "Record what this side sends and receives to a pcap file")
@@ -122,7 +123,8 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o) {
   e.cm.first_fpdu_delay = std::chrono::milliseconds(o.first_fpdu_delay_ms);
   e.cm.emss = o.emss;
   if (!o.pcap.empty()) e.cm.tap = capture::pcap_tap_factory(o.pcap);
-  if (!o.wire.empty()) e.cm.wire = *rnic::parse_wire_impairment(o.wire);
+  if (!o.wire.empty())
+    e.cm.rx_shaper = sim::impaired_wire_shaper(*sim::parse_wire_impairment(o.wire));
   return e;
 }
 

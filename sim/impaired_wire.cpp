@@ -1,10 +1,10 @@
-#include "rnic/impaired_wire.hpp"
+#include "sim/impaired_wire.hpp"
 
 #include <fmt/format.h>
 
 #include <charconv>
 
-namespace iwarp::rnic {
+namespace iwarp::sim {
 
 std::string WireImpairment::describe() const {
   std::string s = fmt::format("reorder={},dup={},delay={},seed={}", reorder, dup, delay, seed);
@@ -192,4 +192,36 @@ void ImpairedWire::flush(const SegmentOut& out) {
   disorder_.flush(out);
 }
 
-}  // namespace iwarp::rnic
+namespace {
+
+// The simulated wire behind the engine's shaper interface.
+class ImpairedWireShaper final : public rnic::RxSegmentShaper {
+ public:
+  ImpairedWireShaper(const WireImpairment& w, const rnic::RxShaperContext& c)
+      : w_(w), mss_(w.mss ? w.mss : c.emss), wire_(w, c.framing, c.emss, c.stream_start) {}
+  void push(ByteSpan data, const rnic::SegmentSink& out) override {
+    wire_.push(data, [&](WireSegment s) { out(s.seq, s.payload); });
+  }
+  void flush(const rnic::SegmentSink& out) override {
+    wire_.flush([&](WireSegment s) { out(s.seq, s.payload); });
+  }
+  bool holding() const override { return wire_.holding(); }
+  std::string describe() const override {
+    return fmt::format("simulated impaired wire ({}, MSS {})", w_.describe(), mss_);
+  }
+
+ private:
+  WireImpairment w_;
+  std::size_t mss_;
+  ImpairedWire wire_;
+};
+
+}  // namespace
+
+rnic::RxShaperFactory impaired_wire_shaper(const WireImpairment& w) {
+  return [w](const rnic::RxShaperContext& c) -> std::unique_ptr<rnic::RxSegmentShaper> {
+    return std::make_unique<ImpairedWireShaper>(w, c);
+  };
+}
+
+}  // namespace iwarp::sim

@@ -19,8 +19,9 @@
 #include "common/bytes.hpp"
 #include "common/strong_types.hpp"
 #include "mpa/fpdu_reader.hpp"
+#include "rnic/rx_segment_shaper.hpp"
 
-namespace iwarp::rnic {
+namespace iwarp::sim {
 
 struct WireImpairment {
   double reorder = 0;  // probability that a segment is held back
@@ -105,4 +106,8 @@ class ImpairedWire {
   SegmentDisorder disorder_;
 };
 
-}  // namespace iwarp::rnic
+// Makes the shaper a live connection's QP receives through (CmOptions::rx_shaper): an
+// ImpairedWire with `w`, cut at the connection's EMSS unless w.mss says otherwise.
+rnic::RxShaperFactory impaired_wire_shaper(const WireImpairment& w);
+
+}  // namespace iwarp::sim

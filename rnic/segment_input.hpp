@@ -1,0 +1,42 @@
+// Feeding a queue pair's receive side with TCP segments directly, without a socket: what
+// `rnic replay` and the fuzz target use to present a capture's segments, in any order, and to
+// see what the segment path made of them. QueuePair implements it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/bytes.hpp"
+#include "common/strong_types.hpp"
+#include "mpa/segment_receiver.hpp"
+
+namespace iwarp::rnic {
+
+// Per TCP hole: what arrived beyond it and was placed, and whose completions, doorbells and
+// Terminates wait for the hole to close (qp_ooo.cpp).
+struct HoleInfo {
+  mpa::Hole hole;
+  std::uint32_t sends = 0;                 // Send messages completed beyond it: CQEs held back
+  std::vector<std::uint64_t> send_wr_ids;  // the receive WQEs they completed, in order
+  std::uint32_t read_responses = 0;        // Read Responses completed beyond it: Read WRs held back
+  std::uint32_t read_requests = 0;         // Read Requests queued beyond it: doorbell held back
+  std::uint32_t writes = 0;                // Write segments placed beyond it
+  std::uint32_t placed_fpdus = 0;          // all FPDUs placed beyond it
+  std::uint32_t deferred_errors = 0;       // invalid FPDUs whose Terminate waits for it
+};
+
+class SegmentInput {
+ public:
+  virtual ~SegmentInput() = default;
+  // One received TCP segment (any thread): it joins the segment path like one read from a
+  // socket, in any order.
+  virtual void receive_segment(TcpSeq seq, Bytes payload) = 0;
+  // The peer's FIN (any thread): as if the socket reached end of stream, once every octet
+  // before `seq` has arrived.
+  virtual void receive_fin(TcpSeq seq) = 0;
+  // The holes open now and what waits on each (any thread).
+  virtual std::vector<HoleInfo> hole_report() const = 0;
+  virtual mpa::SegmentReceiver::Stats segment_stats() const = 0;
+};
+
+}  // namespace iwarp::rnic
