@@ -111,6 +111,16 @@ void Buffers::adopt_slots(Region* n) {
   }
 }
 
+bool Buffers::replace_role(std::uint32_t* role, Region* n) {
+  const std::uint32_t old = *role;
+  *role = n->rid;
+  adopt_slots(n);
+  if (!old) return false;
+  relocate_slots_from(old);
+  release_if_unused(old);
+  return true;
+}
+
 // To another enlarged buffer that has slots, or to a new small buffer (an idle connection
 // shrinks back).
 void Buffers::relocate_slots_from(std::uint32_t old) {

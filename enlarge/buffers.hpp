@@ -74,6 +74,9 @@ class Buffers {
   void relocate_slots_from(std::uint32_t old);
   // The enlarged buffer a role used is given up: slots move, and the buffer is retired.
   void drop_role(std::uint32_t* role);
+  // `n` takes over `role` (rx_bulk or tx_bulk) and, with free_small, the slots; the buffer the
+  // role named before is retired once unused. True when there was one.
+  bool replace_role(std::uint32_t* role, Region* n);
 
   bool all_idle() const;  // nothing posted or in flight from any buffer
   void deregister_all();  // unregisters and frees everything, roles included

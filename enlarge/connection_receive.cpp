@@ -49,15 +49,8 @@ void Connection::on_enlarge_req(std::uint32_t seq, const EnlargeReq& r) {
     return;
   }
   stats_.buffers_provisioned++;
-  const std::uint32_t old = buffers_.rx_bulk;
-  buffers_.rx_bulk = n->rid;
-  buffers_.adopt_slots(n);
-  if (old) {
-    // A still larger message: the previous buffer is unregistered and freed.
-    buffers_.relocate_slots_from(old);
-    buffers_.release_if_unused(old);
-    stats_.buffers_freed++;
-  }
+  // A still larger message: the previous buffer is unregistered and freed.
+  if (buffers_.replace_role(&buffers_.rx_bulk, n)) stats_.buffers_freed++;
   event(fmt::format("provisioned a {}-byte buffer (stag {:#010x}) for seq {}", size,
                     n->data_mr->rkey, seq));
   control_.push_back(Message{

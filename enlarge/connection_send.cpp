@@ -313,13 +313,7 @@ void Connection::on_enlarge_ack(const EnlargeAck& a) {
     buffers_.drop_role(&buffers_.tx_bulk);
     return;
   }
-  const std::uint32_t old = buffers_.tx_bulk;
-  buffers_.tx_bulk = n->rid;
-  buffers_.adopt_slots(n);
-  if (old) {
-    buffers_.relocate_slots_from(old);
-    buffers_.release_if_unused(old);
-  }
+  buffers_.replace_role(&buffers_.tx_bulk, n);
   remote_ = Remote{a.to, a.stag, a.size};
   ring_.restart();
   last_bulk_ = std::chrono::steady_clock::now();
