@@ -193,11 +193,12 @@ QueuePair::OooStep QueuePair::ooo_place_send(const ddp::Segment& s, Deferred& d)
     if (rqe.queued_index >= rq_.size()) return OooStep::wait("its receive WQE is not posted yet");
     wr = rq_[rqe.queued_index];
   }
-  auto buffer = resolve_recv_buffer(dev_.memory(), init_.pd, wr);
-  if (!buffer) return OooStep::wait("its receive WQE's buffer is not writable (reported in order)");
-  if (!buffer->check_fits(mo, s.payload.size(), h.msn, wr.wr_id))
+  RecvBuffer buffer;
+  if (!resolve_recv_buffer(dev_.memory(), init_.pd, wr, buffer))
+    return OooStep::wait("its receive WQE's buffer is not writable (reported in order)");
+  if (!buffer.check_fits(mo, s.payload.size(), h.msn, wr.wr_id))
     return OooStep::wait("longer than its receive WQE (reported in order)");
-  buffer->scatter(mo, s.payload);
+  buffer.scatter(mo, s.payload);
   d.wr_id = wr.wr_id;
   return {};
 }

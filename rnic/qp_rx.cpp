@@ -453,13 +453,11 @@ Result<MutableByteSpan> QueuePair::rx_send_segment(const ddp::Segment& s, std::s
       return fail(Errc::DdpUntaggedNoBuffer,
                   "RFC 5041 §7.2: an untagged message needs a posted receive buffer",
                   fmt::format("Send MSN {} arrived with no receive WR posted", h.msn.value()));
-    auto buffer = resolve_recv_buffer(dev_.memory(), init_.pd, rx_.send.rqe);
-    if (!buffer) {
+    if (auto r = resolve_recv_buffer(dev_.memory(), init_.pd, rx_.send.rqe, rx_.send.buffer); !r) {
       // RFC 5041 §7.2 local error (as siw): this receive WR ends with a protection error.
       rx_.send.error = WcStatus::LocProtErr;
-      return std::unexpected(buffer.error());
+      return std::unexpected(r.error());
     }
-    rx_.send.buffer = std::move(*buffer);
   }
   if (!rx_.send.active)
     return fail(Errc::DdpUntaggedInvalidMo, "RFC 5041 §5.3: a continuation needs its message",
