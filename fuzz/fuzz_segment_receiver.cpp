@@ -18,8 +18,9 @@
 //   * every FPDU found beyond a hole is made of received octets, lies beyond its hole, overlaps
 //     no other FPDU found, and (with CRC) carries a CRC that matches;
 //   * valid mode: once everything arrived, the stream is delivered whole (stream octets and
-//     placed FPDUs tile it) and equals the original; with CRC, or with segments cut only at
-//     FPDU boundaries, or with markers, every FPDU found beyond a hole is a real FPDU.
+//     placed FPDUs tile it) and equals the original; with segments cut only at FPDU boundaries,
+//     or with markers, every FPDU found beyond a hole is a real FPDU (with CRC alone it is one
+//     whose octets and CRC are good, which a ULPDU carrying an FPDU image can also be).
 #include <map>
 #include <set>
 #include <vector>
@@ -381,8 +382,11 @@ void valid_mode(Input& in, FramingConfig cfg, int verdicts, TcpSeq start, Rng& r
   // FPDUs found beyond holes must be real ones whenever the framing makes them provable.
   const bool aligned = cut == 0 && !recut;
   // With markers a marker proves where its FPDU starts, and no FPDU starts inside or right
-  // after a marker (RFC 5044 §5).
-  const bool strict = cfg.crc || aligned || cfg.markers;
+  // after a marker (RFC 5044 §5). A good CRC proves nothing here: a ULPDU may itself carry a
+  // CRC-valid FPDU chain (the fuzzer copied one in from a seed), and a segment cut right at it
+  // is, octet for octet, a stream whose FPDUs start there; only a sender that cuts at FPDU
+  // boundaries (RFC 5044 §8) or markers rule that out.
+  const bool strict = aligned || cfg.markers;
 
   SegmentReceiver rx(cfg, start);
   Model m;
