@@ -69,11 +69,16 @@ fi
 if [ -z "$BIN" ]; then
   # A generic x86-64 build (no AVX-512, which valgrind 3.19 does not decode). ISA-L and glibc
   # choose their code by CPUID, which valgrind answers without AVX-512 too.
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DIWARP_WERROR=ON -DIWARP_SANITIZE=OFF \
-    -DIWARP_BUILD_TESTS=OFF -DIWARP_BUILD_DROPIN=OFF \
-    -DCMAKE_CXX_FLAGS="-march=x86-64 -mtune=generic" >/dev/null
-  cmake --build "$BUILD" -j2 --target op_instructions >/dev/null
+  LAUNCHER=()
+  if command -v ccache >/dev/null; then LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+  mkdir -p "$BUILD"
+  if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${LAUNCHER[@]}" \
+           -DIWARP_WERROR=ON -DIWARP_SANITIZE=OFF -DIWARP_BUILD_TESTS=OFF -DIWARP_BUILD_DROPIN=OFF \
+           -DCMAKE_CXX_FLAGS="-march=x86-64 -mtune=generic" &&
+         cmake --build "$BUILD" -j2 --target op_instructions; } >"$BUILD/instructions-build.log" 2>&1; then
+    tail -30 "$BUILD/instructions-build.log" >&2
+    die "building $BUILD failed (whole log: $BUILD/instructions-build.log)"
+  fi
   BIN="$BUILD/bench/op_instructions"
   [ -n "$JSON" ] || JSON="$BUILD/instructions.json"
 fi
@@ -121,10 +126,11 @@ VG="$(valgrind --version)"
 CXX="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$(dirname "$(dirname "$BIN")")/CMakeCache.txt" 2>/dev/null || true)"
 CXXV="$( [ -n "$CXX" ] && "$CXX" --version | head -1 || echo unknown)"
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+CPU="$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -1)"
 
-python3 - "$RESULTS" "${JSON:-}" "$COMPARE" "$THRESHOLD" "$VG" "$CXXV" "$COMMIT" <<'EOF'
+python3 - "$RESULTS" "${JSON:-}" "$COMPARE" "$THRESHOLD" "$VG" "$CXXV" "$COMMIT" "$CPU" <<'EOF'
 import json, sys
-results, out, compare, threshold, vg, cxx, commit = sys.argv[1:8]
+results, out, compare, threshold, vg, cxx, commit, cpu = sys.argv[1:9]
 threshold = float(threshold)
 names = {"send8": "8 B Send", "write64k": "64 KiB RDMA Write", "read1k": "1 KiB RDMA Read"}
 ops = {}
@@ -135,7 +141,7 @@ for line in open(results):
                "n2": n2, "count_n2": c2}
 doc = {"what": "instructions per operation under callgrind, both QPs, CRC on, no markers, "
                "EMSS 1448 (bench/op_instructions.cpp)",
-       "valgrind": vg, "compiler": cxx, "commit": commit, "ops": ops}
+       "valgrind": vg, "compiler": cxx, "cpu": cpu, "commit": commit, "ops": ops}
 
 print("| operation | instructions per operation | counted for N1 ops | counted for N2 ops |")
 print("| --- | ---: | ---: | ---: |")
@@ -150,7 +156,8 @@ if out:
 
 if compare:
     base = json.load(open(compare))
-    for k in ("valgrind", "compiler"):
+    # glibc and ISA-L pick their code by the CPUID valgrind passes on from the host.
+    for k in ("valgrind", "compiler", "cpu"):
         if base.get(k) != doc[k]:
             print(f"note: the baseline was counted with {k} '{base.get(k)}', this run with "
                   f"'{doc[k]}': counts may differ for that reason alone")
