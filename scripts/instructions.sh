@@ -50,7 +50,7 @@ while [ $# -gt 0 ]; do
     --repeat) REPEAT=1; shift ;;
     --smoke) SMOKE=1; REPEAT=1; shift ;;
     -h | --help) usage; exit 0 ;;
-    *) usage >&2; die "unknown argument '$1'" ;;
+    *) die "unknown argument '$1' (--help lists the options)" ;;
   esac
 done
 [[ "$THRESHOLD" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--threshold must be a number of percent, not '$THRESHOLD'"
