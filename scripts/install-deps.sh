@@ -20,6 +20,7 @@ PKGS=(
   libcli11-dev                       # command line
   nlohmann-json3-dev                 # --json output
   libbenchmark-dev                   # benchmarks
+  valgrind                           # callgrind instruction counts (scripts/instructions.sh)
   tshark                             # verifies the pcaps we write
   gnuplot-nox                        # rnic enlarge-bench's plot
   python3
