@@ -16,6 +16,11 @@ namespace iwarp::enlarge {
 using namespace iwarp::verbs;
 using namespace detail;
 
+namespace {
+// A message is cut to fill what is left of a Send only when at least this much data fits.
+constexpr std::uint32_t kMinSplitPiece = 256;
+}  // namespace
+
 std::expected<std::uint32_t, std::string> Connection::post(std::vector<Bytes> iov) {
   if (state_ == State::Failed || state_ == State::Closed)
     return std::unexpected(error_.empty() ? std::string("connection closed") : error_);
@@ -87,8 +92,13 @@ bool Connection::pump_one() {
 }
 
 bool Connection::send_piece(Outgoing& o) {
-  // Gathers from this element and the small ones after it, up to what a slot holds.
-  const std::uint32_t cap = piece_capacity();
+  // Gathers from this element and the small ones after it, up to what a slot holds; into the
+  // Send being filled when the rest of the message fits there, or when a good part of a slot
+  // is left (the rest goes in the next Send).
+  const std::uint32_t room = open_piece_room();
+  const std::uint32_t rest = o.total - o.msg_off;
+  const std::uint32_t cap =
+      room >= rest || room >= kMinSplitPiece ? std::min(room, rest) : piece_capacity();
   ByteSpan data;
   std::size_t elem = o.elem, off = o.elem_off, taken = 0;
   scratch_.clear();
@@ -272,9 +282,12 @@ bool Connection::write_chunk(Outgoing& o, Region* b, std::uint32_t at, std::size
                       remote_->to + at));
   // Completion by message: the Done follows the Write on the same QP, and RDMAP completes it
   // only after the Write is placed (RFC 5040 §5.5), so the receiver never polls data.
+  // The Done goes at once (with what the Send being filled holds): the receiver copies this
+  // chunk out while the next ones are written.
   send_message(Message{.credits = 0,
                        .seq = o.seq,
                        .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk), at}});
+  flush_send();
   last_bulk_ = std::chrono::steady_clock::now();
   finish_bulk_part(o, chunk);
   return true;
@@ -327,6 +340,7 @@ void Connection::on_enlarge_nak() {
 }
 
 void Connection::on_ready(const Ready& r) {
+  stats_.readys_received++;
   if (!ring_.answer(r.count))
     return protocol_error(
         fmt::format("Ready for {} Done(s) while {} are unanswered", r.count, ring_.unanswered()));
