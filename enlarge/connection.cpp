@@ -331,6 +331,12 @@ void Connection::flush_send() {
   }
 }
 
+bool Connection::fits_open_send(std::size_t n) const {
+  if (!open_ || open_->whole) return false;
+  const std::size_t cap = std::min(opts_.slot_size, peer_.slot_size);
+  return kHeaderBytes + (open_->credit_only ? 0 : open_->used) + kRecordLengthBytes + n <= cap;
+}
+
 std::uint32_t Connection::open_piece_room() const {
   if (!open_ || open_->whole) return 0;
   const std::size_t cap = std::min(opts_.slot_size, peer_.slot_size);

@@ -135,6 +135,8 @@ class Connection {
   // Posts the Send being filled: one message as itself, several as a Bundle.
   void flush_send();
   void start_send(Region* r, std::uint32_t slot, const Message& m, bool alone);
+  // Whether a message of `n` octets still fits the Send being filled.
+  bool fits_open_send(std::size_t n) const;
   // Data bytes a Piece appended to the Send being filled could carry (0: none open).
   std::uint32_t open_piece_room() const;
   bool can_send(bool is_credit) const;

@@ -18,7 +18,7 @@ using namespace detail;
 
 namespace {
 // A message is cut to fill what is left of a Send only when at least this much data fits.
-constexpr std::uint32_t kMinSplitPiece = 256;
+constexpr std::uint32_t kMinSplitPiece = 64;
 }  // namespace
 
 std::expected<std::uint32_t, std::string> Connection::post(std::vector<Bytes> iov) {
@@ -243,7 +243,10 @@ bool Connection::send_enlarged(Outgoing& o) {
     size = std::clamp<std::uint64_t>(size, std::min(opts_.min_enlarged, cap), cap);
     return request_buffer(o.seq, static_cast<std::uint32_t>(size));
   }
-  if (!can_send(false)) return false;
+  // The Done must be able to go right behind the Write: in the Send being filled, or a new one.
+  if (!fits_open_send(kHeaderBytes + 16) && !can_send(false)) return false;
+  // The send queue holds the Sends of the send slots and this many Writes (setup()).
+  if (writes_in_flight_ >= opts_.send_slots + 4) return false;
   auto* b = buffers_.get(buffers_.tx_bulk);
   // An element larger than the buffer goes in halves, so that one half is copied out while
   // the next is written.
@@ -282,12 +285,10 @@ bool Connection::write_chunk(Outgoing& o, Region* b, std::uint32_t at, std::size
                       remote_->to + at));
   // Completion by message: the Done follows the Write on the same QP, and RDMAP completes it
   // only after the Write is placed (RFC 5040 §5.5), so the receiver never polls data.
-  // The Done goes at once (with what the Send being filled holds): the receiver copies this
-  // chunk out while the next ones are written.
+  // The Dones of the Writes posted in one go share a Send (a Bundle), posted behind them.
   send_message(Message{.credits = 0,
                        .seq = o.seq,
                        .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk), at}});
-  flush_send();
   last_bulk_ = std::chrono::steady_clock::now();
   finish_bulk_part(o, chunk);
   return true;
