@@ -19,6 +19,8 @@ using namespace detail;
 namespace {
 // A message is cut to fill what is left of a Send only when at least this much data fits.
 constexpr std::uint32_t kMinSplitPiece = 64;
+// A Write of at least this much has its Done posted right behind it, alone if need be.
+constexpr std::size_t kEarlyDoneBytes = 32 * 1024;
 }  // namespace
 
 std::expected<std::uint32_t, std::string> Connection::post(std::vector<Bytes> iov) {
@@ -285,10 +287,12 @@ bool Connection::write_chunk(Outgoing& o, Region* b, std::uint32_t at, std::size
                       remote_->to + at));
   // Completion by message: the Done follows the Write on the same QP, and RDMAP completes it
   // only after the Write is placed (RFC 5040 §5.5), so the receiver never polls data.
-  // The Dones of the Writes posted in one go share a Send (a Bundle), posted behind them.
+  // The Dones of the Writes posted in one go share a Send (a Bundle), posted behind them; a
+  // large chunk's Done goes at once, so the receiver copies it out while the next is written.
   send_message(Message{.credits = 0,
                        .seq = o.seq,
                        .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk), at}});
+  if (chunk >= kEarlyDoneBytes) flush_send();
   last_bulk_ = std::chrono::steady_clock::now();
   finish_bulk_part(o, chunk);
   return true;
