@@ -133,6 +133,30 @@ TEST(EnlargePacking, CreditsRideOnTheAnswers) {
   EXPECT_LT(p.c->stats().credit_messages, kRequests / 20u);
 }
 
+// Medium messages queued together go through the ring several at once, and the Dones of the
+// Writes posted in one go share a Send: fewer Sends than Writes (one Done per Send before).
+TEST(EnlargePacking, DonesOfWritesPostedTogetherShareASend) {
+  Pair p;
+  ASSERT_NE(p.s, nullptr);
+  std::vector<Bytes> sent;
+  for (int i = 0; i < 60; ++i) {
+    sent.push_back(pattern(3000, 300 + i));
+    ASSERT_TRUE(p.c->post(sent.back()));
+  }
+  std::vector<Received> got;
+  ASSERT_TRUE(p.drive([&] {
+    while (auto r = p.s->try_recv()) got.push_back(std::move(*r));
+    return got.size() == sent.size() || p.s->state() == Connection::State::Failed;
+  }));
+  ASSERT_EQ(got.size(), sent.size()) << p.s->error();
+  for (std::size_t i = 0; i < sent.size(); ++i) EXPECT_EQ(got[i].data, sent[i]) << i;
+  const Stats& cs = p.c->stats();
+  EXPECT_EQ(cs.bulk_writes, 60u);
+  EXPECT_EQ(p.s->stats().dones_received, 60u);
+  EXPECT_LT(cs.sends, cs.bulk_writes / 2) << "sends " << cs.sends;
+  EXPECT_GE(cs.most_writes_unanswered, 3u);
+}
+
 // A message of 1 MiB goes through the 200,000-byte enlarged buffer in many parts without a
 // round trip per part: several Writes are unanswered at once, the receiver answers the Dones
 // in fewer Readys than there were Writes, and no Send carries nothing but credits.
