@@ -215,7 +215,8 @@ class Connection {
   bool token_ = false;  // Rendezvous: the peer's one-message buffer may be written
   PeerRing ring_;       // Enlarge: the peer's buffer as a ring of unanswered chunks
   bool awaiting_ack_ = false;
-  std::uint32_t requested_ = 0;          // the size the outstanding EnlargeReq asked for
+  bool growing_ = false;         // the outstanding EnlargeReq asks for a larger ring for a stream
+  std::uint32_t requested_ = 0;  // the size the outstanding EnlargeReq asked for
   std::uint32_t peer_cap_ = 0xffffffff;  // the largest buffer the peer grants
   std::uint32_t writes_in_flight_ = 0;
   std::chrono::steady_clock::time_point refused_until_{};

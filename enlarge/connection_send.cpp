@@ -236,8 +236,8 @@ bool Connection::send_enlarged(Outgoing& o) {
   // The largest buffer worth asking for: ours, or less when the peer granted less before.
   const std::uint32_t cap = std::min(opts_.max_enlarged, peer_cap_);
   const auto want = static_cast<std::uint32_t>(std::min<std::size_t>(remaining, cap));
+  if (awaiting_ack_) return false;  // a larger buffer is on its way: nothing goes meanwhile
   if (!remote_ || remote_->size < want) {
-    if (awaiting_ack_) return false;
     // Room for `depth` of these at once, and at least twice the old buffer, so a stream of
     // growing messages does not ask every time.
     std::uint64_t size = std::max<std::uint64_t>(std::uint64_t{want} * opts_.depth,
@@ -255,7 +255,16 @@ bool Connection::send_enlarged(Outgoing& o) {
   const std::size_t size = std::min<std::size_t>(remote_->size, b->data_bytes);
   const std::size_t chunk = remaining <= size ? remaining : std::max<std::size_t>(size / 2, 1);
   std::uint32_t at = 0;
-  if (!ring_.place(chunk, size, &at)) return false;
+  if (!ring_.place(chunk, size, &at)) {
+    // Multiple phases: a stream that fills the ring while more waits behind asks for one twice
+    // as large (up to the cap); the receiver answers the Dones written so far first.
+    if (queue_.size() > 1 && remote_->size < cap && can_send(false)) {
+      growing_ = true;
+      return request_buffer(
+          o.seq, static_cast<std::uint32_t>(std::min<std::uint64_t>(cap, 2ull * remote_->size)));
+    }
+    return false;
+  }
   return write_chunk(o, b, at, chunk);
 }
 
@@ -304,6 +313,7 @@ void Connection::on_enlarge_ack(const EnlargeAck& a) {
     return protocol_error(
         fmt::format("EnlargeAck of {} bytes for a request of {}", a.size, requested_));
   awaiting_ack_ = false;
+  growing_ = false;
   stats_.enlargements++;
   // Less than asked: the peer's largest. Later data goes through it in parts.
   if (a.size < requested_) peer_cap_ = a.size;
@@ -341,6 +351,12 @@ void Connection::on_enlarge_nak() {
   if (!awaiting_ack_) return protocol_error("EnlargeNak without an EnlargeReq");
   awaiting_ack_ = false;
   stats_.refusals++;
+  if (growing_ && remote_) {
+    // Only a larger ring was refused: the one there is still carries the data; ask no more.
+    growing_ = false;
+    peer_cap_ = remote_->size;
+    return;
+  }
   refuse_head();
 }
 

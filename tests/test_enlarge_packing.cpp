@@ -157,6 +157,37 @@ TEST(EnlargePacking, DonesOfWritesPostedTogetherShareASend) {
   EXPECT_GE(cs.most_writes_unanswered, 3u);
 }
 
+// Multiple phases: a stream of 4,000-byte messages fills the first ring (room for four) while
+// more wait behind, so the sender asks for twice the ring, and again, up to the maximum; every
+// message arrives intact and in order through the rings.
+TEST(EnlargePacking, AStreamThatFillsTheRingGrowsIt) {
+  Pair p;
+  ASSERT_NE(p.s, nullptr);
+  std::vector<Bytes> sent;
+  for (int i = 0; i < 150; ++i) {
+    sent.push_back(pattern(4000, 700 + i));
+    ASSERT_TRUE(p.c->post(sent.back()));
+  }
+  std::vector<Received> got;
+  ASSERT_TRUE(p.drive([&] {
+    while (auto r = p.s->try_recv()) got.push_back(std::move(*r));
+    return got.size() == sent.size() || p.s->state() == Connection::State::Failed;
+  }));
+  ASSERT_EQ(got.size(), sent.size()) << p.s->error() << p.c->error();
+  for (std::size_t i = 0; i < sent.size(); ++i) EXPECT_EQ(got[i].data, sent[i]) << i;
+  EXPECT_GE(p.c->stats().enlarge_requests, 2u);
+  EXPECT_GT(p.s->rx_enlarged_size(), 16000u);  // more than the first ring (4 x 4,000)
+  EXPECT_LE(p.s->rx_enlarged_size(), 200000u);
+  EXPECT_EQ(p.s->stats().buffers_freed + 1, p.s->stats().buffers_provisioned);
+  // A single message of the same size, alone, asks once.
+  Pair q;
+  ASSERT_NE(q.s, nullptr);
+  ASSERT_TRUE(q.c->post(pattern(4000, 1)));
+  ASSERT_TRUE(q.drive([&] { return q.s->try_recv().has_value(); }));
+  EXPECT_EQ(q.c->stats().enlarge_requests, 1u);
+  EXPECT_EQ(q.s->rx_enlarged_size(), 16000u);
+}
+
 // A message of 1 MiB goes through the 200,000-byte enlarged buffer in many parts without a
 // round trip per part: several Writes are unanswered at once, the receiver answers the Dones
 // in fewer Readys than there were Writes, and no Send carries nothing but credits.
