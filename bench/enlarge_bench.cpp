@@ -19,6 +19,7 @@
 #include "bench/enlarge_bench_output.hpp"
 #include "bench/enlarge_bench_speed.hpp"
 #include "bench/enlarge_bench_support.hpp"
+#include "bench/enlarge_bench_write.hpp"
 #include "bench/process_probes.hpp"
 #include "bench/tcp_baseline.hpp"
 #include "common/byte_units.hpp"
@@ -273,7 +274,8 @@ std::expected<Clients, std::string> start_clients(const EnlargeBenchConfig& c) {
 // Every size on every client, scheme after scheme, so each ratio compares numbers taken
 // moments apart.
 std::expected<std::vector<SpeedCell>, std::string> measure_speed(const EnlargeBenchConfig& c,
-                                                                 Clients& clients) {
+                                                                 Clients& clients,
+                                                                 WritePair& write) {
   SpeedBudget b;
   b.latency_s = c.latency_seconds;
   b.stream_s = c.stream_seconds;
@@ -285,9 +287,27 @@ std::expected<std::vector<SpeedCell>, std::string> measure_speed(const EnlargeBe
   std::vector<SpeedCell> cells;
   const auto t0 = Clock::now();
   for (auto size : c.sizes) {
-    double tcp_lat = 0, tcp_mbps = 0;
+    double tcp_lat = 0, tcp_mbps = 0, write_mbps = 0;
     for (auto& [name, client] : clients) {
       auto cell = run_cell(*client, name, size, b);
+      if (cell && name == "tcp") {
+        // Plain RDMA Write right after raw TCP: the second baseline.
+        auto w = write.run(size, b);
+        if (!w) return std::unexpected("speed: " + w.error());
+        w->latency_ratio = cell->latency_us > 0 ? w->latency_us / cell->latency_us : 0;
+        w->throughput_ratio = cell->mbps > 0 ? w->mbps / cell->mbps : 0;
+        w->write_ratio = 1;
+        write_mbps = w->mbps;
+        progress_line(fmt::format("speed: {:>7} write      latency {:>9.1f} us, {:>8.1f} MB/s",
+                                  format_bytes(size, ByteFormat::Exact), w->latency_us, w->mbps));
+        cells.push_back(*cell);
+        cells.back().latency_ratio = cells.back().throughput_ratio = 1;
+        cells.back().write_ratio = write_mbps > 0 ? cell->mbps / write_mbps : 0;
+        cells.push_back(*w);
+        tcp_lat = cell->latency_us;
+        tcp_mbps = cell->mbps;
+        continue;
+      }
       if (!cell) {
         std::string why = cell.error();
         const std::string server = client->finish();
@@ -300,6 +320,7 @@ std::expected<std::vector<SpeedCell>, std::string> measure_speed(const EnlargeBe
       }
       cell->latency_ratio = tcp_lat > 0 ? cell->latency_us / tcp_lat : 0;
       cell->throughput_ratio = tcp_mbps > 0 ? cell->mbps / tcp_mbps : 0;
+      cell->write_ratio = write_mbps > 0 ? cell->mbps / write_mbps : 0;
       progress_line(fmt::format(
           "speed: {:>7} {:<10} latency {:>9.1f} us ({} round trips), {:>8.1f} MB/s ({} "
           "messages) [{:.0f} s]",
@@ -324,15 +345,16 @@ void print_speed_table(const EnlargeBenchConfig& c, const std::vector<SpeedCell>
       "slots of {} B, messages above {} B\nare enlarged (enlarge), sent in pieces (pieces) or "
       "through a buffer registered for them (rendezvous).\n\n",
       c.base.slot_size, c.base.threshold ? c.base.threshold : c.base.slot_size - 16);
-  std::cout << fmt::format("{:>9}  {:<10} {:>12} {:>12} {:>12} {:>12}\n", "size", "scheme",
-                           "latency us", "MB/s", "lat x TCP", "tput x TCP");
+  std::cout << fmt::format("{:>9}  {:<10} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "size", "scheme",
+                           "latency us", "MB/s", "lat x TCP", "tput x TCP", "tput x Write");
   std::uint64_t prev = 0;
   for (const auto& cell : cells) {
     if (prev && cell.size != prev) std::cout << "\n";
     prev = cell.size;
-    std::cout << fmt::format("{:>9}  {:<10} {:>12.1f} {:>12.1f} {:>12.2f} {:>12.3f}\n",
+    std::cout << fmt::format("{:>9}  {:<10} {:>12.1f} {:>12.1f} {:>12.2f} {:>12.3f} {:>12.3f}\n",
                              format_bytes(cell.size, ByteFormat::Exact), cell.scheme,
-                             cell.latency_us, cell.mbps, cell.latency_ratio, cell.throughput_ratio);
+                             cell.latency_us, cell.mbps, cell.latency_ratio, cell.throughput_ratio,
+                             cell.write_ratio);
     CsvRow row;
     row["part"] = "speed";
     row["scheme"] = cell.scheme;
@@ -344,6 +366,7 @@ void print_speed_table(const EnlargeBenchConfig& c, const std::vector<SpeedCell>
     row["stream_messages"] = std::to_string(cell.stream_messages);
     row["latency_vs_tcp"] = fmt::format("{:.4f}", cell.latency_ratio);
     row["throughput_vs_tcp"] = fmt::format("{:.4f}", cell.throughput_ratio);
+    row["throughput_vs_write"] = fmt::format("{:.4f}", cell.write_ratio);
     row["source"] = "measured";
     csv.push_back(row);
   }
@@ -359,9 +382,15 @@ std::expected<SpeedPart, std::string> run_speed_part(const EnlargeBenchConfig& c
                                                      std::vector<CsvRow>& csv) {
   auto clients = start_clients(c);
   if (!clients) return std::unexpected(clients.error());
+  auto write = WritePair::start(c.base.cm, std::ranges::max(c.sizes),
+                                std::chrono::milliseconds(c.timeout_ms));
+  if (!write) return std::unexpected("speed: " + write.error());
   SpeedPart part;
-  for (auto& [name, client] : *clients) part.schemes.push_back(name);
-  auto cells = measure_speed(c, *clients);
+  for (auto& [name, client] : *clients) {
+    part.schemes.push_back(name);
+    if (name == "tcp") part.schemes.push_back("write");
+  }
+  auto cells = measure_speed(c, *clients, **write);
   if (!cells) return std::unexpected(cells.error());
   clients->clear();
   part.cells = std::move(*cells);

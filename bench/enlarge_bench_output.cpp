@@ -42,6 +42,7 @@ const std::vector<std::string> kCsvColumns = {"part",
                                               "stream_messages",
                                               "latency_vs_tcp",
                                               "throughput_vs_tcp",
+                                              "throughput_vs_write",
                                               "source"};
 
 std::string csv_field(const std::string& s) {

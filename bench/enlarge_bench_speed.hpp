@@ -22,6 +22,7 @@ struct SpeedCell {
   double mbps = 0;  // payload bytes, 10^6 per second
   std::uint64_t stream_messages = 0;
   double latency_ratio = 0, throughput_ratio = 0;  // against TCP at this size
+  double write_ratio = 0;  // throughput against plain RDMA Write at this size
 };
 
 // How long each measurement runs: at least the minimum count, then until the time is up.

@@ -154,14 +154,14 @@ std::optional<Received> Connection::try_recv() {
 }
 
 bool Connection::tx_idle() const {
-  return queue_.empty() && control_.empty() && credits_.sends_in_flight() == 0 &&
-         writes_in_flight_ == 0 && rdv_mrs_.empty();
+  return queue_.empty() && control_.empty() && owed_credits_ == 0 &&
+         credits_.sends_in_flight() == 0 && writes_in_flight_ == 0 && rdv_mrs_.empty();
 }
 
 bool Connection::wants_pump() const {
   if (state_ != State::Established) return false;
-  return !queue_.empty() || !control_.empty() || credits_.unannounced() >= credit_threshold() ||
-         (opts_.idle_shrink.count() > 0 && remote_);
+  return !queue_.empty() || !control_.empty() || owed_credits_ > 0 ||
+         credits_.unannounced() >= credit_threshold() || (opts_.idle_shrink.count() > 0 && remote_);
 }
 
 // Reposted slots are announced on their own (a Credit) once half the receive slots are.
@@ -206,44 +206,146 @@ bool Connection::can_send(bool is_credit) const {
   return r && !r->free_slots.empty();
 }
 
-bool Connection::send_message(const Message& msg, bool is_credit) {
+// Messages that are queued when a slot is free share it (Nagle-free: a Send never waits to
+// fill up; pump() posts whatever it gathered). The records go from octet kHeaderBytes of the
+// slot; the first one's message sits at kHeaderBytes + 2, where it is posted from when it stays
+// alone.
+bool Connection::send_message(const Message& msg, bool is_credit, bool alone) {
+  const std::size_t cap = std::min(opts_.slot_size, peer_.slot_size);
+  const std::size_t n = encoded_size(msg);
+  if (open_ && !alone) {
+    // The Send being filled returns every unannounced credit in its header: a Credit in it
+    // would add nothing.
+    if (msg.type() == MsgType::Credit) return true;
+    // A Send opened for a Credit alone takes the message instead (its header returns them).
+    if (open_->credit_only && n <= cap) {
+      Region* r = open_->r;
+      const std::uint32_t slot = open_->slot;
+      open_.reset();
+      start_send(r, slot, msg, /*alone=*/false);
+      return true;
+    }
+    if (!open_->whole && kHeaderBytes + open_->used + kRecordLengthBytes + n <= cap) {
+      std::uint8_t* at = open_->r->slot(open_->slot) + kHeaderBytes + open_->used;
+      store_be16(at, static_cast<std::uint16_t>(n));
+      Message m = msg;
+      m.credits = 0;
+      encode(m, MutableByteSpan(at + kRecordLengthBytes, n));
+      open_->used += kRecordLengthBytes + n;
+      open_->count++;
+      if (m.type() != MsgType::Piece || on_event) open_->events.push_back(describe(m));
+      return true;
+    }
+  }
+  if (open_) flush_send();
   if (!can_send(is_credit)) return false;
-  auto [r, i] = take_send_slot();
-  Message m = msg;
-  m.credits = credits_.to_carry();
-  const std::size_t n = encoded_size(m);
-  if (n > std::min(opts_.slot_size, peer_.slot_size)) {
-    r->free_slots.push_back(i);
+  if (n > cap) {
     fail(fmt::format("internal: a {}-octet message does not fit a slot", n));
     return false;
   }
-  encode(m, MutableByteSpan(r->slot(i), n));
+  auto [r, i] = take_send_slot();
+  credits_.reserve();
+  start_send(r, i, msg, alone);
+  return true;
+}
+
+// `msg` is the first message of a new Send in slot `i` of `r` (slot and credit taken).
+void Connection::start_send(Region* r, std::uint32_t i, const Message& msg, bool alone) {
+  const std::size_t n = encoded_size(msg);
+  open_ = OpenSend{.r = r,
+                   .slot = i,
+                   .used = 0,
+                   .count = 1,
+                   .whole = false,
+                   .credit_only = msg.type() == MsgType::Credit && !alone,
+                   .events = {}};
+  Message m = msg;
+  m.credits = 0;
+  if (alone || kHeaderBytes + kRecordLengthBytes + n > opts_.slot_size) {
+    // Too large to be a record in this side's slot (or meant alone): it is the whole Send.
+    encode(m, MutableByteSpan(r->slot(i), n));
+    open_->used = n;
+    open_->whole = true;
+  } else {
+    std::uint8_t* at = r->slot(i) + kHeaderBytes;
+    store_be16(at, static_cast<std::uint16_t>(n));
+    encode(m, MutableByteSpan(at + kRecordLengthBytes, n));
+    open_->used = kRecordLengthBytes + n;
+  }
+  if (m.type() != MsgType::Piece || on_event) open_->events.push_back(describe(m));
+}
+
+void Connection::flush_send() {
+  if (!open_) return;
+  OpenSend o = std::move(*open_);
+  open_.reset();
+  Region* r = o.r;
+  const std::uint16_t carry = credits_.to_carry();
+  std::uint8_t* addr = r->slot(o.slot);
+  std::size_t len = o.used;
+  if (o.whole) {
+    store_be16(addr + 2, carry);
+  } else if (o.count == 1) {
+    addr += kHeaderBytes + kRecordLengthBytes;
+    len -= kRecordLengthBytes;
+    store_be16(addr + 2, carry);
+  } else {
+    addr[0] = kVersion;
+    addr[1] = static_cast<std::uint8_t>(MsgType::Bundle);
+    store_be16(addr + 2, carry);
+    store_be32(addr + 4, 0);
+    len += kHeaderBytes;
+  }
+  const auto type = static_cast<MsgType>(addr[1]);
   r->busy++;
   credits_.send_posted();
   if (post_one(qp_, {.op = IBV_WR_SEND,
-                     .addr = r->slot(i),
-                     .len = static_cast<std::uint32_t>(n),
+                     .addr = addr,
+                     .len = static_cast<std::uint32_t>(len),
                      .lkey = r->slot_mr->lkey,
                      .remote_addr = 0,
                      .rkey = 0,
                      .flags = IBV_SEND_SIGNALED,
-                     .wr_id = make_wr_id(kSend, r->rid, i),
+                     .wr_id = make_wr_id(kSend, r->rid, o.slot),
                      .imm = 0,
                      .compare_add = 0,
                      .swap = 0}) != 0) {
     r->busy--;
     credits_.send_completed();
-    r->free_slots.push_back(i);
+    r->free_slots.push_back(o.slot);
     fail("ibv_post_send: " + ibv_last_error());
-    return false;
+    return;
   }
-  credits_.sent(m.credits);
-  if (m.type() == MsgType::Credit) stats_.credit_messages++;
-  if (m.type() != MsgType::Piece || on_event) event("tx " + describe(m));
-  return true;
+  credits_.carried_back(carry);
+  stats_.sends++;
+  if (type == MsgType::Credit) stats_.credit_messages++;
+  if (type == MsgType::Bundle) {
+    stats_.bundles++;
+    if (on_event) event(fmt::format("tx Bundle of {} messages credits={}", o.count, carry));
+    for (const auto& e : o.events) event("tx " + e);
+  } else if (!o.events.empty()) {
+    // describe() saw credits 0: the header carries what was unannounced at posting.
+    std::string e = o.events.front();
+    if (const auto k = e.rfind(" credits="); k != std::string::npos) e.resize(k);
+    event(fmt::format("tx {} credits={}", e, carry));
+  }
 }
 
-void Connection::pump() {
+bool Connection::fits_open_send(std::size_t n) const {
+  if (!open_ || open_->whole) return false;
+  const std::size_t cap = std::min(opts_.slot_size, peer_.slot_size);
+  return kHeaderBytes + (open_->credit_only ? 0 : open_->used) + kRecordLengthBytes + n <= cap;
+}
+
+std::uint32_t Connection::open_piece_room() const {
+  if (!open_ || open_->whole) return 0;
+  const std::size_t cap = std::min(opts_.slot_size, peer_.slot_size);
+  const std::size_t used = kHeaderBytes + (open_->credit_only ? 0 : open_->used) +
+                           kRecordLengthBytes + kPieceHeaderBytes;
+  return used >= cap ? 0 : static_cast<std::uint32_t>(cap - used);
+}
+
+void Connection::pump(bool defer_credit) {
   if (state_ != State::Established) return;
   while (!control_.empty()) {
     // Only a Credit that returns credits may use the last one (see Credits::allow).
@@ -251,16 +353,43 @@ void Connection::pump() {
     if (!send_message(control_.front(), returns)) break;
     control_.pop_front();
   }
-  if (control_.empty()) {
+  while (owed_credits_ > 0 && control_.empty()) {
+    if (!send_message(Message{.credits = 0, .seq = 0, .body = Credit{}}, credits_.unannounced() > 0,
+                      /*alone=*/true))
+      break;
+    owed_credits_--;
+  }
+  if (control_.empty() && owed_credits_ == 0) {
     while (!queue_.empty() && state_ == State::Established && pump_one()) {
+    }
+    // Down to the last credit, which only a Send returning credits may use: a Send that
+    // returns them may as well carry what is queued too (it stays one that returns credits).
+    if (!queue_.empty() && !open_ && state_ == State::Established && credits_.unannounced() > 0 &&
+        !credits_.allow(false) &&
+        send_message(Message{.credits = 0, .seq = 0, .body = Credit{}}, true)) {
+      while (!queue_.empty() && state_ == State::Established && open_ && pump_one()) {
+      }
     }
     maybe_shrink();
   }
   // Nothing else carried the reposted slots back (nothing else could go, or nothing was
   // waiting): say it on its own. This may use the last credit, so it goes even when control
   // messages wait for a second one: two sides both down to one credit still make progress.
-  if (credits_.unannounced() >= credit_threshold())
-    send_message(Message{.credits = 0, .seq = 0, .body = Credit{}}, true);
+  // (A Send being filled carries them in its header instead.) Held back when completions were
+  // just handled: the application may answer before the node's next progress() and carry
+  // them (Node::progress sends what is still waiting first thing).
+  credit_waiting_ = false;
+  if (state_ == State::Established && credits_.unannounced() >= credit_threshold()) {
+    if (defer_credit && !open_)
+      credit_waiting_ = true;
+    else
+      send_message(Message{.credits = 0, .seq = 0, .body = Credit{}}, true);
+  }
+  if (state_ == State::Established) flush_send();
+  if (open_) {  // the connection failed while filling it: the slot goes back unused
+    open_->r->free_slots.push_back(open_->slot);
+    open_.reset();
+  }
 }
 
 void Connection::handle(const Message& m) {
@@ -287,6 +416,13 @@ void Connection::handle(const Message& m) {
       return;
     case MsgType::Cycle:
       return on_cycle(std::get<Cycle>(m.body));
+    case MsgType::Bundle:
+      for (const auto& inner : std::get<Bundle>(m.body).messages) {
+        if (state_ != State::Established && state_ != State::Closed) return;
+        if (inner.type() != MsgType::Piece || on_event) event("rx " + describe(inner));
+        handle(inner);
+      }
+      return;
   }
 }
 
@@ -297,7 +433,7 @@ void Connection::drain_cq() {
     if (n <= 0) break;
     for (int k = 0; k < n; ++k) complete(wcs[k]);
   }
-  pump();
+  pump(/*defer_credit=*/true);
   reclaim();
 }
 
@@ -342,7 +478,14 @@ void Connection::complete_recv(const ibv_wc& wc) {
     if (!m) {
       protocol_error(m.error().what);
     } else {
-      if (m->type() != MsgType::Piece || on_event) event("rx " + describe(*m));
+      stats_.sends_received++;
+      if (m->type() == MsgType::Bundle) {
+        if (on_event)
+          event(fmt::format("rx Bundle of {} messages credits={}",
+                            std::get<Bundle>(m->body).messages.size(), m->credits));
+      } else if (m->type() != MsgType::Piece || on_event) {
+        event("rx " + describe(*m));
+      }
       handle(*m);
     }
   }

@@ -87,8 +87,12 @@ class Connection {
   void fail(std::string why, bool disconnect = true);
   void set_closed(std::string why);
   void drain_cq();  // handles every completion on the CQ
-  void pump();      // sends what can go, runs the idle timer
+  // Sends what can go, runs the idle timer. With `defer_credit`, reposted slots that nothing
+  // carried back wait (credit_waiting()) for the next message, or for the node's next
+  // progress() call, rather than going in a Credit of their own at once.
+  void pump(bool defer_credit = false);
   bool wants_pump() const;
+  bool credit_waiting() const { return credit_waiting_; }
   void disconnect();
   // Teardown in the verbs order: QP and id, then MRs (with the device stopped: CQ and PD).
   void destroy_qp_and_id();
@@ -124,7 +128,17 @@ class Connection {
   bool post_recv_slot();
   // A send slot from the current send-slot buffer, or nullptr.
   std::pair<Region*, std::uint32_t> take_send_slot();
-  bool send_message(const Message& m, bool is_credit = false);
+  // Adds `m` to the Send being filled, or posts that one and starts a new Send (a slot and a
+  // credit) with it; false when no Send can start. `alone`: `m` must be a Send of its own
+  // (a Credit answering a Cycle consumes one receive).
+  bool send_message(const Message& m, bool is_credit = false, bool alone = false);
+  // Posts the Send being filled: one message as itself, several as a Bundle.
+  void flush_send();
+  void start_send(Region* r, std::uint32_t slot, const Message& m, bool alone);
+  // Whether a message of `n` octets still fits the Send being filled.
+  bool fits_open_send(std::size_t n) const;
+  // Data bytes a Piece appended to the Send being filled could carry (0: none open).
+  std::uint32_t open_piece_room() const;
   bool can_send(bool is_credit) const;
   void handle(const Message& m);
   void complete(const verbs::ibv_wc& wc);
@@ -176,7 +190,21 @@ class Connection {
   Buffers buffers_;
   Credits credits_;
   Hello peer_;
-  std::deque<Message> control_;  // control messages waiting for a slot or credit
+  std::deque<Message> control_;     // control messages waiting for a slot or credit
+  std::uint32_t owed_credits_ = 0;  // Credits the peer's Cycle asked for, each a Send
+  bool credit_waiting_ = false;     // a standalone Credit was held back (pump(true))
+  // The Send being filled (several messages pack into one slot): records are written from
+  // octet kHeaderBytes of the slot, so a Bundle header fits in front of them at the end.
+  struct OpenSend {
+    Region* r = nullptr;
+    std::uint32_t slot = 0;
+    std::size_t used = 0;  // octets of records written after the Bundle header's place
+    std::uint32_t count = 0;
+    bool whole = false;        // one message written at octet 0: nothing more fits
+    bool credit_only = false;  // holds one Credit, which the next message replaces
+    std::vector<std::string> events;
+  };
+  std::optional<OpenSend> open_;
   bool reclaimed_ = false;
 
   // The sending side.
@@ -187,7 +215,8 @@ class Connection {
   bool token_ = false;  // Rendezvous: the peer's one-message buffer may be written
   PeerRing ring_;       // Enlarge: the peer's buffer as a ring of unanswered chunks
   bool awaiting_ack_ = false;
-  std::uint32_t requested_ = 0;          // the size the outstanding EnlargeReq asked for
+  bool growing_ = false;         // the outstanding EnlargeReq asks for a larger ring for a stream
+  std::uint32_t requested_ = 0;  // the size the outstanding EnlargeReq asked for
   std::uint32_t peer_cap_ = 0xffffffff;  // the largest buffer the peer grants
   std::uint32_t writes_in_flight_ = 0;
   std::chrono::steady_clock::time_point refused_until_{};

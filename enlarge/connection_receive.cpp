@@ -62,6 +62,7 @@ void Connection::on_enlarge_req(std::uint32_t seq, const EnlargeReq& r) {
 // The receiver copies the written data from its provisioned buffer to the message's
 // destination, then says that part of the buffer is free again (Ready).
 void Connection::on_done(std::uint32_t seq, const Done& d) {
+  stats_.dones_received++;
   auto* b = buffers_.get(buffers_.rx_bulk);
   if (!b) return protocol_error(fmt::format("Done for seq {} with no enlarged buffer", seq));
   if (std::uint64_t{d.at} + d.length > b->data_bytes)
@@ -101,8 +102,7 @@ void Connection::on_release(const Release& r) {
 // them. At most twice its receive slots, so a Cycle cannot make this side queue without limit.
 void Connection::on_cycle(const Cycle& c) {
   const auto n = std::min(c.count, 2 * peer_.recv_slots);
-  for (std::uint32_t i = 0; i < n; ++i)
-    control_.push_back(Message{.credits = 0, .seq = 0, .body = Credit{}});
+  owed_credits_ = std::min(owed_credits_ + n, 2 * peer_.recv_slots);
 }
 
 }  // namespace iwarp::enlarge

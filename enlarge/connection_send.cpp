@@ -16,6 +16,13 @@ namespace iwarp::enlarge {
 using namespace iwarp::verbs;
 using namespace detail;
 
+namespace {
+// A message is cut to fill what is left of a Send only when at least this much data fits.
+constexpr std::uint32_t kMinSplitPiece = 64;
+// A Write of at least this much has its Done posted right behind it, alone if need be.
+constexpr std::size_t kEarlyDoneBytes = 32 * 1024;
+}  // namespace
+
 std::expected<std::uint32_t, std::string> Connection::post(std::vector<Bytes> iov) {
   if (state_ == State::Failed || state_ == State::Closed)
     return std::unexpected(error_.empty() ? std::string("connection closed") : error_);
@@ -87,8 +94,13 @@ bool Connection::pump_one() {
 }
 
 bool Connection::send_piece(Outgoing& o) {
-  // Gathers from this element and the small ones after it, up to what a slot holds.
-  const std::uint32_t cap = piece_capacity();
+  // Gathers from this element and the small ones after it, up to what a slot holds; into the
+  // Send being filled when the rest of the message fits there, or when a good part of a slot
+  // is left (the rest goes in the next Send).
+  const std::uint32_t room = open_piece_room();
+  const std::uint32_t rest = o.total - o.msg_off;
+  const std::uint32_t cap =
+      room >= rest || room >= kMinSplitPiece ? std::min(room, rest) : piece_capacity();
   ByteSpan data;
   std::size_t elem = o.elem, off = o.elem_off, taken = 0;
   scratch_.clear();
@@ -224,8 +236,8 @@ bool Connection::send_enlarged(Outgoing& o) {
   // The largest buffer worth asking for: ours, or less when the peer granted less before.
   const std::uint32_t cap = std::min(opts_.max_enlarged, peer_cap_);
   const auto want = static_cast<std::uint32_t>(std::min<std::size_t>(remaining, cap));
+  if (awaiting_ack_) return false;  // a larger buffer is on its way: nothing goes meanwhile
   if (!remote_ || remote_->size < want) {
-    if (awaiting_ack_) return false;
     // Room for `depth` of these at once, and at least twice the old buffer, so a stream of
     // growing messages does not ask every time.
     std::uint64_t size = std::max<std::uint64_t>(std::uint64_t{want} * opts_.depth,
@@ -233,14 +245,26 @@ bool Connection::send_enlarged(Outgoing& o) {
     size = std::clamp<std::uint64_t>(size, std::min(opts_.min_enlarged, cap), cap);
     return request_buffer(o.seq, static_cast<std::uint32_t>(size));
   }
-  if (!can_send(false)) return false;
+  // The Done must be able to go right behind the Write: in the Send being filled, or a new one.
+  if (!fits_open_send(kHeaderBytes + 16) && !can_send(false)) return false;
+  // The send queue holds the Sends of the send slots and this many Writes (setup()).
+  if (writes_in_flight_ >= opts_.send_slots + 4) return false;
   auto* b = buffers_.get(buffers_.tx_bulk);
   // An element larger than the buffer goes in halves, so that one half is copied out while
   // the next is written.
   const std::size_t size = std::min<std::size_t>(remote_->size, b->data_bytes);
   const std::size_t chunk = remaining <= size ? remaining : std::max<std::size_t>(size / 2, 1);
   std::uint32_t at = 0;
-  if (!ring_.place(chunk, size, &at)) return false;
+  if (!ring_.place(chunk, size, &at)) {
+    // Multiple phases: a stream that fills the ring while more waits behind asks for one twice
+    // as large (up to the cap); the receiver answers the Dones written so far first.
+    if (queue_.size() > 1 && remote_->size < cap && can_send(false)) {
+      growing_ = true;
+      return request_buffer(
+          o.seq, static_cast<std::uint32_t>(std::min<std::uint64_t>(cap, 2ull * remote_->size)));
+    }
+    return false;
+  }
   return write_chunk(o, b, at, chunk);
 }
 
@@ -272,9 +296,12 @@ bool Connection::write_chunk(Outgoing& o, Region* b, std::uint32_t at, std::size
                       remote_->to + at));
   // Completion by message: the Done follows the Write on the same QP, and RDMAP completes it
   // only after the Write is placed (RFC 5040 §5.5), so the receiver never polls data.
+  // The Dones of the Writes posted in one go share a Send (a Bundle), posted behind them; a
+  // large chunk's Done goes at once, so the receiver copies it out while the next is written.
   send_message(Message{.credits = 0,
                        .seq = o.seq,
                        .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk), at}});
+  if (chunk >= kEarlyDoneBytes) flush_send();
   last_bulk_ = std::chrono::steady_clock::now();
   finish_bulk_part(o, chunk);
   return true;
@@ -286,6 +313,7 @@ void Connection::on_enlarge_ack(const EnlargeAck& a) {
     return protocol_error(
         fmt::format("EnlargeAck of {} bytes for a request of {}", a.size, requested_));
   awaiting_ack_ = false;
+  growing_ = false;
   stats_.enlargements++;
   // Less than asked: the peer's largest. Later data goes through it in parts.
   if (a.size < requested_) peer_cap_ = a.size;
@@ -323,10 +351,17 @@ void Connection::on_enlarge_nak() {
   if (!awaiting_ack_) return protocol_error("EnlargeNak without an EnlargeReq");
   awaiting_ack_ = false;
   stats_.refusals++;
+  if (growing_ && remote_) {
+    // Only a larger ring was refused: the one there is still carries the data; ask no more.
+    growing_ = false;
+    peer_cap_ = remote_->size;
+    return;
+  }
   refuse_head();
 }
 
 void Connection::on_ready(const Ready& r) {
+  stats_.readys_received++;
   if (!ring_.answer(r.count))
     return protocol_error(
         fmt::format("Ready for {} Done(s) while {} are unanswered", r.count, ring_.unanswered()));

@@ -29,9 +29,13 @@ class Credits {
   }
   // A Send that carried `carried` credits back was posted into one of the peer's slots.
   void sent(std::uint16_t carried) {
-    unannounced_ -= carried;
-    peer_slots_--;
+    reserve();
+    carried_back(carried);
   }
+  // A Send being filled takes one of the peer's slots now; the credits it carries back are
+  // counted when it is posted (it carries all that are unannounced by then).
+  void reserve() { peer_slots_--; }
+  void carried_back(std::uint16_t carried) { unannounced_ -= carried; }
   // This side reposted one of its receive slots.
   void reposted() { unannounced_++; }
   std::uint32_t unannounced() const { return unannounced_; }

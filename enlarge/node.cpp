@@ -204,6 +204,12 @@ void Node::progress(std::chrono::milliseconds timeout) {
   // back-off needs none: data waits for nothing while it runs, it goes in pieces.)
   const bool timers = opts_.idle_shrink.count() > 0;
   if (timers) timeout = std::min(timeout, std::chrono::milliseconds(5));
+  // Credits held back at the last call that the application did not carry back with a
+  // message since: they go now, in a Credit of their own if need be.
+  auto waiting = std::move(credit_waiting_);
+  credit_waiting_.clear();
+  for (auto* c : waiting)
+    if (c->credit_waiting()) c->pump();
   pollfd fds[2] = {{channel_->fd(), POLLIN, 0}, {ech_->fd(), POLLIN, 0}};
   ::poll(fds, 2, static_cast<int>(timeout.count()));
   // Completion events: arm, then drain (a completion between the two raises a new event).
@@ -222,6 +228,7 @@ void Node::progress(std::chrono::milliseconds timeout) {
   for (auto* c : ready) {
     ibv_req_notify_cq(c->cq(), 0);
     c->drain_cq();
+    if (c->credit_waiting()) credit_waiting_.push_back(c);
   }
   for (;;) {
     rdma_cm_event* ev = nullptr;

@@ -66,6 +66,7 @@ class Node {
   verbs::rdma_cm_id* listen_id_ = nullptr;
   std::vector<std::unique_ptr<Connection>> conns_;
   std::deque<Connection*> accepted_;
+  std::vector<Connection*> credit_waiting_;  // held back a Credit at the last progress()
   std::uint64_t next_id_ = 1;
   Bytes hello_;
 };

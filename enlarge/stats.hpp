@@ -20,7 +20,12 @@ struct Stats {
   std::uint64_t buffers_freed = 0;                // receiver side: enlarged buffers freed
   std::uint64_t refusals_sent = 0;                // receiver side: EnlargeNak sent
   std::uint64_t small_freed = 0;                  // small buffers unregistered and freed
-  std::uint64_t credit_messages = 0;
+  std::uint64_t credit_messages = 0;              // standalone Credit Sends
+  std::uint64_t sends = 0;            // Sends posted (each into one of the peer's slots)
+  std::uint64_t bundles = 0;          // of those, Bundles (several messages in one Send)
+  std::uint64_t sends_received = 0;   // receive slots consumed by the peer's Sends
+  std::uint64_t dones_received = 0;   // Done notifications received (receiver side)
+  std::uint64_t readys_received = 0;  // Ready messages received (sender side)
   std::uint64_t registrations = 0, deregistrations = 0;
   std::uint64_t peak_registered = 0;
 };

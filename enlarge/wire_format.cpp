@@ -42,6 +42,8 @@ const char* to_string(MsgType t) {
       return "Credit";
     case MsgType::Cycle:
       return "Cycle";
+    case MsgType::Bundle:
+      return "Bundle";
   }
   return "?";
 }
@@ -75,6 +77,11 @@ std::size_t encoded_size(const Message& m) {
         if constexpr (std::is_same_v<T, Release> || std::is_same_v<T, Cycle> ||
                       std::is_same_v<T, Ready>)
           return kHeaderBytes + 4;
+        if constexpr (std::is_same_v<T, Bundle>) {
+          std::size_t n = kHeaderBytes;
+          for (const auto& inner : b.messages) n += kRecordLengthBytes + encoded_size(inner);
+          return n;
+        }
         return kHeaderBytes;  // Ready, Credit
       },
       m.body);
@@ -116,6 +123,13 @@ std::size_t encode(const Message& m, MutableByteSpan out) {
           store_be32(p, b.stag);
         } else if constexpr (std::is_same_v<T, Cycle>) {
           store_be32(p, b.count);
+        } else if constexpr (std::is_same_v<T, Bundle>) {
+          for (const auto& inner : b.messages) {
+            const std::size_t len = encoded_size(inner);
+            store_be16(p, static_cast<std::uint16_t>(len));
+            encode(inner, MutableByteSpan(p + kRecordLengthBytes, len));
+            p += kRecordLengthBytes + len;
+          }
         }
       },
       m.body);
@@ -127,6 +141,36 @@ Bytes encode(const Message& m) {
   encode(m, out);
   return out;
 }
+
+namespace {
+// A Bundle's records: each a be16 length and a message of that length, filling the body.
+std::expected<Message, DecodeError> decode_bundle(Message m, ByteSpan body) {
+  auto fail = [](std::string w) { return std::unexpected(DecodeError{std::move(w)}); };
+  Bundle b;
+  std::size_t at = 0;
+  while (at < body.size()) {
+    const std::size_t off = kHeaderBytes + at;
+    if (body.size() - at < kRecordLengthBytes)
+      return fail(fmt::format("Bundle record at octet {} is cut inside its length", off));
+    const std::size_t len = load_be16(body.data() + at);
+    if (len > body.size() - at - kRecordLengthBytes)
+      return fail(
+          fmt::format("Bundle record at octet {} of {} octets runs past the end", off, len));
+    auto inner = decode(body.subspan(at + kRecordLengthBytes, len));
+    if (!inner) return fail(fmt::format("Bundle record at octet {}: {}", off, inner.error().what));
+    if (inner->type() == MsgType::Bundle)
+      return fail(fmt::format("Bundle record at octet {} is a Bundle", off));
+    if (inner->credits != 0)
+      return fail(fmt::format("Bundle record at octet {} returns {} credits (only the Bundle may)",
+                              off, inner->credits));
+    b.messages.push_back(std::move(*inner));
+    at += kRecordLengthBytes + len;
+  }
+  if (b.messages.empty()) return fail("Bundle of no messages");
+  m.body = std::move(b);
+  return m;
+}
+}  // namespace
 
 std::expected<Message, DecodeError> decode(ByteSpan wire) {
   auto fail = [](std::string w) { return std::unexpected(DecodeError{std::move(w)}); };
@@ -216,6 +260,8 @@ std::expected<Message, DecodeError> decode(ByteSpan wire) {
       if (!fixed(4)) return wrong_size("Cycle", 4);
       m.body = Cycle{r.be32()};
       return m;
+    case MsgType::Bundle:
+      return decode_bundle(std::move(m), wire.subspan(kHeaderBytes));
   }
   return fail(fmt::format("unknown message type {} at octet 1", type));
 }
@@ -223,7 +269,7 @@ std::expected<Message, DecodeError> decode(ByteSpan wire) {
 Bytes encode_hello(const Hello& h) {
   Bytes b(kHelloBytes, 0);
   std::memcpy(b.data(), kHelloMagic, 4);
-  b[4] = kVersion;
+  b[4] = kHelloVersion;
   b[5] = static_cast<std::uint8_t>(h.mode);
   store_be32(b.data() + 6, h.slot_size);
   store_be16(b.data() + 10, static_cast<std::uint16_t>(h.recv_slots));
@@ -239,9 +285,9 @@ std::expected<Hello, std::string> decode_hello(ByteSpan b) {
   r.skip(sizeof kHelloMagic);  // checked above
   const std::uint8_t version = r.u8();
   const std::uint8_t mode = r.u8();
-  if (version != kVersion)
+  if (version != kHelloVersion)
     return std::unexpected(
-        fmt::format("hello version {} (this side speaks {})", version, kVersion));
+        fmt::format("hello version {} (this side speaks {})", version, kHelloVersion));
   if (mode > static_cast<std::uint8_t>(Mode::Rendezvous))
     return std::unexpected(fmt::format("hello mode {} is not 0-2", mode));
   Hello h;
@@ -272,6 +318,11 @@ std::string describe(const Message& m) {
         if constexpr (std::is_same_v<T, Ready>) return fmt::format(" count={}", b.count);
         if constexpr (std::is_same_v<T, Release>) return fmt::format(" stag={:#010x}", b.stag);
         if constexpr (std::is_same_v<T, Cycle>) return fmt::format(" count={}", b.count);
+        if constexpr (std::is_same_v<T, Bundle>) {
+          std::string s = fmt::format(" of {}:", b.messages.size());
+          for (const auto& inner : b.messages) s += " [" + describe(inner) + "]";
+          return s;
+        }
         return "";
       },
       m.body);

@@ -7,18 +7,25 @@
 // Common header (8 octets):
 //   0  version (1)   1  type   2-3  credits returned (receive slots reposted since last said)
 //   4-7  seq: the message sequence number the control message is about (0 when none)
+// A Bundle packs several messages into one Send (one receive slot): records of a 2-octet
+// length and a message, whose own credits are 0 (the Bundle's header carries them).
 #pragma once
 
 #include <cstdint>
 #include <expected>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "common/bytes.hpp"
 
 namespace iwarp::enlarge {
 
+// The message header's version: the layout of each message (unchanged by Bundles).
 inline constexpr std::uint8_t kVersion = 1;
+// The hello's version: 2 adds Bundle (several messages per Send); a version-1 peer would not
+// understand one, so a hello of another version is refused.
+inline constexpr std::uint8_t kHelloVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 8;
 // A Piece's fields after the header: total (4), offset (4); its data follows to the end.
 inline constexpr std::size_t kPieceHeaderBytes = kHeaderBytes + 8;
@@ -63,6 +70,7 @@ enum class MsgType : std::uint8_t {
   Credit = 8,      // receive slots reposted, with nothing else to carry the count
   Cycle = 9,       // "send me this many Credits": receives posted in a buffer being freed
                    // complete only when messages consume them
+  Bundle = 10,     // several of the above in one Send: what was queued when a slot was free
 };
 const char* to_string(MsgType t);
 
@@ -102,9 +110,17 @@ struct Credit {};
 struct Cycle {
   std::uint32_t count = 0;
 };
+struct Message;
+// Records after the header: be16 length, then a message of that length (not a Bundle, its
+// credits 0). At least one record; the records fill the body exactly.
+struct Bundle {
+  std::vector<Message> messages;
+};
+// The octets a message adds to a Bundle: its 2-octet length and itself.
+inline constexpr std::size_t kRecordLengthBytes = 2;
 
-using Body =
-    std::variant<Piece, EnlargeReq, EnlargeAck, EnlargeNak, Done, Ready, Release, Credit, Cycle>;
+using Body = std::variant<Piece, EnlargeReq, EnlargeAck, EnlargeNak, Done, Ready, Release, Credit,
+                          Cycle, Bundle>;
 
 struct Message {
   std::uint16_t credits = 0;

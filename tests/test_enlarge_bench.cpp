@@ -111,7 +111,8 @@ TEST(EnlargeBench, QuickRunWritesTablesCsvAndPng) {
   for (const char* col :
        {"part", "scheme", "connections", "state", "size_bytes", "server_registered_bytes",
         "client_registered_bytes", "server_bytes_per_connection", "client_bytes_per_connection",
-        "latency_median_us", "throughput_MBps", "latency_vs_tcp", "throughput_vs_tcp", "source"})
+        "latency_median_us", "throughput_MBps", "latency_vs_tcp", "throughput_vs_tcp",
+        "throughput_vs_write", "source"})
     EXPECT_TRUE(header.count(col)) << "no column " << col;
   ASSERT_FALSE(c.rows.empty());
 
@@ -147,8 +148,8 @@ TEST(EnlargeBench, QuickRunWritesTablesCsvAndPng) {
   EXPECT_EQ(growth["static1"], 0);
   EXPECT_EQ(growth["static100"], 0);
 
-  // Speed: every scheme and raw TCP at every size, with positive numbers.
-  for (const std::string scheme : {"tcp", "enlarge", "pieces", "rendezvous"})
+  // Speed: every scheme, raw TCP and plain RDMA Write at every size, with positive numbers.
+  for (const std::string scheme : {"tcp", "write", "enlarge", "pieces", "rendezvous"})
     for (const std::string size : {"64", "4096", "1048576"}) {
       const Row* r = find_row(c, "speed", scheme, "size_bytes", size);
       ASSERT_NE(r, nullptr) << scheme << " " << size;
@@ -158,6 +159,10 @@ TEST(EnlargeBench, QuickRunWritesTablesCsvAndPng) {
       EXPECT_GE(num(*r, "stream_messages"), 4) << scheme << " " << size;
       EXPECT_GT(num(*r, "latency_vs_tcp"), 0);
       EXPECT_GT(num(*r, "throughput_vs_tcp"), 0);
+      EXPECT_GT(num(*r, "throughput_vs_write"), 0);
+      if (scheme == "write") {
+        EXPECT_DOUBLE_EQ(num(*r, "throughput_vs_write"), 1.0);
+      }
       if (scheme == "tcp") {
         EXPECT_DOUBLE_EQ(num(*r, "latency_vs_tcp"), 1.0);
         EXPECT_DOUBLE_EQ(num(*r, "throughput_vs_tcp"), 1.0);

@@ -101,10 +101,72 @@ TEST(EnlargeWire, HelloWithTooFewReceiveSlotsOrTooSmallSlotsIsRefused) {
   h = encode_hello(Hello{static_cast<std::uint32_t>(kMaxControlBytes - 1), 4, Mode::Enlarge});
   EXPECT_FALSE(decode_hello(h));
   h = encode_hello(Hello{1024, 4, Mode::Enlarge});
-  h[4] = kVersion + 1;
+  h[4] = kHelloVersion + 1;
   EXPECT_NE(decode_hello(h).error().find("version"), std::string::npos);
   h.resize(kHelloBytes - 1);
   EXPECT_FALSE(decode_hello(h));
+}
+
+// A Bundle: several messages in one Send, each a 2-octet length and the message; only the
+// Bundle's header returns credits.
+TEST(EnlargeWire, BundleCarriesSeveralMessagesAndRoundTrips) {
+  const Bytes data = {1, 2, 3, 4, 5};
+  Bundle b;
+  b.messages.push_back(Message{.credits = 0, .seq = 4, .body = Piece{5, 0, data}});
+  b.messages.push_back(Message{.credits = 0, .seq = 5, .body = Piece{0, 0, {}}});
+  b.messages.push_back(Message{.credits = 0, .seq = 3, .body = Ready{2}});
+  const Message m{.credits = 3, .seq = 0, .body = b};
+  const Bytes wire = encode(m);
+  ASSERT_EQ(wire.size(), kHeaderBytes + (2 + 21) + (2 + 16) + (2 + 12));
+  EXPECT_EQ(wire[1], static_cast<std::uint8_t>(MsgType::Bundle));
+  EXPECT_EQ(wire[8], 0);  // first record's length, big-endian
+  EXPECT_EQ(wire[9], 21);
+  EXPECT_EQ(wire[10], kVersion);  // then the Piece itself
+  auto back = decode(wire);
+  ASSERT_TRUE(back) << back.error().what;
+  ASSERT_EQ(back->type(), MsgType::Bundle);
+  const auto& inner = std::get<Bundle>(back->body).messages;
+  ASSERT_EQ(inner.size(), 3u);
+  EXPECT_EQ(back->credits, 3u);
+  EXPECT_EQ(describe(inner[0]), describe(b.messages[0]));
+  EXPECT_EQ(describe(inner[2]), describe(b.messages[2]));
+  EXPECT_EQ(encode(*back), wire);
+}
+
+TEST(EnlargeWire, BadBundlesSayWhatIsWrong) {
+  auto err = [](Bytes w) {
+    auto m = decode(w);
+    return m ? std::string("decoded") : m.error().what;
+  };
+  const Bytes header = {kVersion, 10, 0, 0, 0, 0, 0, 0};
+  EXPECT_NE(err(header).find("Bundle of no messages"), std::string::npos);
+  Bytes cut = header;
+  cut.push_back(0);
+  EXPECT_NE(err(cut).find("cut inside its length"), std::string::npos);
+  Bytes past = header;
+  for (std::uint8_t x : std::initializer_list<std::uint8_t>{0, 9, kVersion, 8, 0, 0, 0, 0, 0, 0})
+    past.push_back(x);
+  EXPECT_NE(err(past).find("runs past the end"), std::string::npos);
+  Bytes credits = header;
+  for (std::uint8_t x : std::initializer_list<std::uint8_t>{0, 8, kVersion, 8, 0, 1, 0, 0, 0, 0})
+    credits.push_back(x);
+  EXPECT_NE(err(credits).find("returns 1 credits"), std::string::npos);
+  Bytes nested = header;
+  nested.insert(nested.end(), {0, 18});
+  nested.insert(nested.end(), header.begin(), header.end());
+  nested.insert(nested.end(), {0, 8, kVersion, 8, 0, 0, 0, 0, 0, 0});
+  EXPECT_NE(err(nested).find("is a Bundle"), std::string::npos);
+  Bytes bad_inner = header;
+  bad_inner.insert(bad_inner.end(), {0, 8, kVersion, 42, 0, 0, 0, 0, 0, 0});
+  EXPECT_NE(err(bad_inner).find("unknown message type 42"), std::string::npos);
+}
+
+// A version-1 hello (no Bundles) is refused, so Bundles only go to peers that take them.
+TEST(EnlargeWire, HelloVersionOneIsRefused) {
+  Bytes h = encode_hello(Hello{1024, 4, Mode::Enlarge});
+  EXPECT_EQ(h[4], kHelloVersion);
+  h[4] = 1;
+  EXPECT_NE(decode_hello(h).error().find("hello version 1"), std::string::npos);
 }
 
 }  // namespace
