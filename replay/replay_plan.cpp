@@ -242,9 +242,13 @@ void strip_markers(ByteSpan block, std::uint64_t fo, Bytes& logical,
 // renumber Atomic Responses, size the endpoints against the limits, and write the notes.
 class Learner {
  public:
+  // With `consume`, the payloads of `tcp_flow` move into the plan's steps (the capture was
+  // handed over: make_plan(Capture&&)) instead of being copied.
   Learner(std::size_t flow_number, const trace::TcpFlow& tcp_flow, const trace::FlowReport& report,
-          const std::vector<trace::Record>& capture_records, const PlanLimits& plan_limits)
-      : flow_index(flow_number),
+          const std::vector<trace::Record>& capture_records, const PlanLimits& plan_limits,
+          bool consume)
+      : consume_payloads(consume),
+        flow_index(flow_number),
         flow(tcp_flow),
         fr(report),
         records(capture_records),
@@ -281,6 +285,7 @@ class Learner {
   }
 
  private:
+  const bool consume_payloads;
   const std::size_t flow_index;
   const trace::TcpFlow& flow;
   const trace::FlowReport& fr;
@@ -454,8 +459,8 @@ class Learner {
   void map_segments_to_steps() {
     for (const auto& r : order) {
       const auto& s = *r.seg;
-      const std::int64_t seg_end =
-          (s.seq - cp.stream_seq[r.dir]) + static_cast<std::int64_t>(s.payload.size());
+      const std::size_t len = s.payload.size();  // (segment_step may take the payload)
+      const std::int64_t seg_end = (s.seq - cp.stream_seq[r.dir]) + static_cast<std::int64_t>(len);
       // Segments that hold nothing beyond the MPA frame are the connection setup, not replayed.
       if (!s.payload.empty() && seg_end <= static_cast<std::int64_t>(frame_len[r.dir]))
         ++cp.setup_segments;
@@ -468,7 +473,7 @@ class Learner {
         st.dir = kDirs[r.dir];
         st.frame = s.frame;
         st.time_us = s.time_us;
-        st.seq = s.seq + static_cast<std::uint32_t>(s.payload.size());
+        st.seq = s.seq + static_cast<std::uint32_t>(len);
         seg_steps.push_back(std::move(st));
       }
       if (s.rst) cp.rst = true;
@@ -485,13 +490,19 @@ class Learner {
     st.frame = s.frame;
     st.time_us = s.time_us;
     st.seq = s.seq;
-    st.payload = s.payload;
+    const std::size_t len = s.payload.size();
+    // The stream is rebuilt and decoded by now: nothing reads the capture's payload again.
+    // (consume_payloads: the Capture was passed as an rvalue, so it is not const.)
+    if (consume_payloads)
+      st.payload = std::move(const_cast<trace::TcpSegment&>(s).payload);
+    else
+      st.payload = s.payload;
     const std::int64_t off = s.seq - cp.stream_seq[r.dir];
     st.offset = off < 0 ? 0 : static_cast<std::uint64_t>(off);
     const std::size_t step_index = seg_steps.size();
-    if (off + static_cast<std::int64_t>(s.payload.size()) <= 0) return st;
+    if (off + static_cast<std::int64_t>(len) <= 0) return st;
     const auto a = static_cast<std::uint64_t>(std::max<std::int64_t>(off, 0));
-    const auto b = static_cast<std::uint64_t>(off) + s.payload.size();
+    const auto b = static_cast<std::uint64_t>(off) + len;
     auto& fp = col.fpdus[r.dir];
     auto it = std::partition_point(
         fp.begin(), fp.end(), [&](const FpduInfo& f) { return f.offset + f.wire_length <= a; });
@@ -1005,9 +1016,12 @@ class Learner {
 std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace::TcpFlow& flow,
                                              const trace::FlowReport& fr,
                                              const std::vector<trace::Record>& records,
-                                             const PlanLimits& limits) {
-  return Learner(flow_index, flow, fr, records, limits).run();
+                                             const PlanLimits& limits, bool consume) {
+  return Learner(flow_index, flow, fr, records, limits, consume).run();
 }
+
+std::expected<Plan, std::string> make_plan_from(const trace::Capture& cap, const PlanLimits& limits,
+                                                bool consume);
 
 }  // namespace
 
@@ -1040,7 +1054,19 @@ std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
 }
 
 std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const PlanLimits& limits) {
-  const auto rep = trace::decode_capture(cap);
+  return make_plan_from(cap, limits, false);
+}
+
+std::expected<Plan, std::string> make_plan(trace::Capture&& cap, const PlanLimits& limits) {
+  return make_plan_from(cap, limits, true);
+}
+
+namespace {
+
+std::expected<Plan, std::string> make_plan_from(const trace::Capture& cap, const PlanLimits& limits,
+                                                bool consume) {
+  // The learning pass needs the decoder's violations only (TraceViolation), not every record.
+  const auto rep = trace::decode_capture(cap, {.keep_records = false, .keep_violations = true});
   Plan plan;
   plan.path = cap.path;
   plan.frames = cap.frames;
@@ -1066,7 +1092,7 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
     } else if (!fr.params) {
       sk.reason = "the MPA frames did not establish the connection";
     } else {
-      auto cp = learn(i, flow, fr, rep.records, limits);
+      auto cp = learn(i, flow, fr, rep.records, limits, consume);
       if (cp) {
         plan.connections.push_back(std::move(*cp));
         continue;
@@ -1086,5 +1112,7 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
   }
   return plan;
 }
+
+}  // namespace
 
 }  // namespace iwarp::replay

@@ -190,5 +190,8 @@ std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
 // replay_limits.hpp: nothing is allocated for a connection past a limit).
 std::expected<Plan, std::string> make_plan(const trace::Capture& cap,
                                            const PlanLimits& limits = {});
+// The same, taking the capture's payloads into the plan's steps instead of copying them (the
+// capture keeps its flows and segments, without payload).
+std::expected<Plan, std::string> make_plan(trace::Capture&& cap, const PlanLimits& limits = {});
 
 }  // namespace iwarp::replay

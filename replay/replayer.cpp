@@ -185,6 +185,9 @@ struct Endpoint {
   rnic::SegmentInput* input = nullptr;
   std::shared_ptr<std::uint64_t> transmitted = std::make_shared<std::uint64_t>(0);
   EndpointResult result;
+  // Segments handed to the engine and not yet waited for (see inject).
+  std::uint64_t queued_segments = 0, queued_octets = 0;
+  Endpoint* peer = nullptr;  // the connection's other endpoint
 };
 
 void run_on_engine(rnic::Device& dev, const std::function<void()>& fn) {
@@ -366,24 +369,46 @@ void post_atomic(Endpoint& e, const AtomicPlan& a, std::size_t i) {
     e.result.problems.push_back(fmt::format("atomic (frame {}) not posted: {}", a.frame, why));
 }
 
+// Segments queued on an endpoint's engine are not waited for one by one (a round trip to the
+// engine thread per segment was most of the replay's time): the engine runs them in order, and
+// the replay waits for them (drain_pending) before anything that must come after them: a step
+// for the other endpoint (the shared timeline keeps capture order), a post, the end. At most
+// kMaxQueuedSegments segments or kMaxQueuedOctets octets wait at once, which bounds the memory
+// the queue holds.
+constexpr std::uint64_t kMaxQueuedSegments = 256;
+constexpr std::uint64_t kMaxQueuedOctets = 4u << 20;
+
+void drain_pending(Endpoint& e) {
+  if (e.queued_segments == 0) return;
+  drain(e);
+  e.queued_segments = 0;
+  e.queued_octets = 0;
+}
+
 void inject(Endpoint& e, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq, Bytes payload) {
+  if (e.peer) drain_pending(*e.peer);
   auto ctx = e.ctx;
   boost::asio::post(e.dev->io(), [ctx, frame, time_us] {
     ctx->frame = frame;
     ctx->time_us = time_us;
   });
+  ++e.queued_segments;
+  e.queued_octets += payload.size();
   e.input->receive_segment(seq, std::move(payload));
-  drain(e);
+  if (e.queued_segments >= kMaxQueuedSegments || e.queued_octets >= kMaxQueuedOctets)
+    drain_pending(e);
 }
 
 void inject_fin(Endpoint& e, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq) {
+  if (e.peer) drain_pending(*e.peer);
   auto ctx = e.ctx;
   boost::asio::post(e.dev->io(), [ctx, frame, time_us] {
     ctx->frame = frame;
     ctx->time_us = time_us;
   });
   e.input->receive_fin(seq);
-  drain(e);
+  ++e.queued_segments;
+  drain_pending(e);
 }
 
 // Runs the engines until nothing more happens (doorbells, transmissions, completions).
@@ -590,6 +615,8 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   const std::uint64_t seed = 0x5eed0000ull + plan.flow;
   build_endpoint(eps[0], plan, Side::Initiator, seed * 2 + 1);
   build_endpoint(eps[1], plan, Side::Responder, seed * 2 + 2);
+  eps[0].peer = &eps[1];
+  eps[1].peer = &eps[0];
   start_endpoint(eps[0], plan, shared);
   start_endpoint(eps[1], plan, shared);
 
@@ -674,12 +701,14 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         break;
       case Step::Kind::PostRead: {
         auto& e = eps[index(st.side)];
+        for (auto& x : eps) drain_pending(x);
         post_read(e, plan.ep[index(st.side)].reads[st.item], st.item);
         drain(e);
         break;
       }
       case Step::Kind::PostAtomic: {
         auto& e = eps[index(st.side)];
+        for (auto& x : eps) drain_pending(x);
         post_atomic(e, plan.ep[index(st.side)].atomics[st.item], st.item);
         drain(e);
         break;

@@ -63,7 +63,8 @@ int run_replay(const ReplayOpts& o) {
       return 2;
     }
   }
-  auto plan = replay::make_plan(*cap);
+  auto plan = replay::make_plan(std::move(*cap));
+  *cap = trace::Capture{};  // its payloads are the plan's now
   if (!plan) {
     fmt::print(stderr, "rnic replay: {}\n", plan.error());
     return 2;
