@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <variant>
@@ -327,10 +328,34 @@ class Learner {
   void rebuild_stream(int d) {
     cp.stream_seq[d] = trace::stream_start(flow, d);
     IntervalSet<std::uint64_t> held;
-    std::map<std::uint64_t, Bytes> pieces;
     std::uint64_t beyond = 0, beyond_frame = 0;
+    std::uint64_t carried = 0;  // octets the direction's segments carry: the in-order block's room
+    for (const auto& r : order)
+      if (r.dir == d) carried += r.seg->payload.size();
     const auto max_stream =
         static_cast<std::int64_t>(std::min<std::uint64_t>(limits.max_stream, INT64_MAX));
+    auto& runs = blocks[d];
+    // Appends data to the block ending at `a`, or starts a block there; a block that now ends
+    // where the next starts takes it in (the runs of `held`, which merges touching ranges).
+    auto keep = [&](std::uint64_t a, ByteSpan data) {
+      auto next = runs.upper_bound(a);
+      auto at = runs.end();
+      if (next != runs.begin()) {
+        auto prev = std::prev(next);
+        if (prev->first + prev->second.size() == a) at = prev;
+      }
+      if (at == runs.end()) {
+        at = runs.emplace_hint(next, a, Bytes());
+        if (a == 0)
+          at->second.reserve(static_cast<std::size_t>(
+              std::min<std::uint64_t>(carried, static_cast<std::uint64_t>(max_stream))));
+      }
+      at->second.insert(at->second.end(), data.begin(), data.end());
+      if (next != runs.end() && at->first + at->second.size() == next->first) {
+        at->second.insert(at->second.end(), next->second.begin(), next->second.end());
+        runs.erase(next);
+      }
+    };
     for (const auto& r : order) {
       if (r.dir != d || r.seg->payload.empty()) continue;
       const std::int64_t off = r.seg->seq - cp.stream_seq[d];
@@ -348,18 +373,9 @@ class Learner {
           static_cast<std::uint64_t>(lo), static_cast<std::uint64_t>(hi),
           [&](std::uint64_t a, std::uint64_t b) {
             const auto from = static_cast<std::size_t>(static_cast<std::int64_t>(a) - off);
-            pieces.emplace(a, Bytes(data.begin() + static_cast<std::ptrdiff_t>(from),
-                                    data.begin() + static_cast<std::ptrdiff_t>(from + (b - a))));
+            keep(a, data.subspan(from, static_cast<std::size_t>(b - a)));
           },
           [](std::uint64_t, std::uint64_t) {});
-    }
-    // Each run of held octets becomes one block.
-    for (const auto& [start, end] : held) {
-      Bytes run = std::move(pieces.begin()->second);
-      pieces.erase(pieces.begin());
-      for (; !pieces.empty() && pieces.begin()->first < end; pieces.erase(pieces.begin()))
-        run.insert(run.end(), pieces.begin()->second.begin(), pieces.begin()->second.end());
-      blocks[d].emplace(start, std::move(run));
     }
     if (beyond > 0)
       cp.limits.push_back(LimitFinding{
