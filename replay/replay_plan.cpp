@@ -1,6 +1,7 @@
 #include "replay/replay_plan.hpp"
 
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <functional>
@@ -32,6 +33,17 @@ std::uint64_t ConnectionPlan::segments() const {
       steps.begin(), steps.end(), [](const Step& s) { return s.kind == Step::Kind::Segment; }));
 }
 
+Bytes ConnectionPlan::payload_of(const Step& st) const {
+  if (!st.in_stream) return st.payload;
+  const auto& blocks = stream[index(st.dir)];
+  auto it = blocks.upper_bound(st.offset);
+  if (it == blocks.begin()) return {};  // (make_plan puts every in_stream step in a block)
+  --it;
+  const auto from = static_cast<std::ptrdiff_t>(st.offset - it->first);
+  if (st.offset - it->first + st.length > it->second.size()) return {};
+  return Bytes(it->second.begin() + from, it->second.begin() + from + st.length);
+}
+
 std::uint64_t Plan::total_steps() const {
   std::uint64_t n = 0;
   for (const auto& c : connections) n += c.steps.size();
@@ -50,6 +62,9 @@ using mpa::Direction;
 using rdmap::Opcode;
 
 constexpr Direction kDirs[2] = {Direction::FromInitiator, Direction::FromResponder};
+
+// Payload octets rebuild_stream gives back to the system at a time (see there).
+constexpr std::uint64_t kTrimEvery = 64u << 20;
 
 std::string dir_name(Direction d) {
   return d == Direction::FromInitiator ? "I>R" : "R>I";
@@ -191,6 +206,8 @@ std::string terminate_text(const rdmap::Terminate& t) {
 struct SegmentRef {
   const trace::TcpSegment* seg;
   int dir;
+  std::size_t len = 0;     // its payload's length (the payload may go: see in_stream)
+  bool in_stream = false;  // its octets are all in the rebuilt stream, first arrivals
 };
 
 // A request an endpoint issued (an RDMA Read, an atomic, or the RTR its queue pair sent), by
@@ -280,6 +297,8 @@ class Learner {
     cp.planned_bytes = planned;
     for (int e = 0; e < 2; ++e) build_endpoint(e);
     patch_segments();
+    if (consume_payloads)
+      for (int d = 0; d < 2; ++d) cp.stream[d] = std::move(blocks[d]);
     interleave_posts();
     write_notes();
     return std::move(cp);
@@ -316,7 +335,7 @@ class Learner {
   void order_segments() {
     for (int d = 0; d < 2; ++d)
       for (const auto& s : flow.dir[d])
-        if (!s.payload.empty() || s.fin || s.rst) order.push_back({&s, d});
+        if (!s.payload.empty() || s.fin || s.rst) order.push_back({&s, d, s.payload.size()});
     std::stable_sort(order.begin(), order.end(), [](const SegmentRef& a, const SegmentRef& b) {
       return a.seg->frame < b.seg->frame;
     });
@@ -356,7 +375,8 @@ class Learner {
         runs.erase(next);
       }
     };
-    for (const auto& r : order) {
+    std::uint64_t released = 0;  // payload octets given back since the last malloc_trim
+    for (auto& r : order) {
       if (r.dir != d || r.seg->payload.empty()) continue;
       const std::int64_t off = r.seg->seq - cp.stream_seq[d];
       const std::int64_t e = off + static_cast<std::int64_t>(r.seg->payload.size());
@@ -369,14 +389,30 @@ class Learner {
       if (hi <= lo) continue;
       // Only the octets no earlier segment supplied are kept.
       const ByteSpan data(r.seg->payload);
+      std::uint64_t fresh = 0;
       held.insert(
           static_cast<std::uint64_t>(lo), static_cast<std::uint64_t>(hi),
           [&](std::uint64_t a, std::uint64_t b) {
             const auto from = static_cast<std::size_t>(static_cast<std::int64_t>(a) - off);
             keep(a, data.subspan(from, static_cast<std::size_t>(b - a)));
+            fresh += b - a;
           },
           [](std::uint64_t, std::uint64_t) {});
+      // A segment whose every octet is a first arrival is, octet for octet, the stream at its
+      // offset: when the capture was handed over, its step reads them there (the plan keeps
+      // the stream) and the capture's copy goes now, so the payload is held once, not twice.
+      if (consume_payloads && off >= 0 && e <= max_stream && fresh == r.len) {
+        r.in_stream = true;
+        released += r.len;
+        Bytes().swap(const_cast<trace::TcpSegment*>(r.seg)->payload);  // (not const: see above)
+        // glibc keeps freed small blocks in its heap; give the pages back as we go.
+        if (released >= kTrimEvery) {
+          ::malloc_trim(0);
+          released = 0;
+        }
+      }
     }
+    if (released > 0) ::malloc_trim(0);
     if (beyond > 0)
       cp.limits.push_back(LimitFinding{
           "kMaxStreamOffset", limits.max_stream, limits.max_stream + beyond,
@@ -475,12 +511,12 @@ class Learner {
   void map_segments_to_steps() {
     for (const auto& r : order) {
       const auto& s = *r.seg;
-      const std::size_t len = s.payload.size();  // (segment_step may take the payload)
+      const std::size_t len = r.len;  // (the payload may be gone: in_stream)
       const std::int64_t seg_end = (s.seq - cp.stream_seq[r.dir]) + static_cast<std::int64_t>(len);
       // Segments that hold nothing beyond the MPA frame are the connection setup, not replayed.
-      if (!s.payload.empty() && seg_end <= static_cast<std::int64_t>(frame_len[r.dir]))
+      if (len > 0 && seg_end <= static_cast<std::int64_t>(frame_len[r.dir]))
         ++cp.setup_segments;
-      else if (!s.payload.empty())
+      else if (len > 0)
         seg_steps.push_back(segment_step(r));
       if (s.fin) {
         cp.fin[r.dir] = true;
@@ -506,13 +542,17 @@ class Learner {
     st.frame = s.frame;
     st.time_us = s.time_us;
     st.seq = s.seq;
-    const std::size_t len = s.payload.size();
+    const std::size_t len = r.len;
     // The stream is rebuilt and decoded by now: nothing reads the capture's payload again.
     // (consume_payloads: the Capture was passed as an rvalue, so it is not const.)
-    if (consume_payloads)
+    if (r.in_stream) {
+      st.in_stream = true;
+      st.length = static_cast<std::uint32_t>(len);
+    } else if (consume_payloads) {
       st.payload = std::move(const_cast<trace::TcpSegment&>(s).payload);
-    else
+    } else {
       st.payload = s.payload;
+    }
     const std::int64_t off = s.seq - cp.stream_seq[r.dir];
     st.offset = off < 0 ? 0 : static_cast<std::uint64_t>(off);
     const std::size_t step_index = seg_steps.size();
@@ -957,6 +997,16 @@ class Learner {
       const auto& pm = patches[index(st.dir)];
       if (pm.empty()) continue;
       const std::int64_t off = st.seq - cp.stream_seq[index(st.dir)];
+      if (st.in_stream) {
+        // Its octets in the stream carry the new identifiers but not the new CRCs: it gets its
+        // own copy, patched.
+        const auto first = pm.lower_bound(st.offset);
+        if (first == pm.end() || first->first >= st.offset + st.length) continue;
+        const auto from = stream_span(index(st.dir), st.offset, st.length);
+        st.payload.assign(from.begin(), from.end());
+        st.in_stream = false;
+        st.length = 0;
+      }
       for (auto it = pm.lower_bound(off < 0 ? 0 : static_cast<std::uint64_t>(off));
            it != pm.end() && static_cast<std::int64_t>(it->first) <
                                  off + static_cast<std::int64_t>(st.payload.size());

@@ -686,13 +686,14 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         const int d = index(st.dir);
         if (!disorder[d]) {
           ++res.segments_injected;
-          inject(eps[index(receiver_of(st.dir))], st.frame, st.time_us, st.seq, st.payload);
+          inject(eps[index(receiver_of(st.dir))], st.frame, st.time_us, st.seq,
+                 plan.payload_of(st));
           break;
         }
         if (overlaps_burst(d, st.tagged)) settle_direction(st.dir);
         burst[d].insert(burst[d].end(), st.tagged.begin(), st.tagged.end());
         origin[d][static_cast<std::uint32_t>(st.seq - plan.stream_seq[d])] = {st.frame, st.time_us};
-        splitter[d]->push(sim::WireSegment{st.seq, st.payload},
+        splitter[d]->push(sim::WireSegment{st.seq, plan.payload_of(st)},
                           [&](sim::WireSegment s) { disorder[d]->push(std::move(s), out[d]); });
         break;
       }
