@@ -509,6 +509,7 @@ class Learner {
   // Segment steps, in capture order, with their stream offsets; which step first carried
   // each FPDU.
   void map_segments_to_steps() {
+    seg_steps.reserve(order.size());
     for (const auto& r : order) {
       const auto& s = *r.seg;
       const std::size_t len = r.len;  // (the payload may be gone: in_stream)
@@ -1021,6 +1022,7 @@ class Learner {
     std::stable_sort(posts.begin(), posts.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     std::size_t pi = 0;
+    cp.steps.reserve(seg_steps.size() + posts.size());
     for (std::size_t i = 0; i < seg_steps.size(); ++i) {
       for (; pi < posts.size() && posts[pi].first <= i; ++pi) {
         posts[pi].second.time_us = seg_steps[i].time_us;
