@@ -109,7 +109,11 @@ constexpr std::uint64_t kFnvBasis = 0xcbf29ce484222325ull;
 // What both endpoints' engine threads write into.
 struct Shared {
   std::mutex mu;
-  std::vector<TimelineEntry> timeline;
+  std::vector<TimelineEntry> timeline;  // the first `keep` events
+  std::size_t keep = SIZE_MAX;
+  std::uint64_t events = 0;             // all of them
+  Counts counts;                        // of all of them
+  std::vector<TimelineEntry> findings;  // every Terminate sent or received and violation
   std::optional<std::string> closed[2];
 };
 
@@ -122,10 +126,7 @@ class Recorder final : public rnic::RxObserver {
  public:
   Recorder(std::shared_ptr<Shared> shared, std::shared_ptr<Context> ctx, Side side)
       : shared_(std::move(shared)), ctx_(std::move(ctx)), side_(side) {}
-  void on_event(const RxEvent& e) override {
-    std::lock_guard l(shared_->mu);
-    shared_->timeline.push_back(TimelineEntry{ctx_->frame, ctx_->time_us, side_, e});
-  }
+  void on_event(const RxEvent& e) override;
 
  private:
   std::shared_ptr<Shared> shared_;
@@ -411,6 +412,19 @@ void inject_fin(Endpoint& e, std::uint64_t frame, std::uint64_t time_us, TcpSeq 
   drain_pending(e);
 }
 
+void count_event(Counts& c, const RxEvent& e);
+
+void Recorder::on_event(const RxEvent& e) {
+  std::lock_guard l(shared_->mu);
+  ++shared_->events;
+  count_event(shared_->counts, e);
+  const TimelineEntry t{ctx_->frame, ctx_->time_us, side_, e};
+  if (e.kind == RxEvent::Kind::TerminateSent || e.kind == RxEvent::Kind::Violation ||
+      e.kind == RxEvent::Kind::TerminateReceived)
+    shared_->findings.push_back(t);
+  if (shared_->timeline.size() < shared_->keep) shared_->timeline.push_back(t);
+}
+
 // Runs the engines until nothing more happens (doorbells, transmissions, completions).
 void settle(Endpoint (&eps)[2], const std::shared_ptr<Shared>& shared) {
   std::uint64_t last = ~std::uint64_t{0};
@@ -423,7 +437,7 @@ void settle(Endpoint (&eps)[2], const std::shared_ptr<Shared>& shared) {
     std::uint64_t sig;
     {
       std::lock_guard l(shared->mu);
-      sig = shared->timeline.size();
+      sig = shared->events;
     }
     for (auto& e : eps) {
       const auto s = e.qp->stats();
@@ -435,54 +449,49 @@ void settle(Endpoint (&eps)[2], const std::shared_ptr<Shared>& shared) {
   }
 }
 
-Counts count(const std::vector<TimelineEntry>& tl) {
-  Counts c;
-  for (const auto& t : tl) {
-    const auto& e = t.event;
-    switch (e.kind) {
-      case RxEvent::Kind::Placed:
-        ++(e.beyond_hole ? c.placed_beyond_hole : c.placed_in_order);
-        break;
-      case RxEvent::Kind::Deferred:
-        ++c.deferred;
-        break;
-      case RxEvent::Kind::DeferredError:
-        ++c.deferred_errors;
-        break;
-      case RxEvent::Kind::HoleOpened:
-        ++c.holes_opened;
-        break;
-      case RxEvent::Kind::HoleClosed:
-        ++c.holes_closed;
-        break;
-      case RxEvent::Kind::Released:
-        ++c.releases;
-        c.released_sends += e.sends;
-        c.released_read_responses += e.read_responses;
-        c.released_read_requests += e.read_requests;
-        c.released_writes += e.writes;
-        break;
-      case RxEvent::Kind::Completion:
-        ++c.completions;
-        break;
-      case RxEvent::Kind::Doorbell:
-        ++c.doorbells;
-        break;
-      case RxEvent::Kind::TerminateSent:
-        ++c.terminates_sent;
-        break;
-      case RxEvent::Kind::TerminateReceived:
-        ++c.terminates_received;
-        break;
-      case RxEvent::Kind::Violation:
-        ++c.violations;
-        break;
-      case RxEvent::Kind::Duplicate:
-        ++c.duplicates;
-        break;
-    }
+void count_event(Counts& c, const RxEvent& e) {
+  switch (e.kind) {
+    case RxEvent::Kind::Placed:
+      ++(e.beyond_hole ? c.placed_beyond_hole : c.placed_in_order);
+      break;
+    case RxEvent::Kind::Deferred:
+      ++c.deferred;
+      break;
+    case RxEvent::Kind::DeferredError:
+      ++c.deferred_errors;
+      break;
+    case RxEvent::Kind::HoleOpened:
+      ++c.holes_opened;
+      break;
+    case RxEvent::Kind::HoleClosed:
+      ++c.holes_closed;
+      break;
+    case RxEvent::Kind::Released:
+      ++c.releases;
+      c.released_sends += e.sends;
+      c.released_read_responses += e.read_responses;
+      c.released_read_requests += e.read_requests;
+      c.released_writes += e.writes;
+      break;
+    case RxEvent::Kind::Completion:
+      ++c.completions;
+      break;
+    case RxEvent::Kind::Doorbell:
+      ++c.doorbells;
+      break;
+    case RxEvent::Kind::TerminateSent:
+      ++c.terminates_sent;
+      break;
+    case RxEvent::Kind::TerminateReceived:
+      ++c.terminates_received;
+      break;
+    case RxEvent::Kind::Violation:
+      ++c.violations;
+      break;
+    case RxEvent::Kind::Duplicate:
+      ++c.duplicates;
+      break;
   }
-  return c;
 }
 
 // Whether the trace holds what endpoint `side` found: a Terminate of its own with the same
@@ -510,9 +519,10 @@ void classify(Finding& f, const ConnectionPlan& plan) {
   f.why = "not in the trace";
 }
 
-void finish(ConnectionResult& res, const ConnectionPlan& plan) {
-  res.counts = count(res.timeline);
-  for (const auto& t : res.timeline) {
+// The findings (Terminates and violations, from the timeline) and what the capture cut short.
+void finish(ConnectionResult& res, const ConnectionPlan& plan,
+            const std::vector<TimelineEntry>& findings) {
+  for (const auto& t : findings) {
     const auto& e = t.event;
     if (e.kind == RxEvent::Kind::TerminateSent || e.kind == RxEvent::Kind::Violation) {
       Finding f{t.side, t.frame, e.text, false, {}};
@@ -577,10 +587,14 @@ void record_endpoint(Endpoint& e, bool keep_memory) {
 }
 
 // The timeline both engines wrote, and how each endpoint's connection closed.
-void take_timeline(ConnectionResult& res, Endpoint (&eps)[2], Shared& shared) {
+void take_timeline(ConnectionResult& res, Endpoint (&eps)[2], Shared& shared,
+                   std::vector<TimelineEntry>& findings) {
   {
     std::lock_guard l(shared.mu);
-    res.timeline = shared.timeline;
+    res.timeline = std::move(shared.timeline);
+    res.timeline_events = shared.events;
+    res.counts = shared.counts;
+    findings = std::move(shared.findings);
     for (int s = 0; s < 2; ++s) eps[s].result.closed = shared.closed[s];
   }
   // The RTR's receive completion is left out of the CQEs; the timeline says what it was.
@@ -611,6 +625,7 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   ConnectionResult res;
   res.flow = plan.flow;
   auto shared = std::make_shared<Shared>();
+  shared->keep = opts.timeline_keep;
   Endpoint eps[2];
   const std::uint64_t seed = 0x5eed0000ull + plan.flow;
   build_endpoint(eps[0], plan, Side::Initiator, seed * 2 + 1);
@@ -726,9 +741,10 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   settle(eps, shared);
 
   for (auto& e : eps) record_endpoint(e, opts.keep_memory);
-  take_timeline(res, eps, *shared);
+  std::vector<TimelineEntry> findings;
+  take_timeline(res, eps, *shared, findings);
   tear_down(res, eps);
-  finish(res, plan);
+  finish(res, plan, findings);
   return res;
 }
 

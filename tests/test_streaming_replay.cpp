@@ -66,5 +66,44 @@ TEST(StreamingReplay, PlanThatTakesTheCaptureReplaysAsTheCopyingOne) {
   EXPECT_GT(in_stream, 1000u);  // the corpus's segments mostly read from the stream
 }
 
+// Keeping only the first events of the timeline (what the text report prints) changes nothing
+// else: the same counts, Terminates and violations, the same event count, the same text.
+TEST(StreamingReplay, BoundedTimelineKeepsTheFirstEventsAndEveryFinding) {
+  for (const char* name :
+       {"pcap_traces/generated/mpa2_crc.pcap", "pcap_traces/siw/netem_reorder.pcap",
+        "pcap_traces/generated/mpa1_crc_markers.pcap"}) {
+    SCOPED_TRACE(name);
+    auto cap = trace::read_capture(std::string(IWARP_SOURCE_DIR) + "/" + name);
+    ASSERT_TRUE(cap) << cap.error();
+    auto plan = make_plan(*cap);
+    ASSERT_TRUE(plan) << plan.error();
+    const auto all = replay(*plan, {});
+    ReplayOptions few;
+    few.timeline_keep = 3;
+    const auto some = replay(*plan, few);
+    ASSERT_EQ(all.connections.size(), some.connections.size());
+    std::size_t findings = 0;
+    for (std::size_t i = 0; i < all.connections.size(); ++i) {
+      const auto &a = all.connections[i], &b = some.connections[i];
+      ASSERT_GT(a.timeline.size(), 3u);
+      EXPECT_EQ(a.timeline_events, a.timeline.size());
+      EXPECT_EQ(b.timeline.size(), 3u);
+      EXPECT_EQ(b.timeline_events, a.timeline.size());
+      for (std::size_t k = 0; k < 3; ++k)
+        EXPECT_EQ(format_event(a.timeline[k], 0), format_event(b.timeline[k], 0));
+      findings += a.terminates_sent.size() + a.terminates_received.size() + a.violations.size();
+    }
+    EXPECT_EQ(to_json(*plan, all, std::nullopt, std::nullopt, false).dump(),
+              to_json(*plan, some, std::nullopt, std::nullopt, false).dump());
+    ReportOptions ro;
+    ro.timeline_limit = 3;
+    EXPECT_EQ(format_text(*plan, all, std::nullopt, std::nullopt, ro),
+              format_text(*plan, some, std::nullopt, std::nullopt, ro));
+    if (std::string(name).find("generated") != std::string::npos) {
+      EXPECT_GT(findings, 0u);  // the generated conversation ends with a Terminate
+    }
+  }
+}
+
 }  // namespace
 }  // namespace iwarp::replay

@@ -95,6 +95,11 @@ int run_replay(const ReplayOpts& o) {
   try {
     replay::ReplayOptions ro;
     if (bar) ro.progress = progress_for(0);
+    // Only what the report prints is kept of each timeline.
+    if (o.json)
+      ro.timeline_keep = o.quiet ? 0 : SIZE_MAX;
+    else if (!o.timeline)
+      ro.timeline_keep = o.quiet ? 0 : 40;
     if (perm) {
       ro.keep_memory = true;
       auto base = replay::replay(*plan, ro);
