@@ -11,6 +11,12 @@
 # median is reported) with its output to /dev/null, under /usr/bin/time for the peak resident
 # set. Prints one markdown table: seconds, MB/s of capture, max RSS, and the ratio of MB/s to
 # tshark -V's.
+#
+#   scripts/replay-bench.sh --compare OLD_RNIC [--rnic PATH]
+#
+# Instead: checks that `rnic replay` (--json, text, --permute 7) and `rnic decode` (exit status)
+# give the same output with both binaries on every capture in pcap_traces/ (log timestamps
+# aside); exit status 1 and the captures that differ otherwise.
 set -euo pipefail
 
 size=2g
@@ -19,18 +25,40 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 rnic=$here/build/rnic
 passes=1
 tshark=1
+compare=
 while [ $# -gt 0 ]; do
   case $1 in
     --dir) dir=$2; shift 2 ;;
     --rnic) rnic=$2; shift 2 ;;
     --passes) passes=$2; shift 2 ;;
     --no-tshark) tshark=0; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --compare) compare=$2; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) echo "replay-bench.sh: unknown option $1" >&2; exit 2 ;;
     *) size=$1; shift ;;
   esac
 done
 [ -x "$rnic" ] || { echo "replay-bench.sh: no rnic binary at $rnic (build it first)" >&2; exit 2; }
+if [ -n "$compare" ]; then
+  [ -x "$compare" ] || { echo "replay-bench.sh: no rnic binary at $compare" >&2; exit 2; }
+  strip() { sed -E 's/^\[[0-9:.]+\] //'; }
+  # out BIN ARGS...: stdout and stderr (timestamps stripped) and the exit status.
+  out() { local b=$1; shift; { "$b" "$@" 2>&1; echo "exit status $?"; } | strip; }
+  differ=0 n=0
+  for f in "$here"/pcap_traces/*/*.pcap; do
+    for args in "replay --json --no-progress" "replay --no-progress" \
+                "replay --json --no-progress --permute 7" "decode --summary"; do
+      # shellcheck disable=SC2086
+      if [ "$(out "$compare" $args "$f")" != "$(out "$rnic" $args "$f")" ]; then
+        echo "differs: rnic $args ${f#"$here"/}"
+        differ=1
+      fi
+      n=$((n + 1))
+    done
+  done
+  [ $differ = 0 ] && echo "identical: $n runs on $(ls "$here"/pcap_traces/*/*.pcap | wc -l) captures"
+  exit $differ
+fi
 [ -x /usr/bin/time ] || { echo "replay-bench.sh: needs /usr/bin/time (package time)" >&2; exit 2; }
 if [ $tshark = 1 ] && ! command -v tshark >/dev/null; then
   echo "replay-bench.sh: tshark not found (or pass --no-tshark)" >&2
