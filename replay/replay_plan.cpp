@@ -1,9 +1,11 @@
 #include "replay/replay_plan.hpp"
 
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <variant>
@@ -31,6 +33,17 @@ std::uint64_t ConnectionPlan::segments() const {
       steps.begin(), steps.end(), [](const Step& s) { return s.kind == Step::Kind::Segment; }));
 }
 
+Bytes ConnectionPlan::payload_of(const Step& st) const {
+  if (!st.in_stream) return st.payload;
+  const auto& blocks = stream[index(st.dir)];
+  auto it = blocks.upper_bound(st.offset);
+  if (it == blocks.begin()) return {};  // (make_plan puts every in_stream step in a block)
+  --it;
+  const auto from = static_cast<std::ptrdiff_t>(st.offset - it->first);
+  if (st.offset - it->first + st.length > it->second.size()) return {};
+  return Bytes(it->second.begin() + from, it->second.begin() + from + st.length);
+}
+
 std::uint64_t Plan::total_steps() const {
   std::uint64_t n = 0;
   for (const auto& c : connections) n += c.steps.size();
@@ -49,6 +62,9 @@ using mpa::Direction;
 using rdmap::Opcode;
 
 constexpr Direction kDirs[2] = {Direction::FromInitiator, Direction::FromResponder};
+
+// Payload octets rebuild_stream gives back to the system at a time (see there).
+constexpr std::uint64_t kTrimEvery = 64u << 20;
 
 std::string dir_name(Direction d) {
   return d == Direction::FromInitiator ? "I>R" : "R>I";
@@ -190,6 +206,8 @@ std::string terminate_text(const rdmap::Terminate& t) {
 struct SegmentRef {
   const trace::TcpSegment* seg;
   int dir;
+  std::size_t len = 0;     // its payload's length (the payload may go: see in_stream)
+  bool in_stream = false;  // its octets are all in the rebuilt stream, first arrivals
 };
 
 // A request an endpoint issued (an RDMA Read, an atomic, or the RTR its queue pair sent), by
@@ -242,9 +260,13 @@ void strip_markers(ByteSpan block, std::uint64_t fo, Bytes& logical,
 // renumber Atomic Responses, size the endpoints against the limits, and write the notes.
 class Learner {
  public:
+  // With `consume`, the payloads of `tcp_flow` move into the plan's steps (the capture was
+  // handed over: make_plan(Capture&&)) instead of being copied.
   Learner(std::size_t flow_number, const trace::TcpFlow& tcp_flow, const trace::FlowReport& report,
-          const std::vector<trace::Record>& capture_records, const PlanLimits& plan_limits)
-      : flow_index(flow_number),
+          const std::vector<trace::Record>& capture_records, const PlanLimits& plan_limits,
+          bool consume)
+      : consume_payloads(consume),
+        flow_index(flow_number),
         flow(tcp_flow),
         fr(report),
         records(capture_records),
@@ -275,12 +297,15 @@ class Learner {
     cp.planned_bytes = planned;
     for (int e = 0; e < 2; ++e) build_endpoint(e);
     patch_segments();
+    if (consume_payloads)
+      for (int d = 0; d < 2; ++d) cp.stream[d] = std::move(blocks[d]);
     interleave_posts();
     write_notes();
     return std::move(cp);
   }
 
  private:
+  const bool consume_payloads;
   const std::size_t flow_index;
   const trace::TcpFlow& flow;
   const trace::FlowReport& fr;
@@ -310,7 +335,7 @@ class Learner {
   void order_segments() {
     for (int d = 0; d < 2; ++d)
       for (const auto& s : flow.dir[d])
-        if (!s.payload.empty() || s.fin || s.rst) order.push_back({&s, d});
+        if (!s.payload.empty() || s.fin || s.rst) order.push_back({&s, d, s.payload.size()});
     std::stable_sort(order.begin(), order.end(), [](const SegmentRef& a, const SegmentRef& b) {
       return a.seg->frame < b.seg->frame;
     });
@@ -322,11 +347,36 @@ class Learner {
   void rebuild_stream(int d) {
     cp.stream_seq[d] = trace::stream_start(flow, d);
     IntervalSet<std::uint64_t> held;
-    std::map<std::uint64_t, Bytes> pieces;
     std::uint64_t beyond = 0, beyond_frame = 0;
+    std::uint64_t carried = 0;  // octets the direction's segments carry: the in-order block's room
+    for (const auto& r : order)
+      if (r.dir == d) carried += r.seg->payload.size();
     const auto max_stream =
         static_cast<std::int64_t>(std::min<std::uint64_t>(limits.max_stream, INT64_MAX));
-    for (const auto& r : order) {
+    auto& runs = blocks[d];
+    // Appends data to the block ending at `a`, or starts a block there; a block that now ends
+    // where the next starts takes it in (the runs of `held`, which merges touching ranges).
+    auto keep = [&](std::uint64_t a, ByteSpan data) {
+      auto next = runs.upper_bound(a);
+      auto at = runs.end();
+      if (next != runs.begin()) {
+        auto prev = std::prev(next);
+        if (prev->first + prev->second.size() == a) at = prev;
+      }
+      if (at == runs.end()) {
+        at = runs.emplace_hint(next, a, Bytes());
+        if (a == 0)
+          at->second.reserve(static_cast<std::size_t>(
+              std::min<std::uint64_t>(carried, static_cast<std::uint64_t>(max_stream))));
+      }
+      at->second.insert(at->second.end(), data.begin(), data.end());
+      if (next != runs.end() && at->first + at->second.size() == next->first) {
+        at->second.insert(at->second.end(), next->second.begin(), next->second.end());
+        runs.erase(next);
+      }
+    };
+    std::uint64_t released = 0;  // payload octets given back since the last malloc_trim
+    for (auto& r : order) {
       if (r.dir != d || r.seg->payload.empty()) continue;
       const std::int64_t off = r.seg->seq - cp.stream_seq[d];
       const std::int64_t e = off + static_cast<std::int64_t>(r.seg->payload.size());
@@ -339,23 +389,30 @@ class Learner {
       if (hi <= lo) continue;
       // Only the octets no earlier segment supplied are kept.
       const ByteSpan data(r.seg->payload);
+      std::uint64_t fresh = 0;
       held.insert(
           static_cast<std::uint64_t>(lo), static_cast<std::uint64_t>(hi),
           [&](std::uint64_t a, std::uint64_t b) {
             const auto from = static_cast<std::size_t>(static_cast<std::int64_t>(a) - off);
-            pieces.emplace(a, Bytes(data.begin() + static_cast<std::ptrdiff_t>(from),
-                                    data.begin() + static_cast<std::ptrdiff_t>(from + (b - a))));
+            keep(a, data.subspan(from, static_cast<std::size_t>(b - a)));
+            fresh += b - a;
           },
           [](std::uint64_t, std::uint64_t) {});
+      // A segment whose every octet is a first arrival is, octet for octet, the stream at its
+      // offset: when the capture was handed over, its step reads them there (the plan keeps
+      // the stream) and the capture's copy goes now, so the payload is held once, not twice.
+      if (consume_payloads && off >= 0 && e <= max_stream && fresh == r.len) {
+        r.in_stream = true;
+        released += r.len;
+        Bytes().swap(const_cast<trace::TcpSegment*>(r.seg)->payload);  // (not const: see above)
+        // glibc keeps freed small blocks in its heap; give the pages back as we go.
+        if (released >= kTrimEvery) {
+          ::malloc_trim(0);
+          released = 0;
+        }
+      }
     }
-    // Each run of held octets becomes one block.
-    for (const auto& [start, end] : held) {
-      Bytes run = std::move(pieces.begin()->second);
-      pieces.erase(pieces.begin());
-      for (; !pieces.empty() && pieces.begin()->first < end; pieces.erase(pieces.begin()))
-        run.insert(run.end(), pieces.begin()->second.begin(), pieces.begin()->second.end());
-      blocks[d].emplace(start, std::move(run));
-    }
+    if (released > 0) ::malloc_trim(0);
     if (beyond > 0)
       cp.limits.push_back(LimitFinding{
           "kMaxStreamOffset", limits.max_stream, limits.max_stream + beyond,
@@ -452,14 +509,15 @@ class Learner {
   // Segment steps, in capture order, with their stream offsets; which step first carried
   // each FPDU.
   void map_segments_to_steps() {
+    seg_steps.reserve(order.size());
     for (const auto& r : order) {
       const auto& s = *r.seg;
-      const std::int64_t seg_end =
-          (s.seq - cp.stream_seq[r.dir]) + static_cast<std::int64_t>(s.payload.size());
+      const std::size_t len = r.len;  // (the payload may be gone: in_stream)
+      const std::int64_t seg_end = (s.seq - cp.stream_seq[r.dir]) + static_cast<std::int64_t>(len);
       // Segments that hold nothing beyond the MPA frame are the connection setup, not replayed.
-      if (!s.payload.empty() && seg_end <= static_cast<std::int64_t>(frame_len[r.dir]))
+      if (len > 0 && seg_end <= static_cast<std::int64_t>(frame_len[r.dir]))
         ++cp.setup_segments;
-      else if (!s.payload.empty())
+      else if (len > 0)
         seg_steps.push_back(segment_step(r));
       if (s.fin) {
         cp.fin[r.dir] = true;
@@ -468,7 +526,7 @@ class Learner {
         st.dir = kDirs[r.dir];
         st.frame = s.frame;
         st.time_us = s.time_us;
-        st.seq = s.seq + static_cast<std::uint32_t>(s.payload.size());
+        st.seq = s.seq + static_cast<std::uint32_t>(len);
         seg_steps.push_back(std::move(st));
       }
       if (s.rst) cp.rst = true;
@@ -485,13 +543,23 @@ class Learner {
     st.frame = s.frame;
     st.time_us = s.time_us;
     st.seq = s.seq;
-    st.payload = s.payload;
+    const std::size_t len = r.len;
+    // The stream is rebuilt and decoded by now: nothing reads the capture's payload again.
+    // (consume_payloads: the Capture was passed as an rvalue, so it is not const.)
+    if (r.in_stream) {
+      st.in_stream = true;
+      st.length = static_cast<std::uint32_t>(len);
+    } else if (consume_payloads) {
+      st.payload = std::move(const_cast<trace::TcpSegment&>(s).payload);
+    } else {
+      st.payload = s.payload;
+    }
     const std::int64_t off = s.seq - cp.stream_seq[r.dir];
     st.offset = off < 0 ? 0 : static_cast<std::uint64_t>(off);
     const std::size_t step_index = seg_steps.size();
-    if (off + static_cast<std::int64_t>(s.payload.size()) <= 0) return st;
+    if (off + static_cast<std::int64_t>(len) <= 0) return st;
     const auto a = static_cast<std::uint64_t>(std::max<std::int64_t>(off, 0));
-    const auto b = static_cast<std::uint64_t>(off) + s.payload.size();
+    const auto b = static_cast<std::uint64_t>(off) + len;
     auto& fp = col.fpdus[r.dir];
     auto it = std::partition_point(
         fp.begin(), fp.end(), [&](const FpduInfo& f) { return f.offset + f.wire_length <= a; });
@@ -930,6 +998,16 @@ class Learner {
       const auto& pm = patches[index(st.dir)];
       if (pm.empty()) continue;
       const std::int64_t off = st.seq - cp.stream_seq[index(st.dir)];
+      if (st.in_stream) {
+        // Its octets in the stream carry the new identifiers but not the new CRCs: it gets its
+        // own copy, patched.
+        const auto first = pm.lower_bound(st.offset);
+        if (first == pm.end() || first->first >= st.offset + st.length) continue;
+        const auto from = stream_span(index(st.dir), st.offset, st.length);
+        st.payload.assign(from.begin(), from.end());
+        st.in_stream = false;
+        st.length = 0;
+      }
       for (auto it = pm.lower_bound(off < 0 ? 0 : static_cast<std::uint64_t>(off));
            it != pm.end() && static_cast<std::int64_t>(it->first) <
                                  off + static_cast<std::int64_t>(st.payload.size());
@@ -944,6 +1022,7 @@ class Learner {
     std::stable_sort(posts.begin(), posts.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     std::size_t pi = 0;
+    cp.steps.reserve(seg_steps.size() + posts.size());
     for (std::size_t i = 0; i < seg_steps.size(); ++i) {
       for (; pi < posts.size() && posts[pi].first <= i; ++pi) {
         posts[pi].second.time_us = seg_steps[i].time_us;
@@ -1005,9 +1084,12 @@ class Learner {
 std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace::TcpFlow& flow,
                                              const trace::FlowReport& fr,
                                              const std::vector<trace::Record>& records,
-                                             const PlanLimits& limits) {
-  return Learner(flow_index, flow, fr, records, limits).run();
+                                             const PlanLimits& limits, bool consume) {
+  return Learner(flow_index, flow, fr, records, limits, consume).run();
 }
+
+std::expected<Plan, std::string> make_plan_from(const trace::Capture& cap, const PlanLimits& limits,
+                                                bool consume);
 
 }  // namespace
 
@@ -1040,7 +1122,19 @@ std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
 }
 
 std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const PlanLimits& limits) {
-  const auto rep = trace::decode_capture(cap);
+  return make_plan_from(cap, limits, false);
+}
+
+std::expected<Plan, std::string> make_plan(trace::Capture&& cap, const PlanLimits& limits) {
+  return make_plan_from(cap, limits, true);
+}
+
+namespace {
+
+std::expected<Plan, std::string> make_plan_from(const trace::Capture& cap, const PlanLimits& limits,
+                                                bool consume) {
+  // The learning pass needs the decoder's violations only (TraceViolation), not every record.
+  const auto rep = trace::decode_capture(cap, {.keep_records = false, .keep_violations = true});
   Plan plan;
   plan.path = cap.path;
   plan.frames = cap.frames;
@@ -1066,7 +1160,7 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
     } else if (!fr.params) {
       sk.reason = "the MPA frames did not establish the connection";
     } else {
-      auto cp = learn(i, flow, fr, rep.records, limits);
+      auto cp = learn(i, flow, fr, rep.records, limits, consume);
       if (cp) {
         plan.connections.push_back(std::move(*cp));
         continue;
@@ -1086,5 +1180,7 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
   }
   return plan;
 }
+
+}  // namespace
 
 }  // namespace iwarp::replay

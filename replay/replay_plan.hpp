@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <expected>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -115,11 +116,15 @@ struct Step {
   Side side = Side::Initiator;                         // PostRead/PostAtomic: who posts
   std::uint64_t frame = 0, time_us = 0;
   TcpSeq seq;                // Segment: first payload octet; Fin: the FIN's sequence number
-  Bytes payload;             // Segment
+  Bytes payload;             // Segment (unless in_stream)
   std::size_t item = 0;      // PostRead/PostAtomic: index into the endpoint's reads/atomics
   std::uint64_t offset = 0;  // Segment: stream offset of seq (MPA frame included); 0 when seq
                              // lies before the stream (the receiver drops those octets)
   std::vector<TaggedRange> tagged;  // Segment: Write / Read Response data its FPDUs place
+  // Segment, make_plan(Capture&&) only: its payload is ConnectionPlan::stream's `length` octets
+  // at `offset` (every one the first arrival of its octet), not held in `payload`.
+  bool in_stream = false;
+  std::uint32_t length = 0;
 };
 
 // A size the capture asks for that is past one of the limits in replay_limits.hpp.
@@ -157,7 +162,12 @@ struct ConnectionPlan {
   // What the replay allocates for this connection (shadow memory, receive buffers, atomic
   // results, work request bookkeeping): at most PlanLimits::max_total.
   std::uint64_t planned_bytes = 0;
+  // make_plan(Capture&&): each direction's rebuilt stream, by stream offset, which the
+  // in_stream segment steps read their payload from.
+  std::map<std::uint64_t, Bytes> stream[2];
   std::uint64_t segments() const;
+  // A segment step's payload (from `stream` when in_stream).
+  Bytes payload_of(const Step& st) const;
 };
 
 // A TCP connection that is not replayed, and why.
@@ -190,5 +200,8 @@ std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
 // replay_limits.hpp: nothing is allocated for a connection past a limit).
 std::expected<Plan, std::string> make_plan(const trace::Capture& cap,
                                            const PlanLimits& limits = {});
+// The same, taking the capture's payloads into the plan's steps instead of copying them (the
+// capture keeps its flows and segments, without payload).
+std::expected<Plan, std::string> make_plan(trace::Capture&& cap, const PlanLimits& limits = {});
 
 }  // namespace iwarp::replay

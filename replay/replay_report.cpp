@@ -169,8 +169,8 @@ std::string format_text(const Plan& plan, const ReplayResult& r,
     if (o.timeline_limit > 0 || o.timeline_all) {
       const std::size_t n =
           o.timeline_all ? cr.timeline.size() : std::min(o.timeline_limit, cr.timeline.size());
-      line(fmt::format("  timeline ({} event(s){}):", cr.timeline.size(),
-                       n < cr.timeline.size()
+      line(fmt::format("  timeline ({} event(s){}):", cr.timeline_events,
+                       n < cr.timeline_events
                            ? fmt::format(", the first {} shown; --timeline for all", n)
                            : ""));
       line(fmt::format("  {:>7} {:>10} {}  {:<26} {:<14} {}", "frame", "time", "E", "event",

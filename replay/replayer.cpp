@@ -109,7 +109,11 @@ constexpr std::uint64_t kFnvBasis = 0xcbf29ce484222325ull;
 // What both endpoints' engine threads write into.
 struct Shared {
   std::mutex mu;
-  std::vector<TimelineEntry> timeline;
+  std::vector<TimelineEntry> timeline;  // the first `keep` events
+  std::size_t keep = SIZE_MAX;
+  std::uint64_t events = 0;             // all of them
+  Counts counts;                        // of all of them
+  std::vector<TimelineEntry> findings;  // every Terminate sent or received and violation
   std::optional<std::string> closed[2];
 };
 
@@ -122,10 +126,7 @@ class Recorder final : public rnic::RxObserver {
  public:
   Recorder(std::shared_ptr<Shared> shared, std::shared_ptr<Context> ctx, Side side)
       : shared_(std::move(shared)), ctx_(std::move(ctx)), side_(side) {}
-  void on_event(const RxEvent& e) override {
-    std::lock_guard l(shared_->mu);
-    shared_->timeline.push_back(TimelineEntry{ctx_->frame, ctx_->time_us, side_, e});
-  }
+  void on_event(const RxEvent& e) override;
 
  private:
   std::shared_ptr<Shared> shared_;
@@ -185,6 +186,9 @@ struct Endpoint {
   rnic::SegmentInput* input = nullptr;
   std::shared_ptr<std::uint64_t> transmitted = std::make_shared<std::uint64_t>(0);
   EndpointResult result;
+  // Segments handed to the engine and not yet waited for (see inject).
+  std::uint64_t queued_segments = 0, queued_octets = 0;
+  Endpoint* peer = nullptr;  // the connection's other endpoint
 };
 
 void run_on_engine(rnic::Device& dev, const std::function<void()>& fn) {
@@ -366,24 +370,59 @@ void post_atomic(Endpoint& e, const AtomicPlan& a, std::size_t i) {
     e.result.problems.push_back(fmt::format("atomic (frame {}) not posted: {}", a.frame, why));
 }
 
+// Segments queued on an endpoint's engine are not waited for one by one (a round trip to the
+// engine thread per segment was most of the replay's time): the engine runs them in order, and
+// the replay waits for them (drain_pending) before anything that must come after them: a step
+// for the other endpoint (the shared timeline keeps capture order), a post, the end. At most
+// kMaxQueuedSegments segments or kMaxQueuedOctets octets wait at once, which bounds the memory
+// the queue holds.
+constexpr std::uint64_t kMaxQueuedSegments = 256;
+constexpr std::uint64_t kMaxQueuedOctets = 4u << 20;
+
+void drain_pending(Endpoint& e) {
+  if (e.queued_segments == 0) return;
+  drain(e);
+  e.queued_segments = 0;
+  e.queued_octets = 0;
+}
+
 void inject(Endpoint& e, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq, Bytes payload) {
+  if (e.peer) drain_pending(*e.peer);
   auto ctx = e.ctx;
   boost::asio::post(e.dev->io(), [ctx, frame, time_us] {
     ctx->frame = frame;
     ctx->time_us = time_us;
   });
+  ++e.queued_segments;
+  e.queued_octets += payload.size();
   e.input->receive_segment(seq, std::move(payload));
-  drain(e);
+  if (e.queued_segments >= kMaxQueuedSegments || e.queued_octets >= kMaxQueuedOctets)
+    drain_pending(e);
 }
 
 void inject_fin(Endpoint& e, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq) {
+  if (e.peer) drain_pending(*e.peer);
   auto ctx = e.ctx;
   boost::asio::post(e.dev->io(), [ctx, frame, time_us] {
     ctx->frame = frame;
     ctx->time_us = time_us;
   });
   e.input->receive_fin(seq);
-  drain(e);
+  ++e.queued_segments;
+  drain_pending(e);
+}
+
+void count_event(Counts& c, const RxEvent& e);
+
+void Recorder::on_event(const RxEvent& e) {
+  std::lock_guard l(shared_->mu);
+  ++shared_->events;
+  count_event(shared_->counts, e);
+  const TimelineEntry t{ctx_->frame, ctx_->time_us, side_, e};
+  if (e.kind == RxEvent::Kind::TerminateSent || e.kind == RxEvent::Kind::Violation ||
+      e.kind == RxEvent::Kind::TerminateReceived)
+    shared_->findings.push_back(t);
+  if (shared_->timeline.size() < shared_->keep) shared_->timeline.push_back(t);
 }
 
 // Runs the engines until nothing more happens (doorbells, transmissions, completions).
@@ -398,7 +437,7 @@ void settle(Endpoint (&eps)[2], const std::shared_ptr<Shared>& shared) {
     std::uint64_t sig;
     {
       std::lock_guard l(shared->mu);
-      sig = shared->timeline.size();
+      sig = shared->events;
     }
     for (auto& e : eps) {
       const auto s = e.qp->stats();
@@ -410,54 +449,49 @@ void settle(Endpoint (&eps)[2], const std::shared_ptr<Shared>& shared) {
   }
 }
 
-Counts count(const std::vector<TimelineEntry>& tl) {
-  Counts c;
-  for (const auto& t : tl) {
-    const auto& e = t.event;
-    switch (e.kind) {
-      case RxEvent::Kind::Placed:
-        ++(e.beyond_hole ? c.placed_beyond_hole : c.placed_in_order);
-        break;
-      case RxEvent::Kind::Deferred:
-        ++c.deferred;
-        break;
-      case RxEvent::Kind::DeferredError:
-        ++c.deferred_errors;
-        break;
-      case RxEvent::Kind::HoleOpened:
-        ++c.holes_opened;
-        break;
-      case RxEvent::Kind::HoleClosed:
-        ++c.holes_closed;
-        break;
-      case RxEvent::Kind::Released:
-        ++c.releases;
-        c.released_sends += e.sends;
-        c.released_read_responses += e.read_responses;
-        c.released_read_requests += e.read_requests;
-        c.released_writes += e.writes;
-        break;
-      case RxEvent::Kind::Completion:
-        ++c.completions;
-        break;
-      case RxEvent::Kind::Doorbell:
-        ++c.doorbells;
-        break;
-      case RxEvent::Kind::TerminateSent:
-        ++c.terminates_sent;
-        break;
-      case RxEvent::Kind::TerminateReceived:
-        ++c.terminates_received;
-        break;
-      case RxEvent::Kind::Violation:
-        ++c.violations;
-        break;
-      case RxEvent::Kind::Duplicate:
-        ++c.duplicates;
-        break;
-    }
+void count_event(Counts& c, const RxEvent& e) {
+  switch (e.kind) {
+    case RxEvent::Kind::Placed:
+      ++(e.beyond_hole ? c.placed_beyond_hole : c.placed_in_order);
+      break;
+    case RxEvent::Kind::Deferred:
+      ++c.deferred;
+      break;
+    case RxEvent::Kind::DeferredError:
+      ++c.deferred_errors;
+      break;
+    case RxEvent::Kind::HoleOpened:
+      ++c.holes_opened;
+      break;
+    case RxEvent::Kind::HoleClosed:
+      ++c.holes_closed;
+      break;
+    case RxEvent::Kind::Released:
+      ++c.releases;
+      c.released_sends += e.sends;
+      c.released_read_responses += e.read_responses;
+      c.released_read_requests += e.read_requests;
+      c.released_writes += e.writes;
+      break;
+    case RxEvent::Kind::Completion:
+      ++c.completions;
+      break;
+    case RxEvent::Kind::Doorbell:
+      ++c.doorbells;
+      break;
+    case RxEvent::Kind::TerminateSent:
+      ++c.terminates_sent;
+      break;
+    case RxEvent::Kind::TerminateReceived:
+      ++c.terminates_received;
+      break;
+    case RxEvent::Kind::Violation:
+      ++c.violations;
+      break;
+    case RxEvent::Kind::Duplicate:
+      ++c.duplicates;
+      break;
   }
-  return c;
 }
 
 // Whether the trace holds what endpoint `side` found: a Terminate of its own with the same
@@ -485,9 +519,10 @@ void classify(Finding& f, const ConnectionPlan& plan) {
   f.why = "not in the trace";
 }
 
-void finish(ConnectionResult& res, const ConnectionPlan& plan) {
-  res.counts = count(res.timeline);
-  for (const auto& t : res.timeline) {
+// The findings (Terminates and violations, from the timeline) and what the capture cut short.
+void finish(ConnectionResult& res, const ConnectionPlan& plan,
+            const std::vector<TimelineEntry>& findings) {
+  for (const auto& t : findings) {
     const auto& e = t.event;
     if (e.kind == RxEvent::Kind::TerminateSent || e.kind == RxEvent::Kind::Violation) {
       Finding f{t.side, t.frame, e.text, false, {}};
@@ -552,10 +587,14 @@ void record_endpoint(Endpoint& e, bool keep_memory) {
 }
 
 // The timeline both engines wrote, and how each endpoint's connection closed.
-void take_timeline(ConnectionResult& res, Endpoint (&eps)[2], Shared& shared) {
+void take_timeline(ConnectionResult& res, Endpoint (&eps)[2], Shared& shared,
+                   std::vector<TimelineEntry>& findings) {
   {
     std::lock_guard l(shared.mu);
-    res.timeline = shared.timeline;
+    res.timeline = std::move(shared.timeline);
+    res.timeline_events = shared.events;
+    res.counts = shared.counts;
+    findings = std::move(shared.findings);
     for (int s = 0; s < 2; ++s) eps[s].result.closed = shared.closed[s];
   }
   // The RTR's receive completion is left out of the CQEs; the timeline says what it was.
@@ -586,10 +625,13 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   ConnectionResult res;
   res.flow = plan.flow;
   auto shared = std::make_shared<Shared>();
+  shared->keep = opts.timeline_keep;
   Endpoint eps[2];
   const std::uint64_t seed = 0x5eed0000ull + plan.flow;
   build_endpoint(eps[0], plan, Side::Initiator, seed * 2 + 1);
   build_endpoint(eps[1], plan, Side::Responder, seed * 2 + 2);
+  eps[0].peer = &eps[1];
+  eps[1].peer = &eps[0];
   start_endpoint(eps[0], plan, shared);
   start_endpoint(eps[1], plan, shared);
 
@@ -659,13 +701,14 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         const int d = index(st.dir);
         if (!disorder[d]) {
           ++res.segments_injected;
-          inject(eps[index(receiver_of(st.dir))], st.frame, st.time_us, st.seq, st.payload);
+          inject(eps[index(receiver_of(st.dir))], st.frame, st.time_us, st.seq,
+                 plan.payload_of(st));
           break;
         }
         if (overlaps_burst(d, st.tagged)) settle_direction(st.dir);
         burst[d].insert(burst[d].end(), st.tagged.begin(), st.tagged.end());
         origin[d][static_cast<std::uint32_t>(st.seq - plan.stream_seq[d])] = {st.frame, st.time_us};
-        splitter[d]->push(sim::WireSegment{st.seq, st.payload},
+        splitter[d]->push(sim::WireSegment{st.seq, plan.payload_of(st)},
                           [&](sim::WireSegment s) { disorder[d]->push(std::move(s), out[d]); });
         break;
       }
@@ -674,12 +717,14 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         break;
       case Step::Kind::PostRead: {
         auto& e = eps[index(st.side)];
+        for (auto& x : eps) drain_pending(x);
         post_read(e, plan.ep[index(st.side)].reads[st.item], st.item);
         drain(e);
         break;
       }
       case Step::Kind::PostAtomic: {
         auto& e = eps[index(st.side)];
+        for (auto& x : eps) drain_pending(x);
         post_atomic(e, plan.ep[index(st.side)].atomics[st.item], st.item);
         drain(e);
         break;
@@ -696,9 +741,10 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   settle(eps, shared);
 
   for (auto& e : eps) record_endpoint(e, opts.keep_memory);
-  take_timeline(res, eps, *shared);
+  std::vector<TimelineEntry> findings;
+  take_timeline(res, eps, *shared, findings);
   tear_down(res, eps);
-  finish(res, plan);
+  finish(res, plan, findings);
   return res;
 }
 

@@ -7,6 +7,8 @@
 // violations) makes the timeline; the CQEs and the shadow memory are the outcome.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -36,6 +38,10 @@ struct ReplayOptions {
   bool keep_memory = false;                // keep every shadow region's octets (tests)
   // Called after each step with the steps done and the total (progress display).
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
+  // Timeline events kept per connection (the first ones; all are counted, and every Terminate
+  // and violation is found): what the report will print, so that a long capture's timeline
+  // does not grow the replay's memory.
+  std::size_t timeline_keep = SIZE_MAX;
 };
 
 struct TimelineEntry {
@@ -92,7 +98,8 @@ struct Finding {
 struct ConnectionResult {
   std::size_t flow = 0;
   EndpointResult ep[2];
-  std::vector<TimelineEntry> timeline;
+  std::vector<TimelineEntry> timeline;  // the first ReplayOptions::timeline_keep events
+  std::uint64_t timeline_events = 0;    // all of them
   Counts counts;
   std::vector<Finding> terminates_sent, terminates_received, violations;
   std::vector<std::string> not_reproduced;  // Terminates of the trace the emulation did not send

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/commands.hpp"
+#include "tools/value_checks.hpp"
 #include "trace/trace_decoder.hpp"
 
 namespace iwarp::tools {
@@ -100,69 +101,102 @@ std::string counts_text(const trace::FlowReport& f) {
   return s.empty() ? "none" : s;
 }
 
+// The rest of the JSON document after the records: everything but them, as one object.
+json report_json(const trace::DecodeReport& rep) {
+  json doc{{"file", rep.path},         {"link", rep.link_name},
+           {"frames", rep.frames},     {"iwarp_connections", rep.iwarp_flows()},
+           {"problems", rep.problems}, {"violations", rep.violations()}};
+  json conns = json::array();
+  for (const auto& f : rep.flows) {
+    json c{{"initiator", f.initiator.to_string()},
+           {"responder", f.responder.to_string()},
+           {"iwarp", f.iwarp},
+           {"verdict", f.verdict},
+           {"fpdus", f.fpdus},
+           {"opcodes", f.opcode_counts},
+           {"crc", {{"good", f.crc_good}, {"bad", f.crc_bad}, {"absent", f.crc_absent}}},
+           {"markers", f.markers},
+           {"violations", f.violations},
+           {"notes", f.notes}};
+    if (f.request) c["request"] = frame_json(*f.request);
+    if (f.reply) c["reply"] = frame_json(*f.reply);
+    if (f.params) c["params"] = params_json(*f.params);
+    conns.push_back(std::move(c));
+  }
+  doc["connections"] = std::move(conns);
+  return doc;
+}
+
 }  // namespace
 
 Runner add_decode_command(CLI::App& app) {
   struct Opts {
     std::string file;
     bool json = false, summary = false;
+    std::uint64_t window = trace::kDefaultWindow;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
       "decode",
       "Decode every iWARP connection in a capture (pcap or pcapng; Ethernet, Linux cooked,\n"
       "raw IP; IPv4 and IPv6): one line per MPA frame and FPDU with time, direction, stream\n"
-      "offset, RDMAP opcode, DDP fields, lengths, CRC and markers; then a summary per\n"
-      "connection. Exit status: 0 clean, 1 protocol violations found, 2 unreadable input.");
+      "offset, RDMAP opcode, DDP fields, lengths, CRC and markers, printed as the capture is\n"
+      "read (in capture order; the file is never loaded whole); then a summary per connection.\n"
+      "Exit status: 0 clean, 1 protocol violations found, 2 unreadable input.");
   cmd->add_option("file", o->file, "Capture file")->required();
-  cmd->add_flag("--json", o->json, "Print one JSON document (connections and records)");
+  cmd->add_flag("--json", o->json,
+                "Print one JSON document (records first, streamed; then the connections)");
   cmd->add_flag("--summary", o->summary, "Print only the per-connection summary");
+  cmd->add_option("--window", o->window,
+                  "Reassembly window per direction: octets arriving more than this beyond a gap\n"
+                  "are dropped with a note (bounds memory; default 16m; units k, m, g)")
+      ->transform(byte_size_in(1024, 1ull << 40));
   return [o]() {
-    auto cap = trace::read_capture(o->file);
-    if (!cap) {
-      fmt::print(stderr, "rnic decode: {}\n", cap.error());
+    const trace::StreamOptions so{.window = static_cast<std::size_t>(o->window)};
+    std::uint64_t t0 = 0;
+    bool first = true;
+    trace::RecordSink sink;
+    if (o->json) {
+      // The records are streamed as the "records" member; the rest follows when known.
+      sink = [&](trace::Record&& r) {
+        std::string j = record_json(r).dump(1);
+        std::string ind;
+        ind.reserve(j.size() + 64);
+        for (char c : j) {
+          ind += c;
+          if (c == '\n') ind += "  ";
+        }
+        fmt::print("{}  {}", first ? "{\n \"records\": [\n" : ",\n", ind);
+        first = false;
+      };
+    } else if (!o->summary) {
+      sink = [&](trace::Record&& r) {
+        if (first) {
+          t0 = r.time_us;
+          fmt::print("{:>6} {:>10} {:>2} {} {:<9} {}\n", "frame", "time", "cn", "dir", "offset",
+                     "what");
+          first = false;
+        }
+        fmt::print("{}\n", trace::format_record(r, t0));
+      };
+    }
+    auto rep = trace::decode_file(o->file, sink, so);
+    if (!rep) {
+      if (o->json && !first) fmt::print("\n ]\n}}\n");
+      fmt::print(stderr, "rnic decode: {}\n", rep.error());
       return 2;
     }
-    auto rep = trace::decode_capture(*cap, {.keep_records = !o->summary || o->json});
     if (o->json) {
-      json doc{{"file", rep.path},         {"link", rep.link_name},
-               {"frames", rep.frames},     {"iwarp_connections", rep.iwarp_flows()},
-               {"problems", rep.problems}, {"violations", rep.violations()}};
-      json conns = json::array();
-      for (const auto& f : rep.flows) {
-        json c{{"initiator", f.initiator.to_string()},
-               {"responder", f.responder.to_string()},
-               {"iwarp", f.iwarp},
-               {"verdict", f.verdict},
-               {"fpdus", f.fpdus},
-               {"opcodes", f.opcode_counts},
-               {"crc", {{"good", f.crc_good}, {"bad", f.crc_bad}, {"absent", f.crc_absent}}},
-               {"markers", f.markers},
-               {"violations", f.violations},
-               {"notes", f.notes}};
-        if (f.request) c["request"] = frame_json(*f.request);
-        if (f.reply) c["reply"] = frame_json(*f.reply);
-        if (f.params) c["params"] = params_json(*f.params);
-        conns.push_back(std::move(c));
-      }
-      doc["connections"] = std::move(conns);
-      json recs = json::array();
-      for (const auto& r : rep.records) recs.push_back(record_json(r));
-      doc["records"] = std::move(recs);
-      fmt::print("{}\n", doc.dump(1));
-      return rep.violations() ? 1 : 0;
+      const std::string rest = report_json(*rep).dump(1);  // "{\n \"connections\" ... }"
+      fmt::print("{}\n",
+                 first ? "{\n \"records\": [],\n" + rest.substr(2) : "\n ],\n" + rest.substr(2));
+      return rep->violations() ? 1 : 0;
     }
-    fmt::print("{}: {} frames, link {}, {} TCP connection(s), {} iWARP\n", rep.path, rep.frames,
-               rep.link_name, rep.flows.size(), rep.iwarp_flows());
-    for (const auto& p : rep.problems) fmt::print("capture problem: {}\n", p);
-    if (!o->summary) {
-      const std::uint64_t t0 = rep.records.empty() ? 0 : rep.records.front().time_us;
-      fmt::print("{:>6} {:>10} {:>2} {} {:<9} {}\n", "frame", "time", "cn", "dir", "offset",
-                 "what");
-      for (const auto& r : rep.records) fmt::print("{}\n", trace::format_record(r, t0));
-    }
-    for (std::size_t i = 0; i < rep.flows.size(); ++i) {
-      const auto& f = rep.flows[i];
+    fmt::print("{}: {} frames, link {}, {} TCP connection(s), {} iWARP\n", rep->path, rep->frames,
+               rep->link_name, rep->flows.size(), rep->iwarp_flows());
+    for (const auto& p : rep->problems) fmt::print("capture problem: {}\n", p);
+    for (std::size_t i = 0; i < rep->flows.size(); ++i) {
+      const auto& f = rep->flows[i];
       fmt::print("connection c{}: {} -> {}: {}\n", i, f.initiator.to_string(),
                  f.responder.to_string(), f.verdict);
       if (f.params) fmt::print("  negotiated: {}\n", mpa::describe(*f.params));
@@ -172,8 +206,8 @@ Runner add_decode_command(CLI::App& app) {
                    f.violations);
       for (const auto& n : f.notes) fmt::print("  note: {}\n", n);
     }
-    if (rep.iwarp_flows() == 0) fmt::print("no iWARP connection in this capture\n");
-    return rep.violations() ? 1 : 0;
+    if (rep->iwarp_flows() == 0) fmt::print("no iWARP connection in this capture\n");
+    return rep->violations() ? 1 : 0;
   };
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "tools/commands.hpp"
+#include "tools/value_checks.hpp"
 #include "trace/trace_generator.hpp"
 
 namespace iwarp::tools {
@@ -16,6 +17,7 @@ Runner add_generate_command(CLI::App& app) {
     std::string rtr = "write";
     std::uint16_t mss = 1460;
     std::uint32_t seed = 1;
+    std::uint64_t bulk = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
@@ -35,6 +37,11 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_option("--mss", o->mss, "TCP MSS of the capture (sets the MULPDU)")
       ->check(CLI::Range(128, 65495));
   cmd->add_option("--seed", o->seed, "Seed for the payload bytes");
+  cmd->add_option("--bulk", o->bulk,
+                  "Add this many octets of RDMA Write payload (64 KiB Writes cycling over 1 MiB\n"
+                  "of one STag) before the closing Terminate: a capture of about that size, for\n"
+                  "benchmarks (scripts/replay-bench.sh); units k, m, g (powers of 1024)")
+      ->transform(byte_size_in(0, 1ull << 42));
   return [o]() {
     if (o->p2p && o->rev != 2) {
       fmt::print(stderr, "rnic generate: --p2p needs --mpa-rev 2\n");
@@ -52,6 +59,7 @@ Runner add_generate_command(CLI::App& app) {
                                          : static_cast<mpa::RtrMask>(mpa::RtrType::Send);
     g.pcap.mss = o->mss;
     g.seed = o->seed;
+    g.bulk_bytes = o->bulk;
     auto r = trace::generate_conversation(o->out, g);
     if (!r) {
       fmt::print(stderr, "rnic generate: {}\n", r.error());

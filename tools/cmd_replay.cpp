@@ -63,7 +63,8 @@ int run_replay(const ReplayOpts& o) {
       return 2;
     }
   }
-  auto plan = replay::make_plan(*cap);
+  auto plan = replay::make_plan(std::move(*cap));
+  *cap = trace::Capture{};  // its payloads are the plan's now
   if (!plan) {
     fmt::print(stderr, "rnic replay: {}\n", plan.error());
     return 2;
@@ -94,6 +95,11 @@ int run_replay(const ReplayOpts& o) {
   try {
     replay::ReplayOptions ro;
     if (bar) ro.progress = progress_for(0);
+    // Only what the report prints is kept of each timeline.
+    if (o.json)
+      ro.timeline_keep = o.quiet ? 0 : SIZE_MAX;
+    else if (!o.timeline)
+      ro.timeline_keep = o.quiet ? 0 : 40;
     if (perm) {
       ro.keep_memory = true;
       auto base = replay::replay(*plan, ro);

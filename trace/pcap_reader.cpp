@@ -103,7 +103,7 @@ std::string frag_key(const char* family, ByteSpan src, ByteSpan dst, std::uint32
 
 class Reader {
  public:
-  explicit Reader(Capture& cap) : cap_(cap) {}
+  Reader(Capture& cap, SegmentSink& sink) : cap_(cap), sink_(sink) {}
 
   void frame(const Frame& f, ByteSpan data) {
     ++cap_.frames;
@@ -375,7 +375,7 @@ class Reader {
     if (fin || rst) ended_[flow_index] = true;
     if (!problem.empty()) flow.problems.push_back(std::move(problem));
     if (!payload.empty() || syn || fin || rst) {
-      TcpSegment s;
+      SegmentView s;
       s.frame = f.number;
       s.time_us = f.time_us;
       s.seq = seq;
@@ -384,8 +384,8 @@ class Reader {
       s.fin = fin;
       s.rst = rst;
       s.has_ack = has_ack;
-      s.payload.assign(payload.begin(), payload.end());
-      flow.dir[static_cast<std::size_t>(d)].push_back(std::move(s));
+      s.payload = payload;
+      sink_.on_segment(flow_index, flow, d, s);
     }
     return true;
   }
@@ -429,6 +429,7 @@ class Reader {
   void cap_problem(std::string s) { cap_.problems.push_back(std::move(s)); }
 
   Capture& cap_;
+  SegmentSink& sink_;
   std::map<std::pair<EndpointKey, EndpointKey>, std::size_t> index_;  // tuple -> latest flow
   std::vector<bool> ended_;                                           // per flow: FIN or RST seen
   std::map<std::string, std::size_t> frag_flows_;                     // fragmented datagram -> flow
@@ -445,9 +446,32 @@ struct PcapCloser {
   void operator()(pcap_t* p) const { pcap_close(p); }
 };
 
+// read_capture's sink: every segment kept with its flow.
+class KeepAll final : public SegmentSink {
+ public:
+  void on_segment(std::size_t, TcpFlow& flow, int dir, const SegmentView& v) override {
+    TcpSegment s;
+    s.frame = v.frame;
+    s.time_us = v.time_us;
+    s.seq = v.seq;
+    s.ack = v.ack;
+    s.syn = v.syn;
+    s.fin = v.fin;
+    s.rst = v.rst;
+    s.has_ack = v.has_ack;
+    s.payload.assign(v.payload.begin(), v.payload.end());
+    flow.dir[static_cast<std::size_t>(dir)].push_back(std::move(s));
+  }
+};
+
 }  // namespace
 
 std::expected<Capture, std::string> read_capture(const std::string& path) {
+  KeepAll keep;
+  return scan_capture(path, keep);
+}
+
+std::expected<Capture, std::string> scan_capture(const std::string& path, SegmentSink& sink) {
   char errbuf[PCAP_ERRBUF_SIZE] = {};
   std::unique_ptr<pcap_t, PcapCloser> p(pcap_open_offline(path.c_str(), errbuf));
   if (!p) return std::unexpected(path + ": " + strip_path_prefix(errbuf, path));
@@ -472,7 +496,7 @@ std::expected<Capture, std::string> read_capture(const std::string& path) {
                                          cap.link_name, cap.link_type, kSupported));
   }
 
-  Reader reader(cap);
+  Reader reader(cap, sink);
   const int snaplen = pcap_snapshot(p.get());
   for (;;) {
     pcap_pkthdr* hdr = nullptr;

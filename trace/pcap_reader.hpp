@@ -71,4 +71,28 @@ struct Capture {
 // one-line errors naming the file; per-frame problems land in the flow's `problems`.
 std::expected<Capture, std::string> read_capture(const std::string& path);
 
+// A segment as scan_capture() hands it over: `payload` points into the frame libpcap holds and
+// is valid only during the call.
+struct SegmentView {
+  std::uint64_t frame = 0, time_us = 0;
+  TcpSeq seq, ack;
+  bool syn = false, fin = false, rst = false, has_ack = false;
+  ByteSpan payload;
+};
+
+// Takes the segments of a capture as it is read.
+class SegmentSink {
+ public:
+  virtual ~SegmentSink() = default;
+  // A segment that read_capture() would keep (payload, SYN, FIN or RST) of flow `index` (its
+  // place in Capture::flows), travelling in direction `dir` (0: from the client). `flow` is
+  // the flow as known so far (its problems and the SYN-ACK may still come).
+  virtual void on_segment(std::size_t index, TcpFlow& flow, int dir, const SegmentView& s) = 0;
+};
+
+// Reads the capture frame by frame (one frame in memory at a time, pcap_next_ex) and hands
+// every kept segment to `sink`; the returned Capture has the flows' endpoints, SYN facts and
+// problems but no segments (TcpFlow::dir stays empty). Errors as read_capture().
+std::expected<Capture, std::string> scan_capture(const std::string& path, SegmentSink& sink);
+
 }  // namespace iwarp::trace

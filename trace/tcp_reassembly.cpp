@@ -21,6 +21,21 @@ std::size_t TcpReassembler::add(TcpSeq seq, ByteSpan payload,
     payload = payload.subspan(static_cast<std::size_t>(in_order - start));
     start = in_order;
   }
+  // The window: octets beyond it are not held, so what is held is always within
+  // [in-order point, in-order point + window). A segment starting at the in-order point is
+  // delivered at once (whatever its length) and holds nothing.
+  if (start > in_order && window_ != SIZE_MAX &&
+      static_cast<std::uint64_t>(end - in_order) > window_) {
+    const std::int64_t limit = in_order + static_cast<std::int64_t>(window_);
+    ++dropped_segments_;
+    if (start >= limit) {
+      dropped_ += payload.size();
+      return 0;
+    }
+    dropped_ += static_cast<std::uint64_t>(end - limit);
+    payload = payload.first(static_cast<std::size_t>(limit - start));
+    end = limit;
+  }
   const auto ustart = static_cast<std::uint64_t>(start);
   const auto uend = static_cast<std::uint64_t>(end);
 

@@ -3,6 +3,7 @@
 // that have arrived while something before them is still missing.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -15,8 +16,11 @@ namespace iwarp::trace {
 
 class TcpReassembler {
  public:
-  // `next` is the sequence number of the first stream octet (ISN + 1 after a SYN).
-  explicit TcpReassembler(TcpSeq next) : next_(next) {}
+  // `next` is the sequence number of the first stream octet (ISN + 1 after a SYN). `window`
+  // bounds what is held: octets more than `window` beyond the in-order point are dropped (as
+  // if never captured) and counted in dropped(); the default holds everything.
+  explicit TcpReassembler(TcpSeq next, std::size_t window = SIZE_MAX)
+      : next_(next), window_(window) {}
 
   // Adds a segment. Octets before the in-order point are dropped (already delivered);
   // the rest are held until contiguous. Calls `deliver` with each newly contiguous run,
@@ -27,10 +31,14 @@ class TcpReassembler {
   std::size_t held_bytes() const { return static_cast<std::size_t>(held_.covered()); }
   std::size_t holes() const { return held_.size(); }  // one gap before each held run
   std::uint64_t delivered() const { return delivered_; }
+  std::uint64_t dropped() const { return dropped_; }  // octets beyond the window
+  std::uint64_t dropped_segments() const { return dropped_segments_; }
 
  private:
   TcpSeq next_;
+  std::size_t window_;
   std::uint64_t delivered_ = 0;
+  std::uint64_t dropped_ = 0, dropped_segments_ = 0;
   // Out-of-order data keyed by offset from next_ at insertion time is fragile under wrap;
   // keyed by absolute 64-bit stream offset instead (offset of next_ is delivered_). The
   // extents of what is held, and the octets, one chunk per part a segment added.

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
+#include <iterator>
+#include <memory>
+#include <optional>
 
 #include "common/log.hpp"
 #include "ddp/segmentation.hpp"
@@ -16,7 +20,7 @@ using mpa::Direction;
 
 class FlowDecoder final : public mpa::ConnectionVisitor {
  public:
-  FlowDecoder(std::size_t index, FlowReport& flow, std::vector<Record>* records)
+  FlowDecoder(std::size_t index, FlowReport& flow, const RecordSink* records)
       : index_(index), flow_(flow), records_(records) {}
 
   void set_position(std::uint64_t frame, std::uint64_t time_us) {
@@ -48,7 +52,7 @@ class FlowDecoder final : public mpa::ConnectionVisitor {
     return r;
   }
   void push(Record r) {
-    if (records_) records_->push_back(std::move(r));
+    if (records_ && *records_) (*records_)(std::move(r));
   }
   void violation(Direction d, const WireError& e, std::uint64_t offset) {
     log::layer("trace").info("connection {} {} frame {}: {}", index_, mpa::to_string(d), frame_,
@@ -130,7 +134,7 @@ class FlowDecoder final : public mpa::ConnectionVisitor {
 
   std::size_t index_;
   FlowReport& flow_;
-  std::vector<Record>* records_;
+  const RecordSink* records_;
   mpa::ConnectionDecoder decoder_{mpa::StreamDecoderOptions{.continue_after_bad_crc = true}};
   ddp::SegmentChecker checkers_[2];
   std::uint64_t frame_ = 0, time_us_ = 0;
@@ -140,14 +144,139 @@ bool starts_with_key(ByteSpan b, std::string_view key) {
   return b.size() >= key.size() && std::equal(key.begin(), key.end(), b.begin());
 }
 
-void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
-                 std::vector<Record>* records) {
-  fr.initiator = flow.client;
-  fr.responder = flow.server;
-  fr.notes = flow.problems;
+// One connection being decoded: both directions reassembled (each within `window` octets of
+// its in-order point), the client's first octets sniffed for the MPA Request key, and the
+// streams fed to the MPA/DDP decoders as they become contiguous. Segments come in capture
+// order.
+class FlowState {
+ public:
+  FlowState(std::size_t index, FlowReport& fr, const RecordSink* records, std::size_t window)
+      : index_(index), fr_(fr), dec_(index, fr, records), window_(window) {}
 
-  TcpReassembler reasm[2] = {TcpReassembler(stream_start(flow, 0)),
-                             TcpReassembler(stream_start(flow, 1))};
+  // Where each direction's stream starts, when the caller knows (else: see add()).
+  void set_start(int d, TcpSeq start) { reasm_[d].emplace(start, window_); }
+
+  // A segment with payload of direction d. Without a start set, a direction starts after its
+  // SYN when the flow saw one, else at the first octet of its first segment with data.
+  void add(const TcpFlow& flow, int d, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq,
+           ByteSpan payload) {
+    if (!reasm_[d]) {
+      const bool syn = d == 0 ? flow.saw_syn : flow.saw_syn_ack;
+      set_start(d, syn ? (d == 0 ? flow.client_isn : flow.server_isn) + 1 : seq);
+    }
+    any_data_ = true;
+    last_frame_ = frame;
+    last_time_ = time_us;
+    dec_.set_position(frame, time_us);
+    auto& r = *reasm_[d];
+    const auto dropped = r.dropped();
+    r.add(seq, payload, [&](ByteSpan data) { deliver(d, frame, data); });
+    if (r.dropped() != dropped && first_drop_[d] == 0) first_drop_[d] = frame;
+  }
+
+  std::size_t held_bytes() const {
+    std::size_t n = head_.size();
+    for (const auto& r : reasm_)
+      if (r) n += r->held_bytes();
+    return n;
+  }
+
+  // The verdict and how each direction ended; `flow` has its problems (capture notes).
+  void finish(const TcpFlow& flow) {
+    fr_.initiator = flow.client;
+    fr_.responder = flow.server;
+    fr_.notes.insert(fr_.notes.begin(), flow.problems.begin(), flow.problems.end());
+    if (!any_data_) {
+      fr_.verdict = "no iWARP: no data exchanged";
+      return;
+    }
+    for (int d = 0; d < 2; ++d) {
+      if (!reasm_[d] || reasm_[d]->dropped() == 0) continue;
+      fr_.notes.push_back(fmt::format(
+          "{}: {} octet(s) of {} segment(s) arrived more than the reassembly window ({} octets) "
+          "beyond the in-order point and were dropped, as if not captured (first at frame {})",
+          mpa::to_string(static_cast<Direction>(d)), reasm_[d]->dropped(),
+          reasm_[d]->dropped_segments(), window_, first_drop_[d]));
+    }
+    if (sniff_ != Sniff::Iwarp) {
+      if (why_not_.empty()) why_not_ = "fewer than 16 octets from the client";
+      if (!flow.saw_syn && sniff_ == Sniff::NotIwarp)
+        why_not_ += "; the capture starts mid-connection, so an MPA exchange may have been missed";
+      fr_.verdict = "no iWARP: " + why_not_;
+      log::layer("trace").debug("connection {}: {}", index_, fr_.verdict);
+      return;
+    }
+    fr_.iwarp = true;
+    fr_.verdict = "iWARP";
+
+    // How each direction ended.
+    dec_.set_position(last_frame_, last_time_);
+    for (int d = 0; d < 2; ++d) {
+      auto dir = static_cast<Direction>(d);
+      const auto& s = dec_.decoder().stream(dir);
+      if (reasm_[d] && reasm_[d]->held_bytes() > 0)
+        dec_.note(
+            dir, fmt::format("{}: the octets at stream offset {} never arrived ({} later "
+                             "octets held beyond the gap)",
+                             mpa::to_string(dir), reasm_[d]->delivered(), reasm_[d]->held_bytes()));
+      if (s.pending() > 0 && s.state() != mpa::StreamDecoder::State::Failed)
+        dec_.note(
+            dir, fmt::format(
+                     "{}: capture ends inside a {} ({} octets of it captured)", mpa::to_string(dir),
+                     s.state() == mpa::StreamDecoder::State::ExpectFrame ? "MPA frame" : "FPDU",
+                     s.pending()));
+    }
+    if (!fr_.reply)
+      dec_.note(Direction::FromResponder, "MPA Reply not in the capture: exchange cut short");
+    else if (fr_.reply->reject)
+      dec_.note(Direction::FromResponder, "connection rejected by the responder (MPA Reply R=1)");
+    log::layer("trace").debug("connection {} {} -> {}: iWARP, {} FPDUs, {} violations", index_,
+                              flow.client.to_string(), flow.server.to_string(), fr_.fpdus,
+                              fr_.violations);
+  }
+
+ private:
+  void deliver(int d, std::uint64_t frame, ByteSpan data) {
+    if (sniff_ == Sniff::NotIwarp) return;
+    if (sniff_ == Sniff::Unknown) {
+      if (d == 1) {
+        sniff_ = Sniff::NotIwarp;
+        why_not_ = fmt::format("the server spoke first (frame {})", frame);
+        return;
+      }
+      head_.insert(head_.end(), data.begin(), data.end());
+      if (head_.size() < mpa::kKeySize) return;
+      if (!starts_with_key(head_, mpa::kRequestKey)) {
+        sniff_ = Sniff::NotIwarp;
+        why_not_ = fmt::format("the client's stream does not start with \"{}\"", mpa::kRequestKey);
+        head_ = Bytes();
+        return;
+      }
+      sniff_ = Sniff::Iwarp;
+      dec_.feed(mpa::Direction::FromInitiator, head_);
+      head_ = Bytes();
+      return;
+    }
+    dec_.feed(static_cast<Direction>(d), data);
+  }
+
+  std::size_t index_;
+  FlowReport& fr_;
+  FlowDecoder dec_;
+  std::size_t window_;
+  std::optional<TcpReassembler> reasm_[2];
+  std::uint64_t first_drop_[2] = {0, 0};
+  enum class Sniff { Unknown, Iwarp, NotIwarp } sniff_ = Sniff::Unknown;
+  Bytes head_;  // the client's first octets, until the MPA key can be checked
+  std::string why_not_;
+  bool any_data_ = false;
+  std::uint64_t last_frame_ = 0, last_time_ = 0;
+};
+
+void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
+                 const RecordSink* records) {
+  FlowState st(index, fr, records, SIZE_MAX);
+  for (int d = 0; d < 2; ++d) st.set_start(d, stream_start(flow, d));
   // Merge both directions in capture order.
   struct Ref {
     const TcpSegment* seg;
@@ -159,78 +288,51 @@ void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
       if (!s.payload.empty()) order.push_back({&s, d});
   std::stable_sort(order.begin(), order.end(),
                    [](const Ref& a, const Ref& b) { return a.seg->frame < b.seg->frame; });
-  if (order.empty()) {
-    fr.verdict = "no iWARP: no data exchanged";
-    return;
-  }
-
-  FlowDecoder dec(index, fr, records);
-  enum class Sniff { Unknown, Iwarp, NotIwarp } sniff = Sniff::Unknown;
-  Bytes head;  // the client's first octets, until the MPA key can be checked
-  std::string why_not;
-
-  for (const auto& ref : order) {
-    const int d = ref.dir;
-    dec.set_position(ref.seg->frame, ref.seg->time_us);
-    reasm[d].add(ref.seg->seq, ref.seg->payload, [&](ByteSpan data) {
-      if (sniff == Sniff::NotIwarp) return;
-      if (sniff == Sniff::Unknown) {
-        if (d == 1) {
-          sniff = Sniff::NotIwarp;
-          why_not = fmt::format("the server spoke first (frame {})", ref.seg->frame);
-          return;
-        }
-        head.insert(head.end(), data.begin(), data.end());
-        if (head.size() < mpa::kKeySize) return;
-        if (!starts_with_key(head, mpa::kRequestKey)) {
-          sniff = Sniff::NotIwarp;
-          why_not = fmt::format("the client's stream does not start with \"{}\"", mpa::kRequestKey);
-          return;
-        }
-        sniff = Sniff::Iwarp;
-        dec.feed(mpa::Direction::FromInitiator, head);
-        return;
-      }
-      dec.feed(static_cast<Direction>(d), data);
-    });
-  }
-
-  if (sniff != Sniff::Iwarp) {
-    if (why_not.empty()) why_not = "fewer than 16 octets from the client";
-    if (!flow.saw_syn && sniff == Sniff::NotIwarp)
-      why_not += "; the capture starts mid-connection, so an MPA exchange may have been missed";
-    fr.verdict = "no iWARP: " + why_not;
-    log::layer("trace").debug("connection {}: {}", index, fr.verdict);
-    return;
-  }
-  fr.iwarp = true;
-  fr.verdict = "iWARP";
-
-  // How each direction ended.
-  const auto last = order.back().seg;
-  dec.set_position(last->frame, last->time_us);
-  for (int d = 0; d < 2; ++d) {
-    auto dir = static_cast<Direction>(d);
-    const auto& s = dec.decoder().stream(dir);
-    if (reasm[d].held_bytes() > 0)
-      dec.note(dir, fmt::format("{}: the octets at stream offset {} never arrived ({} later "
-                                "octets held beyond the gap)",
-                                mpa::to_string(dir), reasm[d].delivered(), reasm[d].held_bytes()));
-    if (s.pending() > 0 && s.state() != mpa::StreamDecoder::State::Failed)
-      dec.note(dir,
-               fmt::format(
-                   "{}: capture ends inside a {} ({} octets of it captured)", mpa::to_string(dir),
-                   s.state() == mpa::StreamDecoder::State::ExpectFrame ? "MPA frame" : "FPDU",
-                   s.pending()));
-  }
-  if (!fr.reply)
-    dec.note(Direction::FromResponder, "MPA Reply not in the capture: exchange cut short");
-  else if (fr.reply->reject)
-    dec.note(Direction::FromResponder, "connection rejected by the responder (MPA Reply R=1)");
-  log::layer("trace").debug("connection {} {} -> {}: iWARP, {} FPDUs, {} violations", index,
-                            flow.client.to_string(), flow.server.to_string(), fr.fpdus,
-                            fr.violations);
+  for (const auto& ref : order)
+    st.add(flow, ref.dir, ref.seg->frame, ref.seg->time_us, ref.seg->seq, ref.seg->payload);
+  st.finish(flow);
 }
+
+// scan_capture's sink for decode_file: each flow's state, fed as the segments are read.
+class StreamingDecoder final : public SegmentSink {
+ public:
+  StreamingDecoder(DecodeReport& rep, const RecordSink& records, std::size_t window)
+      : rep_(rep), records_(records), window_(window) {}
+
+  void on_segment(std::size_t index, TcpFlow& flow, int dir, const SegmentView& s) override {
+    while (states_.size() <= index) {
+      flows_.emplace_back();
+      states_.push_back(nullptr);
+    }
+    if (s.payload.empty()) return;
+    auto& st = states_[index];
+    if (!st) st = std::make_unique<FlowState>(index, flows_[index], &records_, window_);
+    held_ -= st->held_bytes();
+    st->add(flow, dir, s.frame, s.time_us, s.seq, s.payload);
+    held_ += st->held_bytes();
+    rep_.max_held = std::max<std::uint64_t>(rep_.max_held, held_);
+  }
+
+  void finish(const Capture& cap) {
+    flows_.resize(cap.flows.size());
+    states_.resize(cap.flows.size());
+    for (std::size_t i = 0; i < cap.flows.size(); ++i) {
+      if (!states_[i]) states_[i] = std::make_unique<FlowState>(i, flows_[i], &records_, window_);
+      states_[i]->finish(cap.flows[i]);
+    }
+    states_.clear();
+    rep_.flows.assign(std::make_move_iterator(flows_.begin()),
+                      std::make_move_iterator(flows_.end()));
+  }
+
+ private:
+  DecodeReport& rep_;
+  const RecordSink& records_;
+  std::size_t window_;
+  std::deque<FlowReport> flows_;                    // by flow index (a FlowState refers to one)
+  std::vector<std::unique_ptr<FlowState>> states_;  // by flow index
+  std::size_t held_ = 0;                            // octets held, all flows
+};
 
 }  // namespace
 
@@ -252,8 +354,29 @@ DecodeReport decode_capture(const Capture& cap, const DecodeOptions& opts) {
   rep.frames = cap.frames;
   rep.problems = cap.problems;
   rep.flows.resize(cap.flows.size());
+  RecordSink keep;
+  if (opts.keep_records) keep = [&](Record&& r) { rep.records.push_back(std::move(r)); };
+  if (opts.keep_violations && !opts.keep_records)
+    keep = [&](Record&& r) {
+      if (r.kind == Record::Kind::Violation) rep.records.push_back(std::move(r));
+    };
   for (std::size_t i = 0; i < cap.flows.size(); ++i)
-    decode_flow(i, cap.flows[i], rep.flows[i], opts.keep_records ? &rep.records : nullptr);
+    decode_flow(i, cap.flows[i], rep.flows[i], &keep);
+  return rep;
+}
+
+std::expected<DecodeReport, std::string> decode_file(const std::string& path,
+                                                     const RecordSink& on_record,
+                                                     const StreamOptions& opts) {
+  DecodeReport rep;
+  StreamingDecoder dec(rep, on_record, opts.window);
+  auto cap = scan_capture(path, dec);
+  if (!cap) return std::unexpected(cap.error());
+  dec.finish(*cap);
+  rep.path = cap->path;
+  rep.link_name = cap->link_name;
+  rep.frames = cap->frames;
+  rep.problems = cap->problems;
   return rep;
 }
 

@@ -4,6 +4,8 @@
 // in the order the receiver would see them.
 #pragma once
 
+#include <expected>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -60,16 +62,41 @@ struct DecodeReport {
   std::vector<std::string> problems;  // capture problems that belong to no connection
   std::vector<FlowReport> flows;
   std::vector<Record> records;
+  std::uint64_t max_held = 0;  // decode_file(): high-water mark of octets held by reassembly
 
   std::uint64_t violations() const;
   std::uint64_t iwarp_flows() const;
 };
 
 struct DecodeOptions {
-  bool keep_records = true;  // false: counts only (large captures)
+  bool keep_records = true;      // false: counts only (large captures)
+  bool keep_violations = false;  // with keep_records false: keep the Violation records only
 };
 
 DecodeReport decode_capture(const Capture& cap, const DecodeOptions& opts = {});
+
+// Takes each record as soon as it is known.
+using RecordSink = std::function<void(Record&&)>;
+
+// Reassembly window of decode_file(): octets more than this beyond a direction's in-order point
+// (after a gap the capture has not filled yet) are dropped, with a note on their connection.
+inline constexpr std::size_t kDefaultWindow = 16u << 20;
+
+struct StreamOptions {
+  std::size_t window = kDefaultWindow;  // per direction of each connection
+};
+
+// Reads and decodes a capture in one pass without loading it: frame by frame, each connection's
+// directions reassembled within `window`, every record handed to `on_record` when it is known,
+// in capture order across connections (each connection's closing notes at the end). What it
+// holds: one frame, and per connection what lies beyond a gap (at most `window` octets per
+// direction) plus one FPDU being decoded per direction. The report has no records; its
+// max_held is the high-water mark of the octets held by reassembly (all connections).
+// A direction whose SYN is not in the capture starts at its first segment with data (where
+// decode_capture() takes the lowest sequence number seen).
+std::expected<DecodeReport, std::string> decode_file(const std::string& path,
+                                                     const RecordSink& on_record,
+                                                     const StreamOptions& opts = {});
 
 // The record as one text line ("  12  0.000345 i->r @1448 FPDU Send QN 0 MSN 1 ...").
 std::string format_record(const Record& r, std::uint64_t t0_us);

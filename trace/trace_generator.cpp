@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 
 #include "ddp/segmentation.hpp"
@@ -161,6 +162,19 @@ std::expected<GeneratedTrace, std::string> generate_conversation(const std::stri
     auto ims = untagged(Opcode::ImmediateDataSe);
     ims.body = std::uint64_t{0x1112131415161718ull};
     run(S, ims);
+  }
+  // Bulk Writes (only when asked for): the same 64 KiB of data, again and again, to 1 MiB of
+  // STag 0x00bb0001 at the responder.
+  if (opts.bulk_bytes > 0) {
+    constexpr std::uint64_t kMessage = 64 * 1024, kSpan = 1024 * 1024;
+    const ByteSpan block = buf(kMessage);
+    std::uint64_t to = 0;
+    for (std::uint64_t left = opts.bulk_bytes; left > 0 && r;) {
+      const std::uint64_t len = std::min(left, kMessage);
+      run(C, tagged(Opcode::Write, 0x00bb0001, to, block.first(static_cast<std::size_t>(len))));
+      left -= len;
+      to = (to + kMessage) % kSpan;
+    }
   }
   // A Terminate: DDP layer, tagged buffer, invalid STag, echoing the offending Write's header.
   {

@@ -19,6 +19,10 @@ struct GeneratorOptions {
   mpa::Policy responder;
   PcapWriterOptions pcap;  // pcap.mss also sets each direction's MULPDU
   std::uint32_t seed = 1;  // payload contents
+  // Octets of bulk RDMA Write payload (64 KiB messages from the initiator to one STag, cycling
+  // over 1 MiB of tagged offsets) written before the closing Terminate: a capture of any size
+  // whose replay needs a fixed 1 MiB of shadow memory (scripts/replay-bench.sh). 0: none.
+  std::uint64_t bulk_bytes = 0;
 };
 
 struct GeneratedTrace {
