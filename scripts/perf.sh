@@ -212,7 +212,8 @@ run_scale() {
 
 # rnic_bench prints "MEASUREMENT (UNIT)  RNIC  TCP  RATIOx" rows, the ratio oriented like ours.
 run_rnic_bench() {
-  local pass=$1 log="$LOGS/rnic_bench-p$pass.log" name unit v base ratio metric
+  local pass=$1
+  local log="$LOGS/rnic_bench-p$pass.log" name unit v base ratio metric
   say "pass $pass/$PASSES: rnic_bench ${BENCH_ARGS[*]}"
   timeout 900 "$RNIC_BENCH" "${BENCH_ARGS[@]}" > "$log" 2>&1 || say "rnic_bench exited with status $? (pass $pass): see $log"
   local rows
@@ -231,7 +232,8 @@ run_rnic_bench() {
 # enlarge-bench's CSV: speed rows "speed,SCHEME,1,,SIZE,...,latency_median_us(14),...,
 # throughput_MBps(16),..."; the tcp scheme is its raw TCP of the same run.
 run_enlarge() {
-  local pass=$1 log="$LOGS/enlarge-p$pass.log" csv="$LOGS/enlarge-p$pass.csv" s lat tput tlat ttput rw
+  local pass=$1
+  local log="$LOGS/enlarge-p$pass.log" csv="$LOGS/enlarge-p$pass.csv" s lat tput tlat ttput rw
   say "pass $pass/$PASSES: rnic enlarge-bench --part speed --schemes enlarge --sizes $SIZES ${ENLARGE_ARGS[*]}"
   timeout 900 "$RNIC" enlarge-bench --part speed --schemes enlarge --sizes "$SIZES" --crc "$CRC" \
     "${ENLARGE_ARGS[@]}" --csv "$csv" --png '' > "$log" 2>&1 || say "enlarge-bench exited with status $? (pass $pass): see $log"
@@ -254,7 +256,8 @@ run_enlarge() {
 # at N = 1 that is mostly the fixed cost (engine thread, buffers); the marginal figure
 # (growth(64) - growth(1)) / 63 / 2 is what one more idle QP costs one process.
 run_memory() {
-  local pass=$1 log="$LOGS/memory-p$pass.log" csv="$LOGS/memory-p$pass.csv" g1 g64 reg
+  local pass=$1
+  local log="$LOGS/memory-p$pass.log" csv="$LOGS/memory-p$pass.csv" g1 g64 reg
   say "pass $pass/$PASSES: rnic enlarge-bench --part memory --connections 1,64"
   timeout 900 "$RNIC" enlarge-bench --part memory --connections 1,64 --crc "$CRC" --csv "$csv" --png '' \
     > "$log" 2>&1 || say "enlarge-bench (memory) exited with status $? (pass $pass): see $log"

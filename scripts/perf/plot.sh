@@ -42,7 +42,7 @@ plot_family() {  # plot_family NAME BW_SERIES LAT_SERIES
     echo "set terminal pngcairo size 1400,560 noenhanced"
     echo "set output '$out/$name.png'"
     echo "set logscale xy; set grid; set key top left; set xlabel 'message size (bytes)'"
-    echo "set format x '%.0b %BB'"
+    echo "set xtics ('8 B' 8, '64 B' 64, '512 B' 512, '4 KiB' 4096, '32 KiB' 32768, '256 KiB' 262144, '2 MiB' 2097152)"
     echo "set multiplot layout 1,2"
     echo "$bw"
     echo "$lat"
