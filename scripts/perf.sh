@@ -20,7 +20,7 @@ HELP="Usage: scripts/perf.sh [--quick] [--passes N] [--sizes LIST] [--out DIR] [
   --quick        a smoke run: sizes 64,64K, 1 pass, short tests, perftest at -s SIZE instead of
                  its -a sweep, scale with 1 and 4 QPs only (explicit options still win)
 Env: RNIC (default <repo>/build/rnic), RNIC_BENCH (default <repo>/build/bench/rnic_bench),
-     PORT_BASE (default 20000 + a per-process offset; uses PORT_BASE..PORT_BASE+40)"
+     PORT_BASE (default 20000 + a per-process offset, below the ephemeral ports; uses PORT_BASE..PORT_BASE+40)"
 
 die() { echo "perf.sh: $*" >&2; exit 2; }
 say() { echo "perf.sh: $*" >&2; }
@@ -77,7 +77,9 @@ mkdir -p "$LOGS" || die "cannot create $LOGS"
 rm -f "$LOGS"/*.log "$LOGS"/*.csv
 RAW="$OUT/raw.tsv"
 printf 'pass\tfamily\ttest\tsize\tmetric\tvalue\tunit\tbaseline\tratio\tdiff\tstatus\tlog\n' > "$RAW"
-PORT_BASE="${PORT_BASE:-$((20000 + ($$ % 400) * 50))}"
+# Listening ports below Linux's ephemeral range (32768-60999 by default), where the many
+# connections of a run would otherwise take them; per process, so two runs do not collide.
+PORT_BASE="${PORT_BASE:-$((20000 + ($$ % 250) * 50))}"
 QPORT=$PORT_BASE PORT_N=0 QSERVER=""
 next_port() { PORT_N=$((PORT_N + 1)); PORT=$((PORT_BASE + 1 + PORT_N % 39)); }
 
@@ -138,13 +140,17 @@ run_qperf() {
 # run_pair NAME PROG ARGS...: a perftest server and client under the drop-in; the client's log
 # path in LOG; status 0 when both ended well.
 run_pair() {
-  local name=$1 prog=$2 spid crc src
+  local name=$1 prog=$2 spid crc src try
   shift 2
-  next_port
   LOG="$LOGS/$name.client.log"
-  timeout 600 "$RNIC" run --crc "$CRC" -- "$prog" -R -F -d rnic0 -p "$PORT" "$@" > "$LOGS/$name.server.log" 2>&1 &
-  spid=$!
-  sleep 1
+  for try in 1 2 3; do  # a server that ended at once could not listen there: the next port
+    next_port
+    timeout 600 "$RNIC" run --crc "$CRC" -- "$prog" -R -F -d rnic0 -p "$PORT" "$@" > "$LOGS/$name.server.log" 2>&1 &
+    spid=$!
+    sleep 1
+    kill -0 "$spid" 2> /dev/null && break
+    ((try < 3)) && say "$prog server on port $PORT ended at once (see $LOGS/$name.server.log): trying the next port"
+  done
   timeout 600 "$RNIC" run --crc "$CRC" -- "$prog" -R -F -d rnic0 -p "$PORT" "$@" 127.0.0.1 > "$LOG" 2>&1
   crc=$?
   for _ in $(seq 1 100); do kill -0 "$spid" 2> /dev/null || break; sleep 0.1; done
