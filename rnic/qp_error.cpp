@@ -135,6 +135,9 @@ void QueuePair::flush_all() {
     RecvBatch batch(*this);
     for (const auto& r : rq) recv_push(recv_completion(r.wr_id, WcStatus::WrFlushErr));
   }
+  // Whatever the receive side gathered so far goes now, in order: the flush is visible before
+  // the close is reported (the CM's DISCONNECTED event).
+  recv_flush();
 }
 
 void QueuePair::close_socket() {

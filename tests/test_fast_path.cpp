@@ -241,14 +241,24 @@ TEST(FastPath, DeregistrationRacingPostsReadsNoFreedMemory) {
     auto* dmr =
         p.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     const auto before = engine_qp(*p.client).stats();
+    // The poster keeps using the address and lkey after the region is gone (as a careless
+    // program would): only as numbers in its work requests.
+    const std::uintptr_t src_addr = reinterpret_cast<std::uintptr_t>(src->data());
+    const std::uint32_t src_lkey = smr->lkey;
     std::atomic<bool> stop{false};
     std::atomic<std::uint64_t> posted{0}, completed{0};
     std::thread poster([&] {
       for (std::uint64_t i = 0; !stop.load() && i < 100000; ++i) {
         const auto slot = i % kSlots;
-        if (post_send_from(*p.client, IBV_WR_RDMA_WRITE, smr, src->data() + (i % 16) * kChunk,
-                           kChunk, i, reinterpret_cast<std::uintptr_t>(dst.data()) + slot * kChunk,
-                           dmr->rkey) != 0) {
+        if (post_one(p.client->qp(),
+                     {.op = IBV_WR_RDMA_WRITE,
+                      .addr = reinterpret_cast<const void*>(src_addr + (i % 16) * kChunk),
+                      .len = kChunk,
+                      .lkey = src_lkey,
+                      .remote_addr = reinterpret_cast<std::uintptr_t>(dst.data()) + slot * kChunk,
+                      .rkey = dmr->rkey,
+                      .flags = IBV_SEND_SIGNALED,
+                      .wr_id = i}) != 0) {
           // The send queue is full: take completions.
           ibv_wc wc[64];
           const int k = ibv_poll_cq(p.client->send_cq(), 64, wc);
