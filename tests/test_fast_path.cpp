@@ -238,8 +238,9 @@ TEST(FastPath, DeregistrationRacingPostsReadsNoFreedMemory) {
     auto p = connect_pair(deep(1024), deep(1024));
     auto* smr = ibv_reg_mr(p.client->pd(), src->data(), src->size(), IBV_ACCESS_LOCAL_WRITE);
     ASSERT_NE(smr, nullptr);
-    auto* dmr =
-        p.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    auto* dmr = ibv_reg_mr(p.server->pd(), dst.data(), dst.size(),
+                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    ASSERT_NE(dmr, nullptr);
     const auto before = engine_qp(*p.client).stats();
     // The poster keeps using the address and lkey after the region is gone (as a careless
     // program would): only as numbers in its work requests.
@@ -284,6 +285,8 @@ TEST(FastPath, DeregistrationRacingPostsReadsNoFreedMemory) {
     const std::uint64_t left = posted.load() - completed.load();
     EXPECT_EQ(drain(p.client->send_cq(), left).size(), left);
     std::this_thread::sleep_for(100ms);
+    // Once the peer's region is deregistered its engine places nothing more there.
+    ASSERT_EQ(ibv_dereg_mr(dmr), 0);
     EXPECT_EQ(std::count(dst.begin(), dst.end(), std::uint8_t{0x11}), 0);
     EXPECT_GT(engine_qp(*p.client).stats().posted_inline_batches, before.posted_inline_batches);
   }
