@@ -314,12 +314,12 @@ void QueuePair::on_rx_error(const boost::system::error_code& ec) {
 
 bool QueuePair::take_rqe() {
   std::optional<RecvWr> wr;
+  // QpInit::rnr_wait: the application may be waiting for a completion held in the batch
+  // before it posts the receive.
+  if (init_.rnr_wait.count() > 0) recv_flush();
   if (init_.srq) {
     wr = init_.srq->take(init_.rnr_wait);
   } else {
-    // QpInit::rnr_wait: the application may be waiting for a completion held in the batch
-    // before it posts the receive.
-    if (init_.rnr_wait.count() > 0) recv_flush();
     std::unique_lock l(mu_);
     // QpInit::rnr_wait: give the application a bounded chance to post the receive.
     if (rq_.empty() && init_.rnr_wait.count() > 0)
