@@ -108,27 +108,44 @@ bool CompletionQueue::overflowed() const {
 }
 
 bool CompletionQueue::push(const Wc& wc, bool solicited) {
+  return push(std::span<const Wc>(&wc, 1), solicited) == 1;
+}
+
+std::size_t CompletionQueue::push(std::span<const Wc> wcs, bool solicited) {
   bool notify = false;
+  std::size_t n = 0;
   {
     std::lock_guard l(mu_);
-    if (tail_ - head_ == ring_.size()) {
-      overflow_ = true;
-      return false;
+    ++stats_.pushes;
+    bool failed = false;
+    for (const auto& wc : wcs) {
+      if (tail_ - head_ == ring_.size()) {
+        overflow_ = true;
+        break;
+      }
+      ring_[tail_ % ring_.size()] = wc;
+      ++tail_;
+      ++n;
+      failed |= wc.status != WcStatus::Success;
     }
-    ring_[tail_ % ring_.size()] = wc;
-    ++tail_;
+    stats_.completions += n;
     // A failed completion counts as solicited, as in the verbs specification.
-    if (arm_ == Arm::All ||
-        (arm_ == Arm::Solicited && (solicited || wc.status != WcStatus::Success))) {
+    if (n > 0 && (arm_ == Arm::All || (arm_ == Arm::Solicited && (solicited || failed)))) {
       arm_ = Arm::None;
       notify = true;
+      ++stats_.events;
     }
   }
   if (notify) {
     std::lock_guard l(channel_mu_);
     if (channel_) channel_->signal(this);
   }
-  return true;
+  return n;
+}
+
+CompletionQueue::Stats CompletionQueue::stats() const {
+  std::lock_guard l(mu_);
+  return stats_;
 }
 
 void CompletionQueue::detach_channel() {

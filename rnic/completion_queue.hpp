@@ -60,6 +60,17 @@ class CompletionQueue {
   // Engine side: adds a completion; `solicited` for a Send with SE (RFC 5040 §4.3).
   // Returns false when the ring overflowed (the completion is lost).
   bool push(const Wc& wc, bool solicited = false);
+  // Several completions, oldest first, under one lock and with at most one channel event
+  // (`solicited`: one of them is a Send with SE). Returns how many went in; the rest are lost
+  // when the ring overflows.
+  std::size_t push(std::span<const Wc> wcs, bool solicited = false);
+
+  // What push() did, for tests and benchmarks: completions, the push calls they came in
+  // (a batch is one call), and the channel events raised.
+  struct Stats {
+    std::uint64_t completions = 0, pushes = 0, events = 0;
+  };
+  Stats stats() const;
 
   // Stops reporting events to the channel and takes this CQ's pending events off it
   // (ibv_destroy_cq); completions may still be pushed and polled.
@@ -84,6 +95,7 @@ class CompletionQueue {
   std::uint64_t head_ = 0, tail_ = 0;  // free-running
   Arm arm_ = Arm::None;
   bool overflow_ = false;
+  Stats stats_;
   std::mutex channel_mu_;  // guards channel_ (taken before the channel's own lock)
   CompletionChannel* channel_;
   void* context_;

@@ -29,6 +29,7 @@ WcStatus status_for_terminate(const rdmap::Terminate& t) {
 
 void QueuePair::fatal(const WireError& e, ByteSpan ddp_hdr, ByteSpan rdmap_hdr,
                       std::uint16_t segment_length) {
+  TxLock tl(tx_mu_);
   const QpState st = state_.load();
   if (closed_ || st == QpState::Terminate || st == QpState::Error) return;
   // RFC 5040 §4.8: the Terminate echoes the failed segment's headers as its layer allows.
@@ -54,7 +55,7 @@ void QueuePair::fatal(const WireError& e, ByteSpan ddp_hdr, ByteSpan rdmap_hdr,
   // The receive WQE of a Send too long for it completes with a length error, one whose own
   // buffer is unusable with a protection error; the rest flush.
   if (rx_.send.active && rx_.send.error != WcStatus::Success) {
-    init_.recv_cq->push(recv_completion(rx_.send.rqe.wr_id, rx_.send.error));
+    recv_push(recv_completion(rx_.send.rqe.wr_id, rx_.send.error));
     rx_.send.active = false;
   }
   flush_all();
@@ -96,6 +97,7 @@ void QueuePair::local_fatal(std::uint64_t sq_index, WcStatus status, const std::
 }
 
 void QueuePair::flush_all() {
+  TxLock tl(tx_mu_);
   // Work requests are reported flushed only once the engine no longer reads or writes their
   // memory: the unsent rest of the batch on the wire is copied out of registered memory, and
   // the FPDU being received stops placing into its destination (its octets are discarded).
@@ -121,7 +123,7 @@ void QueuePair::flush_all() {
   for (auto i = from; i < to; ++i) complete_sq(i, WcStatus::WrFlushErr);
   irq_.clear();
   if (rx_.send.active) {
-    init_.recv_cq->push(recv_completion(rx_.send.rqe.wr_id, WcStatus::WrFlushErr));
+    recv_push(recv_completion(rx_.send.rqe.wr_id, WcStatus::WrFlushErr));
     rx_.send.active = false;
   }
   std::deque<RecvWr> rq;
@@ -129,10 +131,17 @@ void QueuePair::flush_all() {
     std::lock_guard l(mu_);
     rq.swap(rq_);
   }
-  for (const auto& r : rq) init_.recv_cq->push(recv_completion(r.wr_id, WcStatus::WrFlushErr));
+  {
+    RecvBatch batch(*this);
+    for (const auto& r : rq) recv_push(recv_completion(r.wr_id, WcStatus::WrFlushErr));
+  }
+  // Whatever the receive side gathered so far goes now, in order: the flush is visible before
+  // the close is reported (the CM's DISCONNECTED event).
+  recv_flush();
 }
 
 void QueuePair::close_socket() {
+  TxLock tl(tx_mu_);
   if (!transport_ || closed_) return;
   closed_ = true;
   transport_->close();
@@ -148,6 +157,7 @@ void QueuePair::close_socket() {
 }
 
 void QueuePair::enter_error(QpClosed why) {
+  TxLock tl(tx_mu_);
   if (closed_ && state_.load() == QpState::Error) return;
   {
     std::lock_guard l(mu_);
@@ -203,6 +213,7 @@ void QueuePair::rx_terminate_received(const rdmap::Terminate& t) {
 
 void QueuePair::disconnect() {
   boost::asio::post(dev_.io(), [self = shared_from_this()] {
+    TxLock tl(self->tx_mu_);
     if (self->closed_ || !self->transport_) {
       if (self->state_.load() != QpState::Error)
         self->enter_error({QpClosed::Cause::LocalDisconnect, "disconnected"});
@@ -233,6 +244,7 @@ void QueuePair::modify_to_error() {
 void QueuePair::send_rtr(mpa::RtrType type) {
   // RFC 6581 §4: the initiator's first FPDU is a zero-length RTR message; like siw, a
   // zero-length Write or Read names STag 1, which the responder does not look up.
+  TxLock tl(tx_mu_);
   TxMsg m;
   m.kind = TxKind::Rtr;
   switch (type) {

@@ -55,6 +55,26 @@ class QueuePair::RxSink : public mpa::FpduSink {
 
 QueuePair::~QueuePair() = default;
 
+void QueuePair::recv_push(const Wc& wc, bool solicited) {
+  if (rx_.batching) {
+    rx_.wcs.push_back(wc);
+    rx_.wcs_solicited |= solicited;
+    return;
+  }
+  if (!init_.recv_cq->push(wc, solicited))
+    logger().error("QP {}: receive CQ overflow, completion of WR {} lost", qp_num_, wc.wr_id);
+}
+
+void QueuePair::recv_flush() {
+  if (rx_.wcs.empty()) return;
+  const std::size_t n = init_.recv_cq->push(std::span<const Wc>(rx_.wcs), rx_.wcs_solicited);
+  if (n < rx_.wcs.size())
+    logger().error("QP {}: receive CQ overflow, {} completions lost (the first: WR {})", qp_num_,
+                   rx_.wcs.size() - n, rx_.wcs[n].wr_id);
+  rx_.wcs.clear();
+  rx_.wcs_solicited = false;
+}
+
 // The segment path's visitor: the in-order stream goes through the FpduReader, FPDUs beyond a
 // hole to rx_ooo, and the in-order point reaching one of those to rx_release.
 class QueuePair::SegVisitor : public mpa::SegmentVisitor {
@@ -166,6 +186,7 @@ void QueuePair::rx_read() {
 // others on the engine.
 void QueuePair::rx_drain() {
   constexpr int kReadsPerWakeup = 16;
+  RecvBatch batch(*this);
   for (int i = 0; i < kReadsPerWakeup; ++i) {
     if (closed_ || rx_.reader->failed()) return;
     boost::system::error_code ec;
@@ -201,6 +222,9 @@ void QueuePair::rx_drain() {
 }
 
 void QueuePair::revoke(const MemoryRegion& r) {
+  // A posting thread's batch in progress holds the lock: it is out (or handed to the engine,
+  // and detached below) before this goes on.
+  TxLock tl(tx_mu_);
   const std::uint8_t* lo = r.addr;
   const std::uint8_t* hi = r.addr + r.length;
   auto touches = [&](const std::uint8_t* p, std::size_t n) {
@@ -290,6 +314,9 @@ void QueuePair::on_rx_error(const boost::system::error_code& ec) {
 
 bool QueuePair::take_rqe() {
   std::optional<RecvWr> wr;
+  // QpInit::rnr_wait: the application may be waiting for a completion held in the batch
+  // before it posts the receive.
+  if (init_.rnr_wait.count() > 0) recv_flush();
   if (init_.srq) {
     wr = init_.srq->take(init_.rnr_wait);
   } else {
@@ -331,6 +358,7 @@ MutableByteSpan QueuePair::rx_head(const mpa::FpduHead& h, Delivery how) {
   }
   if (!rx_.first_fpdu_seen) {
     rx_.first_fpdu_seen = true;
+    TxLock tl(tx_mu_);
     if (tx_.gated) {
       tx_.gated = false;
       ring_doorbell();
@@ -501,6 +529,7 @@ Result<void> QueuePair::rx_check_request(const ddp::Segment& s) {
   auto& mem = dev_.memory();
   // RFC 5040 §6.3 / RFC 6581: no more outstanding Read (and atomic) requests than our IRD.
   const std::uint16_t ird = st.initiator ? st.params.initiator_ird : st.params.responder_ird;
+  TxLock tl(tx_mu_);
   std::size_t outstanding = irq_.size();
   if (tx_.cur && (tx_.cur->kind == TxKind::ReadResponse || tx_.cur->kind == TxKind::AtomicResponse))
     ++outstanding;
@@ -586,8 +615,10 @@ Result<void> QueuePair::rx_message_end(Delivery how) {
     case F::Terminate:
       rx_terminate_received(std::get<rdmap::Terminate>(seg.body));
       return {};
-    case F::ReadRequest:
+    case F::ReadRequest: {
+      TxLock tl(tx_mu_);
       irq_.push_back(*rx_.fpdu.pending_irq);
+    }
       // Released from beyond a hole, the doorbell is reported once for the hole (Released).
       if (how == Delivery::InOrder && rx_.opts.observer)
         rx_event(
@@ -656,7 +687,7 @@ Result<void> QueuePair::complete_receive() {
     if (!dev_.memory().invalidate(inv, init_.pd)) {
       rx_.send.active = false;
       wc.status = WcStatus::RemInvReqErr;
-      init_.recv_cq->push(wc);
+      recv_push(wc);
       return fail(
           Errc::RdmapOpCannotInvalidate,
           "RFC 5040 §7.4: Send with Invalidate names an STag that can be invalidated",
@@ -666,8 +697,7 @@ Result<void> QueuePair::complete_receive() {
     wc.invalidated_rkey = inv;
   }
   rx_.send.active = false;
-  if (!init_.recv_cq->push(wc, info.solicited))
-    logger().error("QP {}: receive CQ overflow, completion of WR {} lost", qp_num_, wc.wr_id);
+  recv_push(wc, info.solicited);
   if (rx_.opts.observer && !immediate)
     rx_event(RxEvent{.kind = RxEvent::Kind::Completion,
                      .text = fmt::format("{} MSN {} received: {} octets, receive WR {}",
@@ -697,6 +727,7 @@ void QueuePair::execute_atomic(const rdmap::AtomicRequest& a) {
     }
   } while (
       !__atomic_compare_exchange_n(word, &old, next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+  TxLock tl(tx_mu_);
   irq_.push_back(IrqEntry{
       true, STag{0}, TaggedOffset{0}, {}, rdmap::AtomicResponse{a.request_id, old}, a.stag, false});
   ring_doorbell();

@@ -31,8 +31,16 @@ void QueuePair::complete_sq(std::uint64_t index, WcStatus status, std::uint32_t 
                             std::uint32_t vendor_err) {
   {
     std::lock_guard l(mu_);
+    if (!mark_sq_done(index, status, byte_len, vendor_err)) return;
+  }
+  retire_sq();
+}
+
+bool QueuePair::mark_sq_done(std::uint64_t index, WcStatus status, std::uint32_t byte_len,
+                             std::uint32_t vendor_err) {
+  {
     auto& e = sq_[index % sq_.size()];
-    if (e.done) return;
+    if (e.done) return false;
     e.done = true;
     e.wc.wr_id = e.wr.wr_id;
     e.wc.status = status;
@@ -61,30 +69,32 @@ void QueuePair::complete_sq(std::uint64_t index, WcStatus status, std::uint32_t 
         break;
     }
   }
-  retire_sq();
+  return true;
 }
 
 // Send-queue completions leave in posting order (a later Send that went out before an earlier
-// Read's response arrived waits for it), as the verbs specification requires.
+// Read's response arrived waits for it), as the verbs specification requires. They go to the CQ
+// as one batch, under mu_: the engine and a posting thread (a batch sent without the engine,
+// see docs/progress-model.md) both retire, and neither may overtake the other's completions.
 void QueuePair::retire_sq() {
-  std::vector<Wc> out;
-  {
-    std::lock_guard l(mu_);
-    while (sq_head_ < sq_next_) {
-      auto& e = sq_[sq_head_ % sq_.size()];
-      if (!e.done) break;
-      if (e.signaled || e.wc.status != WcStatus::Success) out.push_back(e.wc);
-      ++sq_head_;
-    }
+  std::lock_guard l(mu_);
+  retired_.clear();
+  while (sq_head_ < sq_next_) {
+    auto& e = sq_[sq_head_ % sq_.size()];
+    if (!e.done) break;
+    if (e.signaled || e.wc.status != WcStatus::Success) retired_.push_back(e.wc);
+    ++sq_head_;
   }
-  for (const auto& wc : out)
-    if (!init_.send_cq->push(wc))
-      logger().error("QP {}: send CQ overflow, completion of WR {} lost", qp_num_, wc.wr_id);
+  if (retired_.empty()) return;
+  const std::size_t n = init_.send_cq->push(std::span<const Wc>(retired_));
+  if (n < retired_.size())
+    logger().error("QP {}: send CQ overflow, {} completions lost (the first: WR {})", qp_num_,
+                   retired_.size() - n, retired_[n].wr_id);
 }
 
 // The payload of a Send or Write: its inline copy, or its local SGEs resolved now, so a region
 // deregistered after posting is caught. Reads and atomics carry no payload.
-bool QueuePair::resolve_send_sges(std::uint64_t index, TxMsg& m) {
+bool QueuePair::resolve_send_sges(std::uint64_t index, TxMsg& m, bool posting) {
   const SendWr& wr = sq_[index % sq_.size()].wr;
   std::uint64_t total = 0;
   if (!wr.inline_data.empty()) {
@@ -95,6 +105,7 @@ bool QueuePair::resolve_send_sges(std::uint64_t index, TxMsg& m) {
     for (const auto& s : wr.sg_list) {
       if (s.length == 0) continue;  // zero-length SGEs are not checked (as siw)
       auto p = dev_.memory().check_local(s.lkey, init_.pd, s.addr, s.length, 0);
+      if (!p && posting) return false;
       if (!p) {
         local_fatal(index, WcStatus::LocProtErr,
                     fmt::format("WR {} ({}): local SGE lkey 0x{:08x} [0x{:x}, +{}) is not "
@@ -110,6 +121,7 @@ bool QueuePair::resolve_send_sges(std::uint64_t index, TxMsg& m) {
     }
   }
   // RFC 5041 §5.3: the MO is 32 bits.
+  if (total > 0xFFFFFFFFu && posting) return false;
   if (total > 0xFFFFFFFFu) {
     local_fatal(index, WcStatus::LocLenErr, "message larger than 4 GiB");
     return false;
@@ -118,11 +130,11 @@ bool QueuePair::resolve_send_sges(std::uint64_t index, TxMsg& m) {
   return true;
 }
 
-bool QueuePair::start_sq_wqe(std::uint64_t index, TxMsg& m) {
+bool QueuePair::start_sq_wqe(std::uint64_t index, TxMsg& m, bool resolved) {
   const SendWr& wr = sq_[index % sq_.size()].wr;
   m.kind = TxKind::Sq;
   m.sq_index = index;
-  if (!resolve_send_sges(index, m)) return false;
+  if (!resolved && !resolve_send_sges(index, m)) return false;
   auto untagged = [&](Opcode op, std::uint32_t inval = 0) {
     m.hdr = ddp::untagged_header(op, QueueNumber{rdmap::kQnSend}, next_msn(rdmap::kQnSend),
                                  MessageOffset{0}, true, inval);
@@ -322,6 +334,40 @@ bool QueuePair::next_message(TxMsg& m) {
   }
 }
 
+// A posting thread takes only what needs no engine: a Send or Write (any variant) whose SGEs
+// resolve now and that no fence holds. Anything else stays where it is, untouched (no MSN
+// taken, nothing failed), for the engine, which also reports every error.
+QueuePair::Posted QueuePair::next_posted(TxMsg& m) {
+  std::uint64_t index;
+  {
+    std::lock_guard l(mu_);
+    if (sq_next_ == sq_tail_) return Posted::Empty;
+    index = sq_next_;
+  }
+  // The slot is ours (tx_mu_) until the WR completes; post_send() fills only slots beyond
+  // sq_tail_.
+  const SendWr& wr = sq_[index % sq_.size()].wr;
+  switch (wr.opcode) {
+    case WrOpcode::Send:
+    case WrOpcode::SendWithInv:
+    case WrOpcode::SendWithImm:
+    case WrOpcode::RdmaWrite:
+    case WrOpcode::RdmaWriteWithImm:
+      break;
+    default:
+      return Posted::NeedsEngine;
+  }
+  if (wr.flags & kSendFence) return Posted::NeedsEngine;  // the ORQ is the engine's
+  m = TxMsg{};
+  if (!resolve_send_sges(index, m, true)) return Posted::NeedsEngine;
+  {
+    std::lock_guard l(mu_);
+    ++sq_next_;
+  }
+  start_sq_wqe(index, m, true);  // a Send or Write never fails once its SGEs resolved
+  return Posted::Got;
+}
+
 void QueuePair::append_fpdu(TxMsg& m) {
   const std::size_t overhead = m.hdr.size() + m.body.size();
   const std::size_t room = mulpdu() - overhead;
@@ -408,11 +454,7 @@ void QueuePair::push_iov(ByteSpan b, bool user) {
   tx_.iov_user.push_back(user);
 }
 
-void QueuePair::tx_kick() {
-  // Not re-entrant: an error found while the batch is built (a bad lkey, say) queues its
-  // Terminate through fatal(), which calls here again; the loop below picks it up.
-  if (tx_.writing || tx_.building || closed_ || !transport_) return;
-  tx_.building = true;
+void QueuePair::tx_begin_batch() {
   tx_.arena_used = 0;
   tx_.iov.clear();
   tx_.iov_user.clear();
@@ -421,11 +463,21 @@ void QueuePair::tx_kick() {
   tx_.fpdu_ends.clear();
   tx_.batch_bytes = 0;
   tx_.batch_wrs.clear();
-  bool terminate_sent = false;
+}
+
+bool QueuePair::tx_build(bool posting) {
+  tx_.building = true;
+  bool terminate_sent = false, needs_engine = false;
   while (tx_.batch_bytes < kBatchBytes && tx_.iov.size() + 8 < kMaxIov && !terminate_sent) {
     if (!tx_.cur) {
       TxMsg m;
-      if (!next_message(m)) {
+      if (posting) {
+        const Posted p = next_posted(m);
+        if (p != Posted::Got) {
+          needs_engine = p == Posted::NeedsEngine;
+          break;
+        }
+      } else if (!next_message(m)) {
         // next_message() may have failed the QP: its Terminate is queued now and goes in
         // this batch, behind what was built before the bad WR.
         if (!tx_.priority.empty() && tx_.priority.front().kind == TxKind::Terminate) continue;
@@ -458,13 +510,25 @@ void QueuePair::tx_kick() {
   }
   tx_.building = false;
   if (terminate_sent) tx_.priority.clear();
+  // A batch full before the queue was empty: the engine goes on once it is out.
+  return needs_engine || tx_.cur.has_value() || (posting && tx_.batch_bytes >= kBatchBytes) ||
+         (posting && tx_.iov.size() + 8 >= kMaxIov);
+}
+
+void QueuePair::tx_kick() {
+  TxLock l(tx_mu_);
+  // Not re-entrant: an error found while the batch is built (a bad lkey, say) queues its
+  // Terminate through fatal(), which calls here again; the loop in tx_build() picks it up.
+  if (tx_.writing || tx_.building || closed_ || !transport_) return;
+  tx_begin_batch();
+  tx_build(false);
   if (tx_.iov.empty()) {
     if (closing_after_tx_) enter_error(closed_reason_);
     return;
   }
   tx_.writing = true;
   {
-    std::lock_guard l(mu_);
+    std::lock_guard ml(mu_);
     ++stats_.tx_batches;
   }
   if (tap_wire_.tap) {
@@ -479,10 +543,91 @@ void QueuePair::tx_kick() {
   tx_write();
 }
 
+// The posting thread's transmitter (docs/progress-model.md). It runs only when it gets the
+// transmit lock at once and finds the send side idle: nothing being built or written, no
+// Terminate, RTR or Read/atomic response waiting, no gate, no capture or simulation. Then the
+// batch is built and written here, non-blocking, and its WRs complete from here. A WR only the
+// engine may start, or a socket that would block, hands the rest to the engine.
+bool QueuePair::tx_now() {
+  if (state_.load() != QpState::Rts || dev_.on_engine_thread()) return false;
+  TxLock l(tx_mu_, std::try_to_lock);
+  if (!l.owns_lock()) return false;
+  if (closed_ || !transport_ || !transport_->can_write_now() || tap_wire_.tap || tap_wire_.shaper ||
+      tx_.gated || tx_.writing || tx_.building || tx_.cur || !tx_.priority.empty() ||
+      !irq_.empty() || state_.load() != QpState::Rts)
+    return false;
+  tx_begin_batch();
+  const bool more = tx_build(true);
+  if (tx_.iov.empty()) return !more;
+  tx_.writing = true;
+  {
+    std::lock_guard ml(mu_);
+    ++stats_.tx_batches;
+    ++stats_.posted_inline_batches;
+    stats_.posted_inline_wrs += tx_.batch_wrs.size();
+  }
+  while (tx_.iov_pos < tx_.iov.size()) {
+    boost::system::error_code ec;
+    const std::size_t n = transport_->write_now(
+        std::span(tx_.iov).subspan(tx_.iov_pos,
+                                   std::min<std::size_t>(tx_.iov.size() - tx_.iov_pos, kMaxIov)),
+        ec);
+    if (ec) {
+      // No room (or a broken stream): the engine writes the rest, waiting for room on the
+      // socket, and reports any error; it alone may wait on the socket or fail the QP.
+      {
+        std::lock_guard ml(mu_);
+        ++stats_.inline_handoffs;
+      }
+      boost::asio::post(dev_.io(), [self = shared_from_this()] {
+        TxLock el(self->tx_mu_);
+        if (self->closed_ || !self->tx_.writing) return;
+        self->tx_write();
+      });
+      return true;  // tx_write() kicks the transmitter once the batch is out
+    }
+    tx_advance(n);
+  }
+  tx_.writing = false;
+  tx_batch_done();
+  return !more;
+}
+
+void QueuePair::tx_advance(std::size_t n) {
+  while (n > 0 && tx_.iov_pos < tx_.iov.size()) {
+    const std::size_t b = tx_.iov[tx_.iov_pos].size();
+    if (n >= b) {
+      n -= b;
+      ++tx_.iov_pos;
+    } else {
+      tx_.iov[tx_.iov_pos] += n;
+      n = 0;
+    }
+  }
+}
+
+void QueuePair::tx_batch_done() {
+  // RFC 5040 §5 (as siw): a Send or Write completes once handed to the LLP.
+  if (tx_.batch_wrs.empty()) return;
+  {
+    std::lock_guard l(mu_);
+    for (auto i : tx_.batch_wrs) {
+      const auto& e = sq_[i % sq_.size()];
+      std::uint64_t t = e.wr.inline_data.size();
+      for (const auto& sge : e.wr.sg_list) t += sge.length;
+      mark_sq_done(i, WcStatus::Success, static_cast<std::uint32_t>(t), 0);
+    }
+  }
+  tx_.batch_wrs.clear();
+  retire_sq();
+}
+
 // Writes what the socket takes now; waits for room otherwise. Registered memory is read only
-// here, synchronously on the engine thread: between two calls no I/O request holds a span of
-// it (see Transport), so deregistration can copy the unsent rest away (tx_detach).
+// here, synchronously under the transmit lock (on the engine thread, or a posting thread in
+// tx_now()): between two calls no I/O request holds a span of it (see Transport), so
+// deregistration can copy the unsent rest away (tx_detach).
 void QueuePair::tx_write() {
+  TxLock l(tx_mu_);
   while (tx_.iov_pos < tx_.iov.size()) {
     boost::system::error_code ec;
     std::size_t n = transport_->write_some(
@@ -492,6 +637,7 @@ void QueuePair::tx_write() {
     if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) {
       transport_->async_wait_writable(
           [self = shared_from_this()](const boost::system::error_code& e) {
+            TxLock el(self->tx_mu_);
             if (e) {
               self->tx_.writing = false;
               if (e != boost::asio::error::operation_aborted && !self->closed_)
@@ -517,36 +663,15 @@ void QueuePair::tx_write() {
       });
       return;
     }
-    while (n > 0 && tx_.iov_pos < tx_.iov.size()) {
-      const std::size_t b = tx_.iov[tx_.iov_pos].size();
-      if (n >= b) {
-        n -= b;
-        ++tx_.iov_pos;
-      } else {
-        tx_.iov[tx_.iov_pos] += n;
-        n = 0;
-      }
-    }
+    tx_advance(n);
   }
   tx_.writing = false;
-  // RFC 5040 §5 (as siw): a Send or Write completes once handed to the LLP.
-  auto done = std::move(tx_.batch_wrs);
-  tx_.batch_wrs.clear();
-  for (auto i : done) {
-    std::uint32_t len;
-    {
-      std::lock_guard l(mu_);
-      const auto& e = sq_[i % sq_.size()];
-      std::uint64_t t = e.wr.inline_data.size();
-      for (const auto& sge : e.wr.sg_list) t += sge.length;
-      len = static_cast<std::uint32_t>(t);
-    }
-    complete_sq(i, WcStatus::Success, len);
-  }
+  tx_batch_done();
   tx_kick();
 }
 
 void QueuePair::tx_detach(const std::function<bool(const std::uint8_t*, std::size_t)>& touches) {
+  TxLock l(tx_mu_);
   // The unsent rest of the batch keeps its octets, copied out of registered memory, so the
   // stream stays whole while the memory is no longer ours to read.
   for (std::size_t i = tx_.iov_pos; i < tx_.iov.size(); ++i) {

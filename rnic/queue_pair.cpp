@@ -324,6 +324,12 @@ int QueuePair::post_recv(const RecvWr& wr, std::string* why) {
 }
 
 void QueuePair::ring_doorbell() {
+  // The posting thread sends itself when it can (docs/progress-model.md).
+  if (tx_now()) return;
+  engine_doorbell();
+}
+
+void QueuePair::engine_doorbell() {
   // Many posts before the engine runs are one doorbell and so one batch.
   if (doorbell_pending_.exchange(true)) return;
   boost::asio::post(dev_.io(), [self = shared_from_this()] {
@@ -339,6 +345,7 @@ void QueuePair::ring_doorbell() {
 void QueuePair::start(std::unique_ptr<Transport> transport, const StreamSetup& setup,
                       Bytes rx_leftover, std::shared_ptr<WireTap> tap,
                       std::function<void(const QpClosed&)> on_closed, RxOptions rx) {
+  TxLock tl(tx_mu_);
   self_ = shared_from_this();
   dev_.attach(weak_from_this());
   transport_ = std::move(transport);
@@ -361,6 +368,7 @@ void QueuePair::start(std::unique_ptr<Transport> transport, const StreamSetup& s
     tx_.delay->expires_after(setup.first_fpdu_delay);
     tx_.delay->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec) return;
+      TxLock l(self->tx_mu_);
       self->tx_.gated = false;
       self->tx_kick();
     });

@@ -145,7 +145,8 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
 
   // Verbs side, any thread. Return 0 or an errno value, with `why` saying what was wrong.
   // With ring = false the WR waits in the ring for the next doorbell (ring_doorbell()), so a
-  // chain of WRs goes out as one batch.
+  // chain of WRs goes out as one batch. When the send side is idle the posting thread sends
+  // the batch itself (docs/progress-model.md); otherwise the doorbell wakes the engine.
   int post_send(const SendWr& wr, std::string* why = nullptr, bool ring = true);
   void ring_doorbell();
   int post_recv(const RecvWr& wr, std::string* why = nullptr);
@@ -180,6 +181,10 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
   struct Stats {
     std::uint64_t fpdus_sent = 0, fpdus_received = 0, bytes_sent = 0, bytes_received = 0;
     std::uint64_t doorbells = 0, tx_batches = 0, direct_reads = 0;
+    // Batches a posting thread built and wrote itself (no doorbell, no engine), the work
+    // requests in them, and those of them the socket did not take whole (the engine wrote the
+    // rest once there was room).
+    std::uint64_t posted_inline_batches = 0, posted_inline_wrs = 0, inline_handoffs = 0;
     std::uint64_t ooo_placed = 0, released = 0;
   };
   Stats stats() const;
@@ -238,6 +243,23 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
   // --- transmit engine (engine thread, qp_tx.cpp) ---
   void tx_kick();
   void tx_write();
+  // The doorbell proper: the engine runs tx_kick() soon.
+  void engine_doorbell();
+  // A posting thread sends what the send queue holds itself, when the send side is idle and
+  // nothing needs the engine (docs/progress-model.md). False: ring the engine's doorbell.
+  bool tx_now();
+  // What the next send-queue WR is for a posting thread: one it may send, none, or one only
+  // the engine may start (left untouched: no MSN taken, nothing failed).
+  enum class Posted : std::uint8_t { Got, Empty, NeedsEngine };
+  Posted next_posted(TxMsg& m);
+  void tx_begin_batch();
+  // Builds FPDUs into the batch; `posting`: on a posting thread (next_posted(), never an
+  // error path). Returns true when it stopped with something left that needs the engine.
+  bool tx_build(bool posting);
+  // Drops what the socket took (`n` octets) from the front of the batch.
+  void tx_advance(std::size_t n);
+  // The batch is out: its Sends and Writes complete, as one CQ batch.
+  void tx_batch_done();
   void push_iov(ByteSpan b, bool user);
   // Copies the unsent octets of the batch that lie in registered memory `touches` selects into
   // QP-owned buffers (the memory is going away; the stream keeps its octets).
@@ -252,13 +274,17 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
   }
   void arm_close_timer();
   bool next_message(TxMsg& m);  // false when nothing can go now
-  bool start_sq_wqe(std::uint64_t index, TxMsg& m);
-  bool resolve_send_sges(std::uint64_t index, TxMsg& m);
+  bool start_sq_wqe(std::uint64_t index, TxMsg& m, bool resolved = false);
+  // `posting`: on a posting thread, a failure changes nothing (the engine fails the WR).
+  bool resolve_send_sges(std::uint64_t index, TxMsg& m, bool posting = false);
   bool start_read(std::uint64_t index, TxMsg& m);
   bool start_atomic(std::uint64_t index, TxMsg& m);
   void append_fpdu(TxMsg& m);
   void complete_sq(std::uint64_t index, WcStatus status, std::uint32_t byte_len = 0,
                    std::uint32_t vendor_err = 0);
+  // complete_sq() without the retiring, mu_ held; false when it was done already.
+  bool mark_sq_done(std::uint64_t index, WcStatus status, std::uint32_t byte_len,
+                    std::uint32_t vendor_err);
   void retire_sq();
   std::size_t mulpdu() const;
 
@@ -296,6 +322,29 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
   Wc recv_completion(std::uint64_t wr_id, WcStatus status, WcOpcode opcode = WcOpcode::Recv) const;
   void rx_terminate_received(const rdmap::Terminate& t);
   bool take_rqe();
+  // Receive completions: while a read is processed (rx_drain) they gather and go to the CQ as
+  // one batch when it ends (one lock, at most one channel event); otherwise at once.
+  void recv_push(const Wc& wc, bool solicited = false);
+  void recv_flush();
+  // Gathers the receive completions of one stretch of engine work into one CQ push; a nested
+  // batch joins the outermost.
+  class RecvBatch {
+   public:
+    explicit RecvBatch(QueuePair& qp) : qp_(qp), outer_(!qp.rx_.batching) {
+      qp_.rx_.batching = true;
+    }
+    ~RecvBatch() {
+      if (!outer_) return;
+      qp_.recv_flush();
+      qp_.rx_.batching = false;
+    }
+    RecvBatch(const RecvBatch&) = delete;
+    RecvBatch& operator=(const RecvBatch&) = delete;
+
+   private:
+    QueuePair& qp_;
+    bool outer_;
+  };
 
   // --- out-of-order placement (engine thread, qp_ooo.cpp) ---
   // An FPDU placed beyond a hole, as its delivery will need it: the head of its ULPDU (the
@@ -355,10 +404,19 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
   std::vector<SqEntry> sq_;
   std::uint64_t sq_head_ = 0, sq_next_ = 0, sq_tail_ = 0;  // free-running
   std::deque<RecvWr> rq_;
+  std::vector<Wc> retired_;  // retire_sq()'s batch (kept for its capacity)
   std::string error_reason_;
   std::optional<StreamSetup> setup_;
   std::atomic<bool> doorbell_pending_{false};
   Stats stats_;
+
+  // The transmit lock (docs/progress-model.md): guards tx_ and irq_, and the writes of closed_,
+  // transport_ and the tap/shaper, which a posting thread reads. The engine holds it wherever
+  // it touches them; a posting thread only ever try_locks it (tx_now()). Recursive: engine
+  // paths nest (a bad lkey found while a batch is built fails the QP, which flushes and kicks
+  // the transmitter again). Order: tx_mu_, then mu_, then a CQ's and the memory table's locks.
+  mutable std::recursive_mutex tx_mu_;
+  using TxLock = std::unique_lock<std::recursive_mutex>;
 
   // The connection's lifetime (engine thread).
   std::shared_ptr<QueuePair> self_;  // alive while connected
@@ -370,12 +428,13 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
   bool closed_ = false;
 
   // The read queues (engine thread): our Reads and atomics waiting for their responses (ORD),
-  // the peer's waiting for ours (IRD), RFC 5040 §6.3 / RFC 7306 §5.
+  // the peer's waiting for ours (IRD), RFC 5040 §6.3 / RFC 7306 §5. irq_ changes under
+  // tx_mu_ (a posting thread sends only while it is empty).
   std::deque<OrqEntry> orq_;
   std::deque<IrqEntry> irq_;
 
-  // Transmit context (engine thread only; no lock): framing, MSNs, the message being sent and
-  // the gather batch on its way to the socket.
+  // Transmit context (under tx_mu_: the engine, or a posting thread in tx_now()): framing,
+  // MSNs, the message being sent and the gather batch on its way to the socket.
   struct TxContext {
     std::optional<mpa::FpduEncoder> framing;
     std::optional<boost::asio::steady_timer> delay;  // StreamSetup::first_fpdu_delay
@@ -442,6 +501,10 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
     // Immediate Data reports the length of the Write just before it (RFC 7306 §4.3).
     std::uint32_t last_write_len = 0;
     std::uint32_t cur_write_len = 0;
+    // Receive completions gathered while `batching` (recv_push), oldest first.
+    bool batching = false;
+    bool wcs_solicited = false;
+    std::vector<Wc> wcs;
   } rx_;
 
   // Out-of-order ledger: FPDUs placed beyond a TCP hole whose completions, doorbells and

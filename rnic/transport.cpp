@@ -3,15 +3,56 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
 namespace iwarp::rnic {
 
+std::size_t Transport::write_now(std::span<const boost::asio::const_buffer>,
+                                 boost::system::error_code& ec) {
+  ec = boost::asio::error::operation_not_supported;
+  return 0;
+}
+
 SocketTransport::SocketTransport(boost::asio::ip::tcp::socket s) : sock_(std::move(s)) {
   boost::system::error_code ignored;
   sock_.non_blocking(true, ignored);
+  if (sock_.is_open()) fd_ = sock_.native_handle();
+}
+
+std::size_t SocketTransport::write_now(std::span<const boost::asio::const_buffer> bufs,
+                                       boost::system::error_code& ec) {
+  if (fd_ < 0) {
+    ec = boost::asio::error::bad_descriptor;
+    return 0;
+  }
+  constexpr std::size_t kIov = 1024;  // IOV_MAX on Linux
+  iovec iov[kIov];
+  const std::size_t n = std::min(bufs.size(), kIov);
+  for (std::size_t i = 0; i < n; ++i)
+    iov[i] = iovec{const_cast<void*>(bufs[i].data()), bufs[i].size()};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = n;
+  for (;;) {
+    // MSG_NOSIGNAL: a reset connection is an error here, never SIGPIPE; MSG_DONTWAIT: never
+    // blocks the application.
+    const ssize_t r = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r >= 0) {
+      ec = {};
+      return static_cast<std::size_t>(r);
+    }
+    if (errno == EINTR) continue;
+    ec = (errno == EAGAIN || errno == EWOULDBLOCK)
+             ? boost::system::error_code(boost::asio::error::would_block)
+             : boost::system::error_code(errno, boost::system::system_category());
+    return 0;
+  }
 }
 
 void SocketTransport::async_wait_readable(WaitHandler done) {
@@ -33,6 +74,7 @@ std::size_t SocketTransport::write_some(std::span<const boost::asio::const_buffe
 }
 
 void SocketTransport::close() {
+  fd_ = -1;
   boost::system::error_code ignored;
   sock_.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
   sock_.close(ignored);

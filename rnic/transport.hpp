@@ -38,6 +38,14 @@ class Transport {
   // Non-blocking gather write of what fits now; would_block when nothing does.
   virtual std::size_t write_some(std::span<const boost::asio::const_buffer> bufs,
                                  boost::system::error_code& ec) = 0;
+  // From a thread other than the engine's (a posting thread, docs/progress-model.md), while
+  // the QP's transmit lock keeps close() and the engine's writes away: a non-blocking gather
+  // write of what fits now, straight on the descriptor (the I/O object is not safe for
+  // concurrent use, so it is not touched). would_block when nothing fits. A transport that
+  // cannot (the default) refuses with operation_not_supported and the engine writes instead.
+  virtual bool can_write_now() const { return false; }
+  virtual std::size_t write_now(std::span<const boost::asio::const_buffer> bufs,
+                                boost::system::error_code& ec);
   // Shuts both directions down and closes; pending waits end with operation_aborted.
   virtual void close() = 0;
   // The TCP segment size in use (RFC 5044 §4.1 EMSS), 0 when unknown.
@@ -53,12 +61,16 @@ class SocketTransport final : public Transport {
   std::size_t read_some(MutableByteSpan buf, boost::system::error_code& ec) override;
   std::size_t write_some(std::span<const boost::asio::const_buffer> bufs,
                          boost::system::error_code& ec) override;
+  bool can_write_now() const override { return fd_ >= 0; }
+  std::size_t write_now(std::span<const boost::asio::const_buffer> bufs,
+                        boost::system::error_code& ec) override;
   void close() override;
   std::size_t mss() const override;
   boost::asio::ip::tcp::socket& socket() { return sock_; }
 
  private:
   boost::asio::ip::tcp::socket sock_;
+  int fd_ = -1;  // the socket's descriptor, cached for write_now() (until close())
 };
 
 // A transport with no wire: writes are taken whole at once (handed to `on_write` first, when

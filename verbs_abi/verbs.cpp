@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -226,7 +228,28 @@ int post_srq_recv_op(ibv_srq* s, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   return 0;
 }
 
+// Busy polling (perftest's latency tests poll an empty CQ in a tight loop): every
+// RNIC_POLL_YIELD-th empty poll in a row on a thread yields the CPU (sched_yield), so that on a
+// machine with few cores the spinning program does not starve the engine thread that must
+// receive what it waits for. Default 16; 0 turns it off. Read once.
+unsigned poll_yield_every() {
+  static const unsigned n = [] {
+    const char* v = std::getenv("RNIC_POLL_YIELD");
+    if (!v || !*v) return 16u;
+    char* end = nullptr;
+    const unsigned long x = std::strtoul(v, &end, 10);
+    if (*end != '\0' || x > 1000000) {
+      std::fprintf(stderr,
+                   "RNIC_POLL_YIELD=%s: not a count of empty polls (0..1000000); using 16\n", v);
+      return 16u;
+    }
+    return static_cast<unsigned>(x);
+  }();
+  return n;
+}
+
 int poll_cq_op(ibv_cq* c, int num_entries, ibv_wc* wc) {
+  thread_local unsigned empty_polls = 0;
   if (num_entries <= 0) return 0;
   if (!wc) return -1;
   auto* cq = impl<Cq>(c);
@@ -249,6 +272,12 @@ int poll_cq_op(ibv_cq* c, int num_entries, ibv_wc* wc) {
     }
     total += n;
     if (n < want) break;
+  }
+  if (total > 0) {
+    empty_polls = 0;
+  } else if (const unsigned every = poll_yield_every(); every > 0 && ++empty_polls >= every) {
+    empty_polls = 0;
+    sched_yield();
   }
   return total;
 }
