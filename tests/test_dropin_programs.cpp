@@ -146,6 +146,23 @@ TEST(DropinDevice, WrapperNamesTheDevice) {
                        << p.describe();
 }
 
+// The busy-poll yield knob is a setting like the others: a bad value is one line naming it and
+// the device does not open; `rnic run --poll-yield 0` (never yield) runs.
+TEST(DropinDevice, PollYieldSettingIsChecked) {
+  Program bad("ibv_devices with RNIC_POLL_YIELD=lots",
+              rnic_run({"env", "RNIC_POLL_YIELD=lots", "ibv_devices"}));
+  bad.wait(kQuickLimit);
+  EXPECT_NE(bad.output().find("RNIC_POLL_YIELD"), std::string::npos)
+      << "the refusal should name the variable" << bad.describe();
+  EXPECT_EQ(bad.output().find(kDevice), std::string::npos)
+      << "no device with a bad setting" << bad.describe();
+  Program off("ibv_devices with --poll-yield 0", rnic_run({"ibv_devices"}, {"--poll-yield", "0"}));
+  off.wait(kQuickLimit);
+  ASSERT_TRUE(exited_ok(off));
+  EXPECT_NE(off.output().find(kDevice), std::string::npos) << off.describe();
+  EXPECT_TRUE(no_error_lines(off));
+}
+
 // `ibv_devinfo -v` fields (first occurrence of "name: value"), from one run per process.
 struct Devinfo {
   std::string output, description;

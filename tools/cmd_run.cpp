@@ -25,7 +25,7 @@ namespace {
 
 struct RunOptions {
   std::string crc, markers, mpa_rev, p2p, rtr, capture_dir, log, device, timeout_ms, rnr_wait,
-      first_fpdu_delay;
+      poll_yield, first_fpdu_delay;
   bool print_env = false;
 };
 
@@ -78,6 +78,7 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
   set("RNIC_TIMEOUT_MS", o.timeout_ms);
   set("RNIC_RNR_WAIT_MS", o.rnr_wait);
   set("RNIC_FIRST_FPDU_DELAY_MS", o.first_fpdu_delay);
+  set("RNIC_POLL_YIELD", o.poll_yield);
   if (!o.capture_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.capture_dir, ec);
@@ -88,9 +89,10 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
     set("RNIC_CAPTURE_DIR", std::filesystem::absolute(o.capture_dir).string());
   }
   if (o.print_env) {
-    for (const char* v : {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P",
-                          "RNIC_RTR", "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS",
-                          "RNIC_RNR_WAIT_MS", "RNIC_FIRST_FPDU_DELAY_MS", "RNIC_CAPTURE_DIR"})
+    for (const char* v :
+         {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P", "RNIC_RTR",
+          "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS", "RNIC_RNR_WAIT_MS",
+          "RNIC_FIRST_FPDU_DELAY_MS", "RNIC_POLL_YIELD", "RNIC_CAPTURE_DIR"})
       if (const char* x = std::getenv(v)) std::cerr << v << "=" << x << "\n";
   }
   std::vector<char*> argv;
@@ -133,7 +135,7 @@ Runner add_run_command(CLI::App& app) {
       "hand (with LD_LIBRARY_PATH pointing at the libraries):\n"
       "  RNIC_CRC, RNIC_MARKERS, RNIC_MPA_REV, RNIC_P2P (1/0), RNIC_RTR, RNIC_TIMEOUT_MS,\n"
       "  RNIC_RNR_WAIT_MS,\n"
-      "  RNIC_FIRST_FPDU_DELAY_MS,\n"
+      "  RNIC_FIRST_FPDU_DELAY_MS, RNIC_POLL_YIELD,\n"
       "  RNIC_CAPTURE_DIR, RNIC_LOG, RNIC_DEVICE; RNIC_DROPIN_DIR says where the libraries are.\n"
       "Not supported (a one-line message says so): UD/UC/XRC QPs, address handles, multicast,\n"
       "memory windows, on-demand paging, rsockets, perftest without -R (iWARP connects through\n"
@@ -166,6 +168,11 @@ Runner add_run_command(CLI::App& app) {
                   "on one. The wait holds the emulated RNIC's engine: every connection of the\n"
                   "program pauses meanwhile")
       ->check(decimal_in(0, 5000));
+  sub->add_option("--poll-yield", o->poll_yield,
+                  "A thread polling an empty CQ this many times in a row yields the CPU, so a\n"
+                  "busy-polling program (perftest) leaves the engine thread room on a machine\n"
+                  "with few cores (default 16; 0: never)")
+      ->check(decimal_in(0, 1000000));
   sub->add_option("--capture-dir", o->capture_dir,
                   "Record every connection of the program as a pcap in this directory\n"
                   "(PROGRAM-PID.pcap, PROGRAM-PID-2.pcap, ...), for Wireshark, rnic decode and\n"

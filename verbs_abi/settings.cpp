@@ -131,6 +131,14 @@ Settings parse_settings(const char* (*get)(const char*)) {
     else
       s.rnr_wait = std::chrono::milliseconds(ms);
   }
+  if (const char* v = get("RNIC_POLL_YIELD"); v && *v) {
+    unsigned n = 0;
+    auto [p, ec] = std::from_chars(v, v + std::strlen(v), n);
+    if (ec != std::errc{} || *p || n > 1000000)
+      fail("RNIC_POLL_YIELD", v, "a count of empty polls from 0 to 1000000");
+    else
+      s.poll_yield = n;
+  }
   if (const char* v = get("RNIC_CAPTURE_DIR"); v && *v) {
     struct stat st {};
     if (::stat(v, &st) != 0 || !S_ISDIR(st.st_mode) || ::access(v, W_OK) != 0) {

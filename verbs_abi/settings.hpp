@@ -16,6 +16,10 @@
 //                     protocol error (default 0: at once, as the RFCs have it; at most 5000).
 //                     iWARP has no RNR NAK; InfiniBand benchmarks such as qperf's rc_bw count on
 //                     one. The wait holds the engine: every connection of the process pauses.
+//   RNIC_POLL_YIELD   a thread that polls an empty CQ this many times in a row yields the CPU
+//                     (sched_yield), so a busy-polling program (perftest) does not starve the
+//                     engine thread on a machine with few cores (default 16; 0: never; at most
+//                     1000000)
 //   RNIC_CAPTURE_DIR  record every connection of the process as a pcap in this directory
 //   RNIC_LOG          log levels, as --log-level: "debug" or "mpa=trace,rnic=debug" (default:
 //   error)
@@ -34,6 +38,7 @@ struct Settings {
   std::string capture_dir;
   std::string log_spec = "error";
   std::chrono::milliseconds rnr_wait{0};  // rnic::QpInit::rnr_wait
+  unsigned poll_yield = 16;               // empty polls in a row before ibv_poll_cq yields
   // Empty, or one line saying which variable is wrong and why (the device then does not open).
   std::string error;
 };

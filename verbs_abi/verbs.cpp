@@ -231,21 +231,9 @@ int post_srq_recv_op(ibv_srq* s, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 // Busy polling (perftest's latency tests poll an empty CQ in a tight loop): every
 // RNIC_POLL_YIELD-th empty poll in a row on a thread yields the CPU (sched_yield), so that on a
 // machine with few cores the spinning program does not starve the engine thread that must
-// receive what it waits for. Default 16; 0 turns it off. Read once.
+// receive what it waits for (settings.hpp; 0 turns it off).
 unsigned poll_yield_every() {
-  static const unsigned n = [] {
-    const char* v = std::getenv("RNIC_POLL_YIELD");
-    if (!v || !*v) return 16u;
-    char* end = nullptr;
-    const unsigned long x = std::strtoul(v, &end, 10);
-    if (*end != '\0' || x > 1000000) {
-      std::fprintf(stderr,
-                   "RNIC_POLL_YIELD=%s: not a count of empty polls (0..1000000); using 16\n", v);
-      return 16u;
-    }
-    return static_cast<unsigned>(x);
-  }();
-  return n;
+  return settings().poll_yield;
 }
 
 int poll_cq_op(ibv_cq* c, int num_entries, ibv_wc* wc) {
