@@ -196,6 +196,10 @@ std::pair<Connection::Region*, std::uint32_t> Connection::take_send_slot() {
   if (!r || r->free_slots.empty()) return {nullptr, 0};
   const std::uint32_t i = r->free_slots.back();
   r->free_slots.pop_back();
+  // Busy from now on, not from its posting: while the Send is being filled, pump() may give up
+  // the buffer's role (maybe_shrink drops tx_bulk, where the slots may live), and a retired
+  // buffer is freed only once nothing in it is busy.
+  r->busy++;
   return {r, i};
 }
 
@@ -225,7 +229,8 @@ bool Connection::send_message(const Message& msg, bool is_credit, bool alone) {
       start_send(r, slot, msg, /*alone=*/false);
       return true;
     }
-    if (!open_->whole && kHeaderBytes + open_->used + kRecordLengthBytes + n <= cap) {
+    if (!open_->whole && n <= kMaxRecordBytes &&
+        kHeaderBytes + open_->used + kRecordLengthBytes + n <= cap) {
       std::uint8_t* at = open_->r->slot(open_->slot) + kHeaderBytes + open_->used;
       store_be16(at, static_cast<std::uint16_t>(n));
       Message m = msg;
@@ -261,8 +266,9 @@ void Connection::start_send(Region* r, std::uint32_t i, const Message& msg, bool
                    .events = {}};
   Message m = msg;
   m.credits = 0;
-  if (alone || kHeaderBytes + kRecordLengthBytes + n > opts_.slot_size) {
-    // Too large to be a record in this side's slot (or meant alone): it is the whole Send.
+  if (alone || n > kMaxRecordBytes || kHeaderBytes + kRecordLengthBytes + n > opts_.slot_size) {
+    // Too large to be a record (in this side's slot, or for its 2-octet length), or meant
+    // alone: it is the whole Send.
     encode(m, MutableByteSpan(r->slot(i), n));
     open_->used = n;
     open_->whole = true;
@@ -297,8 +303,7 @@ void Connection::flush_send() {
     len += kHeaderBytes;
   }
   const auto type = static_cast<MsgType>(addr[1]);
-  r->busy++;
-  credits_.send_posted();
+  credits_.send_posted();  // the slot is busy since take_send_slot
   if (post_one(qp_, {.op = IBV_WR_SEND,
                      .addr = addr,
                      .len = static_cast<std::uint32_t>(len),
@@ -333,6 +338,8 @@ void Connection::flush_send() {
 
 bool Connection::fits_open_send(std::size_t n) const {
   if (!open_ || open_->whole) return false;
+  // A Credit alone gives its place to the message, which may then be the whole Send.
+  if (!open_->credit_only && n > kMaxRecordBytes) return false;
   const std::size_t cap = std::min(opts_.slot_size, peer_.slot_size);
   return kHeaderBytes + (open_->credit_only ? 0 : open_->used) + kRecordLengthBytes + n <= cap;
 }
@@ -342,7 +349,11 @@ std::uint32_t Connection::open_piece_room() const {
   const std::size_t cap = std::min(opts_.slot_size, peer_.slot_size);
   const std::size_t used = kHeaderBytes + (open_->credit_only ? 0 : open_->used) +
                            kRecordLengthBytes + kPieceHeaderBytes;
-  return used >= cap ? 0 : static_cast<std::uint32_t>(cap - used);
+  if (used >= cap) return 0;
+  std::size_t room = cap - used;
+  // Appended, the Piece is a record: its length must fit 2 octets.
+  if (!open_->credit_only) room = std::min(room, kMaxRecordBytes - kPieceHeaderBytes);
+  return static_cast<std::uint32_t>(room);
 }
 
 void Connection::pump(bool defer_credit) {
@@ -351,6 +362,8 @@ void Connection::pump(bool defer_credit) {
     // Only a Credit that returns credits may use the last one (see Credits::allow).
     const bool returns = control_.front().type() == MsgType::Credit && credits_.unannounced() > 0;
     if (!send_message(control_.front(), returns)) break;
+    const auto type = control_.front().type();
+    if (type == MsgType::EnlargeAck || type == MsgType::EnlargeNak) answer_pending_ = false;
     control_.pop_front();
   }
   while (owed_credits_ > 0 && control_.empty()) {
@@ -387,13 +400,19 @@ void Connection::pump(bool defer_credit) {
   }
   if (state_ == State::Established) flush_send();
   if (open_) {  // the connection failed while filling it: the slot goes back unused
-    open_->r->free_slots.push_back(open_->slot);
+    Region* r = open_->r;
+    r->free_slots.push_back(open_->slot);
     open_.reset();
+    r->busy--;
+    buffers_.maybe_free(r);
+    reclaim();
   }
 }
 
 void Connection::handle(const Message& m) {
-  credits_.returned(m.credits);
+  if (!credits_.returned(m.credits))
+    return protocol_error(fmt::format("{} returns {} credits while {} Sends hold the peer's slots",
+                                      to_string(m.type()), m.credits, credits_.outstanding()));
   switch (m.type()) {
     case MsgType::Piece: {
       const auto& p = std::get<Piece>(m.body);

@@ -225,6 +225,7 @@ class Connection {
   std::uint64_t next_rdv_ = 1;
 
   // The receiving side.
+  bool answer_pending_ = false;       // an EnlargeReq's EnlargeAck or EnlargeNak is not posted yet
   std::vector<verbs::ibv_wc> early_;  // receives completed before ESTABLISHED was handled
   Reassembly assembly_;
 };

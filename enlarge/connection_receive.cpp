@@ -26,6 +26,12 @@ void Connection::deliver_part(std::uint32_t seq, std::uint32_t total, std::uint3
 // communication phase, and answers with its TO, STag and size; when it cannot (budget or
 // registration), it refuses and the sender sends the data in pieces.
 void Connection::on_enlarge_req(std::uint32_t seq, const EnlargeReq& r) {
+  // The sender has one EnlargeReq outstanding at a time: it asks again only after the answer
+  // (a Bundle of requests would make this side register buffer after buffer).
+  if (answer_pending_)
+    return protocol_error(
+        fmt::format("EnlargeReq for seq {} before the previous one was answered", seq));
+  answer_pending_ = true;
   // This side's limit decides, whatever the request says (both sides run one mode: the
   // hello of a peer in another mode is refused).
   const bool rendezvous = opts_.mode == Mode::Rendezvous;

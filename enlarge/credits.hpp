@@ -16,8 +16,16 @@ class Credits {
 
   // The peer's hello says how many receive slots it posted before the first message.
   void start(std::uint32_t peer_recv_slots) { peer_slots_ = peer_recv_slots; }
-  // A received message returned `n` of the peer's slots.
-  void returned(std::uint32_t n) { peer_slots_ += n; }
+  // A received message returned `n` of the peer's slots. The peer returns only slots this
+  // side's Sends consumed: more than are outstanding (sent and not returned) is refused
+  // (false, nothing counted), or this side would send past the slots the peer posted.
+  bool returned(std::uint32_t n) {
+    if (n > outstanding_) return false;
+    outstanding_ -= n;
+    peer_slots_ += n;
+    return true;
+  }
+  std::uint32_t outstanding() const { return outstanding_; }
   // The last credit is kept for a Credit message (one that returns credits), so two sides that
   // both ran out can always tell each other they reposted.
   bool allow(bool is_credit) const { return peer_slots_ >= (is_credit ? 1u : 2u); }
@@ -34,7 +42,10 @@ class Credits {
   }
   // A Send being filled takes one of the peer's slots now; the credits it carries back are
   // counted when it is posted (it carries all that are unannounced by then).
-  void reserve() { peer_slots_--; }
+  void reserve() {
+    peer_slots_--;
+    outstanding_++;
+  }
   void carried_back(std::uint16_t carried) { unannounced_ -= carried; }
   // This side reposted one of its receive slots.
   void reposted() { unannounced_++; }
@@ -49,6 +60,7 @@ class Credits {
  private:
   std::uint32_t send_slots_;
   std::uint32_t peer_slots_ = 0;   // receive slots the peer has posted for this side
+  std::uint32_t outstanding_ = 0;  // of this side's Sends, those whose slots are not returned
   std::uint32_t unannounced_ = 0;  // this side's slots reposted since it last said so
   std::uint32_t sends_in_flight_ = 0;
 };

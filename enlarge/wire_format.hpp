@@ -118,6 +118,9 @@ struct Bundle {
 };
 // The octets a message adds to a Bundle: its 2-octet length and itself.
 inline constexpr std::size_t kRecordLengthBytes = 2;
+// The largest message a record holds (its length is 2 octets); a larger one (slots go up to
+// 1 MiB) is a Send of its own.
+inline constexpr std::size_t kMaxRecordBytes = 0xffff;
 
 using Body = std::variant<Piece, EnlargeReq, EnlargeAck, EnlargeNak, Done, Ready, Release, Credit,
                           Cycle, Bundle>;

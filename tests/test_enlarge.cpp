@@ -880,6 +880,56 @@ TEST(Enlarge, DoneBeyondTheBufferAndHugeMessagesAreProtocolErrors) {
             "at most 1073741824");
 }
 
+// The peer's header returns the slots this side's Sends consumed, no more: a peer returning
+// credits for Sends never made would have this side send past the receives it posted (and,
+// the count wrapping, stall). A protocol error; the node sent nothing yet.
+TEST(Enlarge, CreditsBeyondTheSendsOutstandingAreAProtocolError) {
+  DrivenNode server;
+  RawPeer peer;
+  ASSERT_TRUE(peer.ep.connect("127.0.0.1", server.port));
+  ASSERT_TRUE(peer.send({.credits = 5, .seq = 0, .body = Credit{}}));
+  EXPECT_TRUE(peer.ep.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
+  Node& node = server.stopped();
+  ASSERT_EQ(node.size(), 1u);
+  EXPECT_EQ(node.at(0).state(), Connection::State::Failed);
+  EXPECT_EQ(node.at(0).error(),
+            "protocol error from the peer: Credit returns 5 credits while 0 Sends hold the "
+            "peer's slots");
+}
+
+// One EnlargeReq at a time: a Bundle of requests (a 1 KiB Send holds dozens) would make the
+// receiver register buffer after buffer. A second request before the answer, or an answer to
+// no request, is a protocol error; only the first request's buffer is registered.
+TEST(Enlarge, ASecondEnlargeReqBeforeTheAnswerIsAProtocolError) {
+  DrivenNode server;
+  {
+    RawPeer peer;
+    ASSERT_TRUE(peer.ep.connect("127.0.0.1", server.port));
+    Bundle b;
+    for (int i = 0; i < 3; ++i)
+      b.messages.push_back(Message{.credits = 0, .seq = 1, .body = EnlargeReq{100000}});
+    ASSERT_TRUE(peer.send({.credits = 0, .seq = 0, .body = b}));
+    EXPECT_TRUE(peer.ep.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
+  }
+  {
+    RawPeer peer;
+    ASSERT_TRUE(peer.ep.connect("127.0.0.1", server.port));
+    Bundle b;
+    b.messages.push_back(Message{.credits = 0, .seq = 0, .body = Credit{}});
+    b.messages.push_back(Message{.credits = 0, .seq = 1, .body = EnlargeAck{2000, 0x1234, 0}});
+    ASSERT_TRUE(peer.send({.credits = 0, .seq = 0, .body = b}));
+    EXPECT_TRUE(peer.ep.wait_event(verbs::RDMA_CM_EVENT_DISCONNECTED, 5s));
+  }
+  Node& node = server.stopped();
+  ASSERT_EQ(node.size(), 2u);
+  EXPECT_EQ(node.at(0).state(), Connection::State::Failed);
+  EXPECT_EQ(node.at(0).error(),
+            "protocol error from the peer: EnlargeReq for seq 1 before the previous one was "
+            "answered");
+  EXPECT_EQ(node.at(0).stats().buffers_provisioned, 1u);
+  EXPECT_EQ(node.at(1).error(), "protocol error from the peer: EnlargeAck without an EnlargeReq");
+}
+
 // The peer acknowledges what was not asked: nothing, or far more than asked (which would
 // make the sender register gigabytes). Both are protocol errors; nothing is registered.
 TEST(Enlarge, AcknowledgementsOfTheWrongSizeAreProtocolErrors) {

@@ -17,8 +17,24 @@ TEST(EnlargeCredits, TheLastCreditIsKeptForACreditMessage) {
   c.sent(0);
   EXPECT_FALSE(c.allow(false));
   EXPECT_TRUE(c.allow(true));
-  c.returned(3);
+  EXPECT_TRUE(c.returned(1));
+  EXPECT_EQ(c.peer_slots(), 2u);
+}
+
+// Only slots this side's Sends consumed come back: a claim of more is refused, nothing counted.
+TEST(EnlargeCredits, MoreReturnedThanSentIsRefused) {
+  Credits c(4);
+  c.start(4);
+  EXPECT_FALSE(c.returned(1));  // nothing sent yet
+  c.sent(0);
+  c.sent(0);
+  EXPECT_EQ(c.outstanding(), 2u);
+  EXPECT_FALSE(c.returned(3));
+  EXPECT_EQ(c.peer_slots(), 2u);
+  EXPECT_TRUE(c.returned(2));
   EXPECT_EQ(c.peer_slots(), 4u);
+  EXPECT_EQ(c.outstanding(), 0u);
+  EXPECT_FALSE(c.returned(0xffffffff));
 }
 
 TEST(EnlargeCredits, RepostedSlotsAreCarriedBackByTheNextSend) {
