@@ -326,7 +326,7 @@ void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
 class StreamingDecoder final : public SegmentSink {
  public:
   StreamingDecoder(DecodeReport& rep, const RecordSink& records, const StreamOptions& opts)
-      : rep_(rep), records_(records), window_(opts.window) {
+      : rep_(rep), records_(records), window_(opts.window), flows_(rep.flows) {
     budget_.limit = opts.total_window;
   }
 
@@ -376,8 +376,6 @@ class StreamingDecoder final : public SegmentSink {
       if (records_) records_(std::move(r));
     }
     slots_.clear();
-    rep_.flows.assign(std::make_move_iterator(flows_.begin()),
-                      std::make_move_iterator(flows_.end()));
   }
 
  private:
@@ -440,10 +438,10 @@ class StreamingDecoder final : public SegmentSink {
   DecodeReport& rep_;
   const RecordSink& records_;
   std::size_t window_;
-  HeldBudget budget_;             // shared by every flow's reassemblers
-  std::deque<FlowReport> flows_;  // by flow index (a FlowState refers to one)
-  std::deque<Slot> slots_;        // by flow index
-  std::size_t held_ = 0;          // held cost, all flows
+  HeldBudget budget_;              // shared by every flow's reassemblers
+  std::deque<FlowReport>& flows_;  // rep_.flows, by flow index (a FlowState refers to one)
+  std::deque<Slot> slots_;         // by flow index
+  std::size_t held_ = 0;           // held cost, all flows
 };
 
 }  // namespace

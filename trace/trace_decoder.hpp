@@ -4,6 +4,7 @@
 // in the order the receiver would see them.
 #pragma once
 
+#include <deque>
 #include <expected>
 #include <functional>
 #include <map>
@@ -60,7 +61,9 @@ struct DecodeReport {
   std::string link_name;
   std::uint64_t frames = 0;
   std::vector<std::string> problems;  // capture problems that belong to no connection
-  std::vector<FlowReport> flows;
+  // A deque: decode_file() fills it as connections appear, each open one's state referring to
+  // its entry, so that the reports are not held twice.
+  std::deque<FlowReport> flows;
   std::vector<Record> records;
   std::uint64_t max_held = 0;  // decode_file(): high-water mark of the held cost of reassembly
 
