@@ -134,6 +134,7 @@ Runner add_decode_command(CLI::App& app) {
     std::string file;
     bool json = false, summary = false;
     std::uint64_t window = trace::kDefaultWindow;
+    std::uint64_t total_window = trace::kDefaultTotalWindow;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
@@ -149,10 +150,17 @@ Runner add_decode_command(CLI::App& app) {
   cmd->add_flag("--summary", o->summary, "Print only the per-connection summary");
   cmd->add_option("--window", o->window,
                   "Reassembly window per direction: octets arriving more than this beyond a gap\n"
-                  "are dropped with a note (bounds memory; default 16m; units k, m, g)")
+                  "are dropped with a note (each held piece also counts 176 octets for its\n"
+                  "bookkeeping; default 16m; units k, m, g). A connection's state is freed once\n"
+                  "both directions have ended (RST, or FIN with all data before it)")
+      ->transform(byte_size_in(1024, 1ull << 40));
+  cmd->add_option("--total-window", o->total_window,
+                  "Limit on what all open connections hold together beyond their gaps: octets\n"
+                  "that would exceed it are dropped with a note (default 256m; units k, m, g)")
       ->transform(byte_size_in(1024, 1ull << 40));
   return [o]() {
-    const trace::StreamOptions so{.window = static_cast<std::size_t>(o->window)};
+    const trace::StreamOptions so{.window = static_cast<std::size_t>(o->window),
+                                  .total_window = static_cast<std::size_t>(o->total_window)};
     std::uint64_t t0 = 0;
     bool first = true;
     trace::RecordSink sink;

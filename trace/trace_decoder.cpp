@@ -150,11 +150,17 @@ bool starts_with_key(ByteSpan b, std::string_view key) {
 // order.
 class FlowState {
  public:
-  FlowState(std::size_t index, FlowReport& fr, const RecordSink* records, std::size_t window)
-      : index_(index), fr_(fr), dec_(index, fr, records), window_(window) {}
+  FlowState(std::size_t index, FlowReport& fr, const RecordSink* records, std::size_t window,
+            HeldBudget* budget = nullptr)
+      : index_(index), fr_(fr), dec_(index, fr, records), window_(window), budget_(budget) {}
 
   // Where each direction's stream starts, when the caller knows (else: see add()).
-  void set_start(int d, TcpSeq start) { reasm_[d].emplace(start, window_); }
+  void set_start(int d, TcpSeq start) { reasm_[d].emplace(start, window_, budget_); }
+
+  // Direction d's in-order point, once it has had data.
+  std::optional<TcpSeq> next(int d) const {
+    return reasm_[d] ? std::optional<TcpSeq>(reasm_[d]->next()) : std::nullopt;
+  }
 
   // A segment with payload of direction d. Without a start set, a direction starts after its
   // SYN when the flow saw one, else at the first octet of its first segment with data.
@@ -169,23 +175,26 @@ class FlowState {
     last_time_ = time_us;
     dec_.set_position(frame, time_us);
     auto& r = *reasm_[d];
-    const auto dropped = r.dropped();
+    const auto dropped = r.dropped(), by_budget = r.dropped_by_budget();
     r.add(seq, payload, [&](ByteSpan data) { deliver(d, frame, data); });
     if (r.dropped() != dropped && first_drop_[d] == 0) first_drop_[d] = frame;
+    if (r.dropped_by_budget() != by_budget && first_budget_drop_[d] == 0)
+      first_budget_drop_[d] = frame;
   }
 
-  std::size_t held_bytes() const {
+  // What reassembly holds, with the per-piece overhead (TcpReassembler::held_cost()).
+  std::size_t held_cost() const {
     std::size_t n = head_.size();
     for (const auto& r : reasm_)
-      if (r) n += r->held_bytes();
+      if (r) n += r->held_cost();
     return n;
   }
 
-  // The verdict and how each direction ended; `flow` has its problems (capture notes).
+  // The verdict and how each direction ended, with their records (the capture's problems of
+  // the flow are not added: see add_problems()).
   void finish(const TcpFlow& flow) {
     fr_.initiator = flow.client;
     fr_.responder = flow.server;
-    fr_.notes.insert(fr_.notes.begin(), flow.problems.begin(), flow.problems.end());
     if (!any_data_) {
       fr_.verdict = "no iWARP: no data exchanged";
       return;
@@ -197,6 +206,16 @@ class FlowState {
           "beyond the in-order point and were dropped, as if not captured (first at frame {})",
           mpa::to_string(static_cast<Direction>(d)), reasm_[d]->dropped(),
           reasm_[d]->dropped_segments(), window_, first_drop_[d]));
+    }
+    for (int d = 0; d < 2; ++d) {
+      if (!reasm_[d] || reasm_[d]->dropped_by_budget() == 0) continue;
+      fr_.notes.push_back(fmt::format(
+          "{}: {} octet(s) of {} segment(s) arrived while the connections together held the "
+          "total reassembly limit ({} octets) and were dropped, as if not captured (first at "
+          "frame {})",
+          mpa::to_string(static_cast<Direction>(d)), reasm_[d]->dropped_by_budget(),
+          reasm_[d]->dropped_by_budget_segments(), budget_ ? budget_->limit : 0,
+          first_budget_drop_[d]));
     }
     if (sniff_ != Sniff::Iwarp) {
       if (why_not_.empty()) why_not_ = "fewer than 16 octets from the client";
@@ -264,14 +283,20 @@ class FlowState {
   FlowReport& fr_;
   FlowDecoder dec_;
   std::size_t window_;
+  HeldBudget* budget_;
   std::optional<TcpReassembler> reasm_[2];
-  std::uint64_t first_drop_[2] = {0, 0};
+  std::uint64_t first_drop_[2] = {0, 0}, first_budget_drop_[2] = {0, 0};
   enum class Sniff { Unknown, Iwarp, NotIwarp } sniff_ = Sniff::Unknown;
   Bytes head_;  // the client's first octets, until the MPA key can be checked
   std::string why_not_;
   bool any_data_ = false;
   std::uint64_t last_frame_ = 0, last_time_ = 0;
 };
+
+// The capture's problems of a flow lead its notes.
+void add_problems(FlowReport& fr, const TcpFlow& flow) {
+  fr.notes.insert(fr.notes.begin(), flow.problems.begin(), flow.problems.end());
+}
 
 void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
                  const RecordSink* records) {
@@ -291,47 +316,132 @@ void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
   for (const auto& ref : order)
     st.add(flow, ref.dir, ref.seg->frame, ref.seg->time_us, ref.seg->seq, ref.seg->payload);
   st.finish(flow);
+  add_problems(fr, flow);
 }
 
-// scan_capture's sink for decode_file: each flow's state, fed as the segments are read.
+// scan_capture's sink for decode_file: each flow's state, fed as the segments are read, and
+// finished (its closing records emitted, its reassembly freed) as soon as both directions are
+// over (see ended()), so that what is held at a time is that of the open connections only: at
+// most 2 x window each, and the total limit across them.
 class StreamingDecoder final : public SegmentSink {
  public:
-  StreamingDecoder(DecodeReport& rep, const RecordSink& records, std::size_t window)
-      : rep_(rep), records_(records), window_(window) {}
+  StreamingDecoder(DecodeReport& rep, const RecordSink& records, const StreamOptions& opts)
+      : rep_(rep), records_(records), window_(opts.window), flows_(rep.flows) {
+    budget_.limit = opts.total_window;
+  }
 
   void on_segment(std::size_t index, TcpFlow& flow, int dir, const SegmentView& s) override {
-    while (states_.size() <= index) {
+    while (slots_.size() <= index) {
       flows_.emplace_back();
-      states_.push_back(nullptr);
+      slots_.emplace_back();
     }
-    if (s.payload.empty()) return;
-    auto& st = states_[index];
-    if (!st) st = std::make_unique<FlowState>(index, flows_[index], &records_, window_);
-    held_ -= st->held_bytes();
-    st->add(flow, dir, s.frame, s.time_us, s.seq, s.payload);
-    held_ += st->held_bytes();
-    rep_.max_held = std::max<std::uint64_t>(rep_.max_held, held_);
+    auto& slot = slots_[index];
+    if (slot.finished) {
+      late(slot, dir, s);
+      return;
+    }
+    if (s.rst) slot.rst[dir] = true;
+    if (s.fin && !slot.fin[dir])
+      slot.fin[dir] = s.seq + static_cast<std::uint32_t>(s.payload.size());
+    if (!s.payload.empty()) {
+      auto& st = slot.state;
+      if (!st) st = std::make_unique<FlowState>(index, flows_[index], &records_, window_, &budget_);
+      held_ -= st->held_cost();
+      st->add(flow, dir, s.frame, s.time_us, s.seq, s.payload);
+      held_ += st->held_cost();
+      rep_.max_held = std::max<std::uint64_t>(rep_.max_held, held_);
+    }
+    if (ended(slot, flow, 0) && ended(slot, flow, 1)) close(index, flow);
   }
 
   void finish(const Capture& cap) {
     flows_.resize(cap.flows.size());
-    states_.resize(cap.flows.size());
+    slots_.resize(cap.flows.size());
     for (std::size_t i = 0; i < cap.flows.size(); ++i) {
-      if (!states_[i]) states_[i] = std::make_unique<FlowState>(i, flows_[i], &records_, window_);
-      states_[i]->finish(cap.flows[i]);
+      if (!slots_[i].finished) close(i, cap.flows[i]);
+      add_problems(flows_[i], cap.flows[i]);
+      const auto& slot = slots_[i];
+      if (slot.late_octets == 0) continue;
+      Record r;
+      r.kind = Record::Kind::Note;
+      r.flow = i;
+      r.frame = slot.late_frame;
+      r.time_us = slot.late_time;
+      r.dir = static_cast<Direction>(slot.late_dir);
+      r.text = fmt::format(
+          "{} octet(s) of data arrived after both directions had ended (RST, or FIN with every "
+          "octet before it) (first at frame {}); not decoded",
+          slot.late_octets, slot.late_frame);
+      flows_[i].notes.push_back(r.text);
+      if (records_) records_(std::move(r));
     }
-    states_.clear();
-    rep_.flows.assign(std::make_move_iterator(flows_.begin()),
-                      std::make_move_iterator(flows_.end()));
+    slots_.clear();
   }
 
  private:
+  struct Slot {
+    std::unique_ptr<FlowState> state;  // until finished
+    bool rst[2] = {false, false};      // per direction: RST seen
+    std::optional<TcpSeq> fin[2];      // per direction: the sequence number of its FIN
+    bool finished = false;
+    // After finishing: each direction's in-order point, and the data that came later.
+    std::optional<TcpSeq> next[2];
+    std::uint64_t late_octets = 0, late_frame = 0, late_time = 0;
+    int late_dir = 0;
+  };
+
+  // Direction d is over: it sent RST (the connection is aborted, RFC 793 §3.4: what the
+  // capture still shows of it reaches no one), or it sent FIN and every octet before the FIN
+  // has been delivered (RFC 793 §3.5: nothing follows a FIN but retransmissions; a capture
+  // may show the last segments after the FIN, so a gap before it keeps the direction open).
+  static bool ended(const Slot& slot, const TcpFlow& flow, int d) {
+    if (slot.rst[d]) return true;
+    if (!slot.fin[d]) return false;
+    if (slot.state)
+      if (const auto next = slot.state->next(d)) return *next - *slot.fin[d] >= 0;
+    // No data yet in that direction: over if the FIN is its first sequence number after the
+    // SYN (or when there is no SYN to tell).
+    const bool syn = d == 0 ? flow.saw_syn : flow.saw_syn_ack;
+    return !syn || *slot.fin[d] == (d == 0 ? flow.client_isn : flow.server_isn) + 1;
+  }
+
+  void close(std::size_t index, const TcpFlow& flow) {
+    auto& slot = slots_[index];
+    auto& st = slot.state;
+    if (!st) st = std::make_unique<FlowState>(index, flows_[index], &records_, window_, &budget_);
+    held_ -= st->held_cost();
+    st->finish(flow);
+    for (int d = 0; d < 2; ++d) slot.next[d] = st->next(d);
+    st.reset();
+    slot.finished = true;
+  }
+
+  // Data of a finished flow: octets up to its in-order point are retransmissions (ignored, as
+  // reassembly would); beyond it they are counted for a note.
+  static void late(Slot& slot, int dir, const SegmentView& s) {
+    if (s.payload.empty()) return;
+    std::uint64_t n = s.payload.size();
+    if (slot.next[dir]) {
+      const std::int64_t end = static_cast<std::int64_t>(s.seq - *slot.next[dir]) +
+                               static_cast<std::int64_t>(s.payload.size());
+      if (end <= 0) return;
+      n = std::min<std::uint64_t>(n, static_cast<std::uint64_t>(end));
+    }
+    if (slot.late_octets == 0) {
+      slot.late_frame = s.frame;
+      slot.late_time = s.time_us;
+      slot.late_dir = dir;
+    }
+    slot.late_octets += n;
+  }
+
   DecodeReport& rep_;
   const RecordSink& records_;
   std::size_t window_;
-  std::deque<FlowReport> flows_;                    // by flow index (a FlowState refers to one)
-  std::vector<std::unique_ptr<FlowState>> states_;  // by flow index
-  std::size_t held_ = 0;                            // octets held, all flows
+  HeldBudget budget_;              // shared by every flow's reassemblers
+  std::deque<FlowReport>& flows_;  // rep_.flows, by flow index (a FlowState refers to one)
+  std::deque<Slot> slots_;         // by flow index
+  std::size_t held_ = 0;           // held cost, all flows
 };
 
 }  // namespace
@@ -369,7 +479,7 @@ std::expected<DecodeReport, std::string> decode_file(const std::string& path,
                                                      const RecordSink& on_record,
                                                      const StreamOptions& opts) {
   DecodeReport rep;
-  StreamingDecoder dec(rep, on_record, opts.window);
+  StreamingDecoder dec(rep, on_record, opts);
   auto cap = scan_capture(path, dec);
   if (!cap) return std::unexpected(cap.error());
   dec.finish(*cap);

@@ -4,6 +4,7 @@
 // in the order the receiver would see them.
 #pragma once
 
+#include <deque>
 #include <expected>
 #include <functional>
 #include <map>
@@ -60,9 +61,11 @@ struct DecodeReport {
   std::string link_name;
   std::uint64_t frames = 0;
   std::vector<std::string> problems;  // capture problems that belong to no connection
-  std::vector<FlowReport> flows;
+  // A deque: decode_file() fills it as connections appear, each open one's state referring to
+  // its entry, so that the reports are not held twice.
+  std::deque<FlowReport> flows;
   std::vector<Record> records;
-  std::uint64_t max_held = 0;  // decode_file(): high-water mark of octets held by reassembly
+  std::uint64_t max_held = 0;  // decode_file(): high-water mark of the held cost of reassembly
 
   std::uint64_t violations() const;
   std::uint64_t iwarp_flows() const;
@@ -81,17 +84,26 @@ using RecordSink = std::function<void(Record&&)>;
 // Reassembly window of decode_file(): octets more than this beyond a direction's in-order point
 // (after a gap the capture has not filled yet) are dropped, with a note on their connection.
 inline constexpr std::size_t kDefaultWindow = 16u << 20;
+// Total limit of decode_file() on what all connections hold together: octets that would take
+// it further are dropped, with a note on their connection.
+inline constexpr std::size_t kDefaultTotalWindow = 256u << 20;
 
 struct StreamOptions {
-  std::size_t window = kDefaultWindow;  // per direction of each connection
+  std::size_t window = kDefaultWindow;             // per direction of each connection
+  std::size_t total_window = kDefaultTotalWindow;  // all connections together
 };
 
 // Reads and decodes a capture in one pass without loading it: frame by frame, each connection's
 // directions reassembled within `window`, every record handed to `on_record` when it is known,
-// in capture order across connections (each connection's closing notes at the end). What it
-// holds: one frame, and per connection what lies beyond a gap (at most `window` octets per
-// direction) plus one FPDU being decoded per direction. The report has no records; its
-// max_held is the high-water mark of the octets held by reassembly (all connections).
+// in capture order across connections. A connection is finished (its closing notes emitted, its
+// state freed) once both directions have ended (sent RST, or FIN with every octet before it
+// delivered), the others at the end of the file;
+// data of a finished connection beyond what it delivered is counted in a note, not decoded.
+// What it holds: one frame, and per open connection what lies beyond a gap plus one FPDU being
+// decoded per direction. What lies beyond gaps is counted as its held cost (octets plus
+// kHeldPieceOverhead per piece held) and is at most `window` per direction, so at most
+// (open connections) x 2 x window, and never more than `total_window` in all. The report has no
+// records; its max_held is the high-water mark of that held cost (all connections).
 // A direction whose SYN is not in the capture starts at its first segment with data (where
 // decode_capture() takes the lowest sequence number seen).
 std::expected<DecodeReport, std::string> decode_file(const std::string& path,
