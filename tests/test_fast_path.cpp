@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "endpoint_pair.hpp"
 #include "raw_peer.hpp"
 #include "rnic/connection_manager.hpp"
 #include "rnic/queue_pair.hpp"
@@ -23,25 +24,6 @@ using namespace iwarp::testing;
 using namespace std::chrono_literals;
 
 namespace {
-
-struct Pair {
-  std::unique_ptr<Endpoint> server, client;
-};
-
-Pair connect_pair(EndpointOptions so = {}, EndpointOptions co = {}) {
-  Pair p;
-  p.server = std::make_unique<Endpoint>(so);
-  p.client = std::make_unique<Endpoint>(co);
-  auto port = p.server->listen("127.0.0.1", 0);
-  EXPECT_TRUE(port) << port.error();
-  std::expected<void, std::string> acc;
-  std::thread t([&] { acc = p.server->accept_one(); });
-  auto c = p.client->connect("127.0.0.1", *port);
-  t.join();
-  EXPECT_TRUE(c) << c.error();
-  EXPECT_TRUE(acc) << acc.error();
-  return p;
-}
 
 EndpointOptions deep(std::uint32_t wrs) {
   EndpointOptions o;

@@ -8,31 +8,15 @@
 #include <numeric>
 #include <thread>
 
+#include "endpoint_pair.hpp"
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;
+using iwarp::testing::connect_pair;
+using iwarp::testing::Pair;
 using namespace iwarp::verbs;
 
 namespace {
-
-struct Pair {
-  std::unique_ptr<Endpoint> server, client;
-};
-
-Pair connect_pair(EndpointOptions so = {}, EndpointOptions co = {}) {
-  Pair p;
-  p.server = std::make_unique<Endpoint>(so);
-  p.client = std::make_unique<Endpoint>(co);
-  auto port = p.server->listen("127.0.0.1", 0);
-  EXPECT_TRUE(port) << port.error();
-  std::expected<void, std::string> acc;
-  std::thread t([&] { acc = p.server->accept_one(); });
-  auto c = p.client->connect("127.0.0.1", *port);
-  t.join();
-  EXPECT_TRUE(c) << c.error();
-  EXPECT_TRUE(acc) << acc.error();
-  return p;
-}
 
 std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
   std::vector<std::uint8_t> v(n);
