@@ -200,6 +200,10 @@ std::pair<Connection::Region*, std::uint32_t> Connection::take_send_slot() {
   // the buffer's role (maybe_shrink drops tx_bulk, where the slots may live), and a retired
   // buffer is freed only once nothing in it is busy.
   r->busy++;
+  // The Send being filled counts against the Sends in flight from now on too: can_send() then
+  // says whether a further Send can start while it is open, so a caller that checked it can
+  // post the open one and start the next (the Done behind a Write relies on this).
+  credits_.send_started();
   return {r, i};
 }
 
@@ -303,7 +307,6 @@ void Connection::flush_send() {
     len += kHeaderBytes;
   }
   const auto type = static_cast<MsgType>(addr[1]);
-  credits_.send_posted();  // the slot is busy since take_send_slot
   if (post_one(qp_, {.op = IBV_WR_SEND,
                      .addr = addr,
                      .len = static_cast<std::uint32_t>(len),
@@ -403,6 +406,7 @@ void Connection::pump(bool defer_credit) {
     Region* r = open_->r;
     r->free_slots.push_back(open_->slot);
     open_.reset();
+    credits_.send_completed();
     r->busy--;
     buffers_.maybe_free(r);
     reclaim();

@@ -156,6 +156,7 @@ class Connection {
   bool write_from_source(Outgoing& o, std::size_t chunk);
   bool send_enlarged(Outgoing& o);
   bool write_chunk(Outgoing& o, Region* b, std::uint32_t at, std::size_t chunk);
+  bool done_lost();
   bool request_buffer(std::uint32_t seq, std::uint32_t size);
   void finish_bulk_part(Outgoing& o, std::size_t chunk);
   void refuse_head();  // the head element goes in pieces; back off for the next ones

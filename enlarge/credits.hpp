@@ -51,9 +51,10 @@ class Credits {
   void reposted() { unannounced_++; }
   std::uint32_t unannounced() const { return unannounced_; }
 
-  // Local send staging slots: at most `send_slots` Sends in flight.
+  // Local send staging slots: at most `send_slots` Sends in flight, counted from when a Send
+  // starts being filled (its slot is taken) until it completes or goes back unused.
   bool send_slot_free() const { return sends_in_flight_ < send_slots_; }
-  void send_posted() { sends_in_flight_++; }
+  void send_started() { sends_in_flight_++; }
   void send_completed() { sends_in_flight_--; }
   std::uint32_t sends_in_flight() const { return sends_in_flight_; }
 

@@ -556,56 +556,72 @@ TEST(Enlarge, RandomStreamsArriveIntactAndInOrder) {
 
 // Flow control under pressure: the fewest and smallest slots, both ways, region churn
 // (free the small buffer, shrink after 1 ms idle, grow again): nothing stalls or is lost.
+// `batches` batches of 30 messages each way, sizes from `seed`.
+void tiny_slots_run(bool churn, unsigned seed, int batches) {
+  Options o;
+  o.slot_size = 64;
+  o.recv_slots = 4;
+  o.send_slots = 2;
+  o.min_enlarged = 100;
+  o.max_enlarged = 3000;
+  if (churn) {
+    o.free_small = true;
+    o.idle_shrink = 1ms;
+  }
+  Pair p(o, o);
+  std::mt19937 g(seed);
+  std::vector<Bytes> to_s, to_c;
+  std::vector<Received> at_s, at_c;
+  auto size = [&] {
+    return std::uniform_int_distribution<int>(0, 9)(g) < 7
+               ? std::uniform_int_distribution<std::size_t>(0, 60)(g)
+               : std::uniform_int_distribution<std::size_t>(61, 8000)(g);
+  };
+  // Between batches the connection idles past the shrink time.
+  for (int batch = 0; batch < batches; ++batch) {
+    for (int i = 0; i < 30; ++i) {
+      to_s.push_back(pattern(size(), 1000 + batch * 30 + i));
+      to_c.push_back(pattern(size(), 2000 + batch * 30 + i));
+      ASSERT_TRUE(p.c[0]->post(to_s.back()));
+      ASSERT_TRUE(p.s[0]->post(to_c.back()));
+    }
+    const std::size_t want = to_s.size();
+    ASSERT_TRUE(p.drive(
+        [&] {
+          while (auto r = p.s[0]->try_recv()) at_s.push_back(std::move(*r));
+          while (auto r = p.c[0]->try_recv()) at_c.push_back(std::move(*r));
+          return at_s.size() == want && at_c.size() == want;
+        },
+        30s))
+        << "churn " << churn << " seed " << seed << " batch " << batch << ": " << at_s.size()
+        << " / " << at_c.size() << " of " << want << "; " << p.s[0]->error() << " | "
+        << p.c[0]->error();
+    if (churn) p.drive([] { return false; }, 5ms);
+  }
+  for (std::size_t i = 0; i < to_s.size(); ++i) {
+    ASSERT_EQ(at_s[i].data, to_s[i]) << i;
+    ASSERT_EQ(at_c[i].data, to_c[i]) << i;
+  }
+  if (churn) {
+    EXPECT_GE(p.c[0]->stats().releases_sent, static_cast<std::uint64_t>(batches / 3));
+    EXPECT_GE(p.s[0]->stats().small_freed, static_cast<std::uint64_t>(batches / 3));
+  }
+  EXPECT_GT(p.c[0]->stats().credit_messages + p.s[0]->stats().credit_messages, 0u);
+}
+
 TEST(Enlarge, TinySlotsAndBufferChurnNeverStall) {
-  for (bool churn : {false, true}) {
-    Options o;
-    o.slot_size = 64;
-    o.recv_slots = 4;
-    o.send_slots = 2;
-    o.min_enlarged = 100;
-    o.max_enlarged = 3000;
-    if (churn) {
-      o.free_small = true;
-      o.idle_shrink = 1ms;
-    }
-    Pair p(o, o);
-    std::mt19937 g(churn ? 5 : 6);
-    std::vector<Bytes> to_s, to_c;
-    std::vector<Received> at_s, at_c;
-    auto size = [&] {
-      return std::uniform_int_distribution<int>(0, 9)(g) < 7
-                 ? std::uniform_int_distribution<std::size_t>(0, 60)(g)
-                 : std::uniform_int_distribution<std::size_t>(61, 8000)(g);
-    };
-    // Batches of 30 each way; between batches the connection idles past the shrink time.
-    for (int batch = 0; batch < 10; ++batch) {
-      for (int i = 0; i < 30; ++i) {
-        to_s.push_back(pattern(size(), 1000 + batch * 30 + i));
-        to_c.push_back(pattern(size(), 2000 + batch * 30 + i));
-        ASSERT_TRUE(p.c[0]->post(to_s.back()));
-        ASSERT_TRUE(p.s[0]->post(to_c.back()));
-      }
-      const std::size_t want = to_s.size();
-      ASSERT_TRUE(p.drive(
-          [&] {
-            while (auto r = p.s[0]->try_recv()) at_s.push_back(std::move(*r));
-            while (auto r = p.c[0]->try_recv()) at_c.push_back(std::move(*r));
-            return at_s.size() == want && at_c.size() == want;
-          },
-          30s))
-          << "churn " << churn << ": " << at_s.size() << " / " << at_c.size() << " "
-          << p.s[0]->error() << p.c[0]->error();
-      if (churn) p.drive([] { return false; }, 5ms);
-    }
-    for (std::size_t i = 0; i < to_s.size(); ++i) {
-      ASSERT_EQ(at_s[i].data, to_s[i]) << i;
-      ASSERT_EQ(at_c[i].data, to_c[i]) << i;
-    }
-    if (churn) {
-      EXPECT_GE(p.c[0]->stats().releases_sent, 3u);
-      EXPECT_GE(p.s[0]->stats().small_freed, 3u);
-    }
-    EXPECT_GT(p.c[0]->stats().credit_messages + p.s[0]->stats().credit_messages, 0u);
+  tiny_slots_run(false, 6, 10);
+  tiny_slots_run(true, 5, 10);
+}
+
+// A Write's Done found the open Send posted and no staging slot left for a new one (the Send
+// being filled was not counted among those in flight), and was dropped: the peer saw the
+// message's next part first. The timing depends on completions, so several seeds.
+TEST(Enlarge, ChurnNeverLosesTheDoneOfAWrite) {
+  for (unsigned seed = 20; seed < 30; ++seed) {
+    SCOPED_TRACE(seed);
+    tiny_slots_run(true, seed, 4);
+    if (HasFatalFailure() || HasFailure()) return;
   }
 }
 

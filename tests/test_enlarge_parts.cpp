@@ -50,9 +50,9 @@ TEST(EnlargeCredits, RepostedSlotsAreCarriedBackByTheNextSend) {
 
 TEST(EnlargeCredits, SendsInFlightAreBoundedByTheSendSlots) {
   Credits c(2);
-  c.send_posted();
+  c.send_started();
   EXPECT_TRUE(c.send_slot_free());
-  c.send_posted();
+  c.send_started();
   EXPECT_FALSE(c.send_slot_free());
   c.send_completed();
   EXPECT_TRUE(c.send_slot_free());
