@@ -205,9 +205,10 @@ bool Connection::write_from_source(Outgoing& o, std::size_t chunk) {
   if (on_event)
     event(fmt::format("tx RDMA Write len={} stag={:#010x} to={:#x} (source registered in place)",
                       chunk, remote_->stag, remote_->to));
-  if (!send_message(Message{.credits = 0,
-                            .seq = o.seq,
-                            .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk), 0}}))
+  if (!send_message(
+          Message{.credits = 0,
+                  .seq = o.seq,
+                  .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk), 0}}))
     return done_lost();
   remote_.reset();
   token_ = false;
@@ -306,9 +307,10 @@ bool Connection::write_chunk(Outgoing& o, Region* b, std::uint32_t at, std::size
   // only after the Write is placed (RFC 5040 §5.5), so the receiver never polls data.
   // The Dones of the Writes posted in one go share a Send (a Bundle), posted behind them; a
   // large chunk's Done goes at once, so the receiver copies it out while the next is written.
-  if (!send_message(Message{.credits = 0,
-                            .seq = o.seq,
-                            .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk), at}}))
+  if (!send_message(
+          Message{.credits = 0,
+                  .seq = o.seq,
+                  .body = Done{o.total, o.msg_off, static_cast<std::uint32_t>(chunk), at}}))
     return done_lost();
   if (chunk >= kEarlyDoneBytes) flush_send();
   last_bulk_ = std::chrono::steady_clock::now();
