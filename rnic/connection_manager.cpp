@@ -15,7 +15,6 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
-#include <future>
 #include <stdexcept>
 
 #include "common/log.hpp"
@@ -333,15 +332,13 @@ int CmId::listen(std::string* why) {
 
 void CmId::stop_listening() {
   if (!acceptor_) return;
-  auto done = std::make_shared<std::promise<void>>();
-  auto settled = done->get_future();
-  asio::post(dev_.io(), [self = shared_from_this(), done] {
-    boost::system::error_code ig;
-    if (self->acceptor_) self->acceptor_->close(ig);
-    done->set_value();
-  });
-  // Bounded: an engine that stopped never runs it (the port then stays taken).
-  settled.wait_for(std::chrono::seconds(5));
+  // Bounded; once the engine has stopped the acceptor is closed from here.
+  dev_.run_and_wait(
+      [self = shared_from_this()] {
+        boost::system::error_code ig;
+        if (self->acceptor_) self->acceptor_->close(ig);
+      },
+      std::chrono::seconds(5));
 }
 
 std::uint16_t CmId::local_port() const {
@@ -377,17 +374,15 @@ tcp::endpoint CmId::remote_endpoint() const {
 }
 
 void CmId::migrate(EventChannel& ch) {
-  auto done = std::make_shared<std::promise<void>>();
-  auto settled = done->get_future();
   // ch_ is read by the engine thread when it emits; change it there.
-  asio::post(dev_.io(), [self = shared_from_this(), q = ch.q_, done] {
-    // Events still queued on the old channel move along (as the kernel's ucma_move_events).
-    auto moved = self->ch_->take_events_of(self.get());
-    self->ch_ = q;
-    for (auto& e : moved) q->push(std::move(e));
-    done->set_value();
-  });
-  settled.wait_for(std::chrono::seconds(5));
+  dev_.run_and_wait(
+      [self = shared_from_this(), q = ch.q_] {
+        // Events still queued on the old channel move along (as the kernel's ucma_move_events).
+        auto moved = self->ch_->take_events_of(self.get());
+        self->ch_ = q;
+        for (auto& e : moved) q->push(std::move(e));
+      },
+      std::chrono::seconds(5));
 }
 
 void CmId::do_accept_loop() {

@@ -1,5 +1,8 @@
 #include "rnic/device.hpp"
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <future>
@@ -21,6 +24,9 @@ Device::Device(std::string name, std::uint64_t seed)
     }
     engine_running_ = false;
   });
+  // Named for top -H, gdb and ps -L (at most 15 characters); by this thread, so the name is
+  // there when the constructor returns.
+  ::pthread_setname_np(engine_.native_handle(), "rnic-engine");
 }
 
 void Device::attach(std::weak_ptr<MemoryUser> user) {
@@ -58,6 +64,54 @@ bool Device::deregister(STag stag) {
     }
   }
   return result.get();
+}
+
+bool Device::run_and_wait(std::function<void()> fn, std::chrono::milliseconds bound) {
+  if (on_engine_thread() || !engine_running_) {
+    fn();
+    return true;
+  }
+  // Whoever claims it runs it: the engine, or this thread once the engine has stopped.
+  struct Shared {
+    std::function<void()> fn;
+    std::atomic<bool> claimed{false};
+    std::promise<void> done;
+  };
+  auto sh = std::make_shared<Shared>();
+  sh->fn = std::move(fn);
+  auto ran = sh->done.get_future();
+  boost::asio::post(io_, [sh] {
+    if (sh->claimed.exchange(true)) return;
+    sh->fn();
+    sh->done.set_value();
+  });
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  for (;;) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    const auto slice =
+        std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(50));
+    if (slice > slice.zero() && ran.wait_for(slice) == std::future_status::ready) return true;
+    if (!engine_running_) {
+      // io_.run() has returned: the handler ran to the end (ready) or never will.
+      if (ran.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready) return true;
+      if (sh->claimed.exchange(true)) return true;
+      sh->fn();
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  }
+}
+
+bool Device::stop(std::chrono::milliseconds bound) {
+  if (on_engine_thread()) return false;
+  work_.reset();
+  io_.stop();
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (engine_running_ && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (engine_running_) return false;
+  if (engine_.joinable()) engine_.join();
+  return true;
 }
 
 Device::~Device() {

@@ -7,7 +7,9 @@
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -59,6 +61,19 @@ class Device {
   bool deregister(STag stag);
   // A memory user to tell about deregistrations (any thread; held weakly).
   void attach(std::weak_ptr<MemoryUser> user);
+
+  // Runs `fn` on the engine thread and waits for it, at most `bound`. On the engine thread, or
+  // once the engine has stopped (nothing else touches engine state then, and a queued handler
+  // never runs), `fn` runs here. False when it has not run within `bound` (the engine is busy,
+  // e.g. a QP in a bounded RNR wait): it may still run later, so it must own what it touches.
+  bool run_and_wait(std::function<void()> fn, std::chrono::milliseconds bound);
+
+  // Stops the engine thread: the handler running finishes, queued ones are abandoned
+  // (connections stay as they are until their sockets close). Waits at most `bound`; true when
+  // the thread has ended. Not from the engine thread. Verbs calls after this run their engine
+  // work on the caller's thread (run_and_wait, deregister) or do nothing.
+  bool stop(std::chrono::milliseconds bound);
+  bool engine_running() const { return engine_running_; }
 
  private:
   std::string name_;

@@ -18,8 +18,8 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <chrono>
 #include <cstring>
-#include <future>
 
 #include "common/log.hpp"
 #include "rnic/queue_pair.hpp"
@@ -30,6 +30,9 @@ namespace {
 spdlog::logger& logger() {
   return log::layer("rnic");
 }
+// How long hole_report() and segment_stats() wait for the engine (which is busy only during a
+// bounded RNR wait); an answer that does not come in time is an empty one.
+constexpr std::chrono::milliseconds kInspectBound{5000};
 // What one FPDU placed beyond a hole adds to the counts its hole reports (RxEvent::Released,
 // HoleInfo): each Write segment and Read Request, and each Send and Read Response message by
 // its last FPDU (the one that completes it).
@@ -299,50 +302,44 @@ void QueuePair::rx_check_fin() {
 }
 
 std::vector<HoleInfo> QueuePair::hole_report() const {
-  std::promise<std::vector<HoleInfo>> done;
-  auto fut = done.get_future();
+  auto out = std::make_shared<std::vector<HoleInfo>>();
   auto self = std::const_pointer_cast<QueuePair>(shared_from_this());
-  auto work = [self, &done] {
-    std::vector<HoleInfo> out;
-    if (!self->rx_.segments) return done.set_value(out);
-    const auto holes = self->rx_.segments->holes();
-    std::lock_guard l(self->mu_);
-    for (std::size_t i = 0; i < holes.size(); ++i) {
-      HoleInfo hi;
-      hi.hole = holes[i];
-      const std::uint64_t until = i + 1 < holes.size() ? holes[i + 1].begin : ~std::uint64_t{0};
-      for (auto it = self->ooo_.placed.lower_bound(holes[i].end);
-           it != self->ooo_.placed.end() && it->first < until; ++it) {
-        const auto& d = it->second;
-        ++hi.placed_fpdus;
-        count_deferred(d, hi);
-        if (d.family == rdmap::MessageFamily::Send && d.last) hi.send_wr_ids.push_back(d.wr_id);
-      }
-      for (auto it = self->ooo_.errors.lower_bound(holes[i].end);
-           it != self->ooo_.errors.end() && *it < until; ++it)
-        ++hi.deferred_errors;
-      out.push_back(std::move(hi));
-    }
-    done.set_value(std::move(out));
-  };
-  if (dev_.on_engine_thread())
-    work();
-  else
-    boost::asio::post(dev_.io(), work);
-  return fut.get();
+  const bool ran = dev_.run_and_wait(
+      [self, out] {
+        if (!self->rx_.segments) return;
+        const auto holes = self->rx_.segments->holes();
+        std::lock_guard l(self->mu_);
+        for (std::size_t i = 0; i < holes.size(); ++i) {
+          HoleInfo hi;
+          hi.hole = holes[i];
+          const std::uint64_t until = i + 1 < holes.size() ? holes[i + 1].begin : ~std::uint64_t{0};
+          for (auto it = self->ooo_.placed.lower_bound(holes[i].end);
+               it != self->ooo_.placed.end() && it->first < until; ++it) {
+            const auto& d = it->second;
+            ++hi.placed_fpdus;
+            count_deferred(d, hi);
+            if (d.family == rdmap::MessageFamily::Send && d.last) hi.send_wr_ids.push_back(d.wr_id);
+          }
+          for (auto it = self->ooo_.errors.lower_bound(holes[i].end);
+               it != self->ooo_.errors.end() && *it < until; ++it)
+            ++hi.deferred_errors;
+          out->push_back(std::move(hi));
+        }
+      },
+      kInspectBound);
+  // A busy engine (a bounded RNR wait) did not answer in time: nothing to report now.
+  return ran ? std::move(*out) : std::vector<HoleInfo>{};
 }
 
 mpa::SegmentReceiver::Stats QueuePair::segment_stats() const {
-  std::promise<mpa::SegmentReceiver::Stats> done;
-  auto fut = done.get_future();
-  auto work = [this, &done] {
-    done.set_value(rx_.segments ? rx_.segments->stats() : mpa::SegmentReceiver::Stats{});
-  };
-  if (dev_.on_engine_thread())
-    work();
-  else
-    boost::asio::post(dev_.io(), work);
-  return fut.get();
+  auto out = std::make_shared<mpa::SegmentReceiver::Stats>();
+  auto self = std::const_pointer_cast<QueuePair>(shared_from_this());
+  const bool ran = dev_.run_and_wait(
+      [self, out] {
+        if (self->rx_.segments) *out = self->rx_.segments->stats();
+      },
+      kInspectBound);
+  return ran ? *out : mpa::SegmentReceiver::Stats{};
 }
 
 }  // namespace iwarp::rnic

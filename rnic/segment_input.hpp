@@ -34,7 +34,8 @@ class SegmentInput {
   // The peer's FIN (any thread): as if the socket reached end of stream, once every octet
   // before `seq` has arrived.
   virtual void receive_fin(TcpSeq seq) = 0;
-  // The holes open now and what waits on each (any thread).
+  // The holes open now and what waits on each (any thread; asked of the engine, which gets at
+  // most 5 s to answer: a busy engine gives an empty report).
   virtual std::vector<HoleInfo> hole_report() const = 0;
   virtual mpa::SegmentReceiver::Stats segment_stats() const = 0;
 };

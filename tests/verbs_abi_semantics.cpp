@@ -763,4 +763,93 @@ TEST(VerbsAbi, ListenerPortIsFreeAfterDestroy) {
   rdma_destroy_event_channel(ch);
 }
 
+// rping's CM thread asks for its next event while main destroys the channel: a call on a
+// destroyed channel waits like a read() that never becomes ready (until a signal: EINTR) and an
+// id cannot be made on it, instead of touching freed memory (ASan reports the use after free
+// without this).
+TEST(VerbsAbi, DestroyedEventChannelIsRefusedNotUsed) {
+  install_interrupting(SIGUSR1);
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  rdma_destroy_event_channel(ch);
+  std::atomic<int> result{0}, err{0};
+  std::atomic<bool> returned{false};
+  std::thread late([&] {
+    rdma_cm_event* ev = nullptr;
+    result = rdma_get_cm_event(ch, &ev);
+    err = errno;
+    returned = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(returned.load()) << "no event can come: the call waits";
+  for (int i = 0; i < 100 && !returned; ++i) {
+    pthread_kill(late.native_handle(), SIGUSR1);
+    std::this_thread::sleep_for(10ms);
+  }
+  late.join();
+  EXPECT_EQ(result.load(), -1);
+  EXPECT_EQ(err.load(), EINTR);
+  rdma_cm_id* id = nullptr;
+  errno = 0;
+  EXPECT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), -1);
+  EXPECT_EQ(errno, EINVAL);
+  // A thread waiting on a channel keeps it: destroyed under it, it still gets the next event.
+  rdma_event_channel* ch2 = rdma_create_event_channel();
+  rdma_cm_id* id2 = nullptr;
+  ASSERT_EQ(rdma_create_id(ch2, &id2, nullptr, RDMA_PS_TCP), 0);
+  std::atomic<int> got{0};
+  std::thread waiter([&] {
+    rdma_cm_event* e = nullptr;
+    if (rdma_get_cm_event(ch2, &e) == 0) {
+      got = static_cast<int>(e->event) + 1;
+      rdma_ack_cm_event(e);
+    }
+  });
+  std::this_thread::sleep_for(50ms);
+  rdma_destroy_event_channel(ch2);  // the waiter is inside rdma_get_cm_event, id2 is on it
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(9);
+  ASSERT_EQ(rdma_resolve_addr(id2, nullptr, reinterpret_cast<sockaddr*>(&a), 1000), 0);
+  bounded(5000ms, [&] {
+    waiter.join();
+    return 0;
+  });
+  EXPECT_EQ(got.load(), RDMA_CM_EVENT_ADDR_RESOLVED + 1);
+  rdma_destroy_id(id2);  // the last user: the channel goes now
+}
+
+// Runs dropin_exit_probe MODE (with RNIC_CAPTURE_DIR set when `capture_dir` is not empty):
+// its exit status, or 128 + the signal that ended it.
+int run_exit_probe(const char* mode, const std::string& capture_dir = {}) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!capture_dir.empty()) setenv("RNIC_CAPTURE_DIR", capture_dir.c_str(), 1);
+    execl(DROPIN_EXIT_PROBE, DROPIN_EXIT_PROBE, mode, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  if (bounded(20000ms, [&] { return waitpid(pid, &status, 0); }) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// exit() stops the engine thread before the program's static objects are destroyed: the
+// probe's last at-exit handler finds no thread named rnic-engine (status 3 otherwise).
+TEST(VerbsAbi, ExitStopsTheEngineBeforeStaticsGo) {
+  EXPECT_EQ(run_exit_probe("idle"), 0);
+}
+
+// A program that exits with connections up, a thread still posting Writes and Sends, and its
+// connections recorded (the capture tap): a clean exit every time, never a signal.
+TEST(VerbsAbi, ExitWithTrafficInFlightIsClean) {
+  char dir[] = "/tmp/rnic-exit-probe-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  for (int i = 0; i < 8; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(run_exit_probe("busy", i % 2 ? std::string(dir) : std::string()), 0);
+  }
+  std::system((std::string("rm -rf ") + dir).c_str());
+}
+
 }  // namespace

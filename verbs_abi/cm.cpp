@@ -39,12 +39,14 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
+// Freed when destroyed and nobody uses it any more: no thread inside rdma_get_cm_event and no
+// id on it. The three counts below change under ids_mu.
 struct EventChannel {
   rdma_event_channel pub;
   rnic::EventChannel ch{false};  // blocking fd, as librdmacm's
-  std::atomic<int> readers{0};   // threads inside rdma_get_cm_event
-  std::atomic<int> ids{0};       // ids created on it (or migrated to it) and not destroyed
-  std::atomic<bool> destroyed{false};
+  int readers = 0;               // threads inside rdma_get_cm_event
+  int ids = 0;                   // ids created on it (or migrated to it) and not destroyed
+  bool destroyed = false;
 };
 
 struct Id {
@@ -80,6 +82,20 @@ struct Event {
 std::mutex& ids_mu = *new std::mutex;
 std::unordered_map<const rnic::CmId*, Id*>& ids = *new std::unordered_map<const rnic::CmId*, Id*>;
 std::unordered_set<const rdma_cm_id*>& live_ids = *new std::unordered_set<const rdma_cm_id*>;
+// Every event channel the program holds, so that a call on one another thread destroyed never
+// touches freed memory (rping's CM thread asks for its next event while main destroys the
+// channel).
+std::unordered_set<const rdma_event_channel*>& live_channels =
+    *new std::unordered_set<const rdma_event_channel*>;
+
+// The program's channel, or nullptr when it is not one it holds. Under ids_mu.
+EventChannel* live_channel_locked(rdma_event_channel* c) {
+  return live_channels.contains(c) ? reinterpret_cast<EventChannel*>(c) : nullptr;
+}
+
+void free_channel_if_unused_locked(EventChannel* ch) {
+  if (ch->destroyed && ch->readers == 0 && ch->ids == 0) delete ch;
+}
 
 std::mutex default_pd_mu;
 ibv_pd* the_default_pd = nullptr;
@@ -354,6 +370,7 @@ void forget_cm_after_fork() {
   new (&ids_mu) std::mutex;
   new (&ids) std::unordered_map<const rnic::CmId*, Id*>;
   new (&live_ids) std::unordered_set<const rdma_cm_id*>;
+  new (&live_channels) std::unordered_set<const rdma_event_channel*>;
   new (&default_pd_mu) std::mutex;
   the_default_pd = nullptr;
 }
@@ -371,6 +388,8 @@ rdma_event_channel* iwarp_cm_rdma_create_event_channel(void) {
     auto* ch = new EventChannel;
     ch->pub.fd = ch->ch.fd();
     ch->ch.set_filter(wanted);
+    std::lock_guard l(ids_mu);
+    live_channels.insert(&ch->pub);
     return &ch->pub;
   } catch (const std::exception&) {
     errno = EMFILE;
@@ -380,13 +399,16 @@ rdma_event_channel* iwarp_cm_rdma_create_event_channel(void) {
 
 void iwarp_cm_rdma_destroy_event_channel(rdma_event_channel* channel) {
   if (!channel) return;
-  auto* ch = reinterpret_cast<EventChannel*>(channel);
+  std::lock_guard l(ids_mu);
+  EventChannel* ch = live_channel_locked(channel);
+  if (!ch) return;
   // A thread may still wait in rdma_get_cm_event (rping's CM thread does when main returns):
-  // then the channel is left to it, never freed under it.
+  // then the channel is left to it, never freed under it; the last one out frees it.
   // Ids still on it keep it too (their events would go to freed memory): it is then left
-  // allocated, with nobody reading it.
+  // allocated, with nobody reading it, until the last of them is destroyed.
+  live_channels.erase(channel);
   ch->destroyed = true;
-  if (ch->readers.load() == 0 && ch->ids.load() == 0) delete ch;
+  free_channel_if_unused_locked(ch);
 }
 
 int iwarp_cm_rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context,
@@ -406,12 +428,17 @@ int iwarp_cm_rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, void*
   }
   rnic::Device* dev = engine();
   if (!dev) return -1;
-  auto* ch = reinterpret_cast<EventChannel*>(channel);
+  EventChannel* ch = nullptr;
+  {
+    std::lock_guard l(ids_mu);
+    ch = live_channel_locked(channel);
+    if (!ch) return fail_neg(EINVAL);
+    ++ch->ids;
+  }
   auto* id = new Id;
   std::memset(&id->pub, 0, sizeof id->pub);
   id->ch = ch;
   id->cm = rnic::CmId::create(*dev, ch->ch, settings().cm);
-  ++ch->ids;
   id->pub.channel = channel;
   id->pub.context = context;
   id->pub.ps = ps;
@@ -442,7 +469,11 @@ int iwarp_cm_rdma_destroy_id(rdma_cm_id* i) {
   id->ch->ch.purge_if([cm](const rnic::CmEvent& e) {
     return e.type == rnic::CmEventType::ConnectRequest && e.id->listener_id().get() == cm;
   });
-  if (--id->ch->ids == 0 && id->ch->destroyed && id->ch->readers.load() == 0) delete id->ch;
+  {
+    std::lock_guard l(ids_mu);
+    --id->ch->ids;
+    free_channel_if_unused_locked(id->ch);
+  }
   if (free_now) delete id;
   return 0;
 }
@@ -701,11 +732,28 @@ int iwarp_cm_rdma_disconnect(rdma_cm_id* i) {
 
 int iwarp_cm_rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (!channel || !event) return fail_neg(EINVAL);
-  auto* ch = reinterpret_cast<EventChannel*>(channel);
-  ++ch->readers;
+  EventChannel* ch = nullptr;
+  {
+    std::lock_guard l(ids_mu);
+    ch = live_channel_locked(channel);
+    if (ch) ++ch->readers;
+  }
+  if (!ch) {
+    // A destroyed channel has no events: the call waits like a read() of a descriptor that
+    // never becomes readable (the kernel's, for a thread already blocked in it when librdmacm
+    // closes the fd: rping's CM thread, which would otherwise report an error and exit 255
+    // after a clean run), until a signal interrupts it (EINTR) or the process ends. poll() is a
+    // cancellation point, so pthread_cancel ends it too.
+    for (;;)
+      if (::poll(nullptr, 0, -1) < 0 && errno == EINTR) return -1;
+  }
   struct Leave {
     EventChannel* ch;
-    ~Leave() { --ch->readers; }  // also when the thread is cancelled in poll()
+    ~Leave() {  // also when the thread is cancelled in poll()
+      std::lock_guard l(ids_mu);
+      --ch->readers;
+      free_channel_if_unused_locked(ch);
+    }
   } leave{ch};
   return wait_event(ch, event);
 }
@@ -757,10 +805,19 @@ int iwarp_cm_rdma_migrate_id(rdma_cm_id* i, rdma_event_channel* channel) {
     report_unsupported("rdma_migrate_id", "moving an id to synchronous mode (NULL channel)");
     return fail_neg(ENOSYS);
   }
-  auto* ch = reinterpret_cast<EventChannel*>(channel);
+  EventChannel* ch = nullptr;
+  {
+    std::lock_guard l(ids_mu);
+    ch = live_channel_locked(channel);
+    if (!ch) return fail_neg(EINVAL);
+    ++ch->ids;
+  }
   id->cm->migrate(ch->ch);
-  ++ch->ids;
-  --id->ch->ids;
+  {
+    std::lock_guard l(ids_mu);
+    --id->ch->ids;
+    free_channel_if_unused_locked(id->ch);
+  }
   id->ch = ch;
   i->channel = channel;
   return 0;

@@ -4,10 +4,11 @@
 // engine keeps a QP's CQs alive (QpInit::keep_alive) until it has let go of the QP, so a
 // completion the engine pushes after ibv_destroy_cq never lands in freed memory.
 //
-// The emulated RNIC (rnic::Device, its engine thread) is one per process, created on first use
-// with every signal blocked (process-directed signals such as qperf's SIGALRM reach the
-// program's threads), never destroyed (programs exit() with connections up and threads inside
-// the library), and forgotten in a fork()ed child (its engine thread does not exist there).
+// The emulated RNIC (rnic::Device, its engine thread "rnic-engine") is one per process, created
+// on first use with every signal blocked (process-directed signals such as qperf's SIGALRM
+// reach the program's threads), never destroyed (programs exit() with connections up and
+// threads inside the library) but stopped by an at-exit handler before static objects go, and
+// forgotten in a fork()ed child (its engine thread does not exist there).
 #pragma once
 
 #include <infiniband/verbs.h>

@@ -47,6 +47,21 @@ void forget_after_fork() {
   forget_cm_after_fork();
 }
 
+// exit(): the engine thread stops before the process's static objects are destroyed (the
+// settings' capture taps, the loggers, the library's tables), or it would run on in them: a
+// program that exits with connections up crashed now and then (SIGSEGV after its last line).
+// Registered right after the engine starts, so it runs before the destructors of everything
+// constructed before that. Bounded: an engine stuck in a handler is left running.
+void stop_engine_at_exit() {
+  rnic::Device* d = nullptr;
+  {
+    std::unique_lock l(engine_mu, std::try_to_lock);  // another thread may hold it: skip then
+    if (!l.owns_lock()) return;
+    d = the_engine;
+  }
+  if (d && !d->on_engine_thread()) d->stop(std::chrono::seconds(2));
+}
+
 // The interface address the GID and GUIDs are made from: the first IPv4 address of an
 // interface that is up and not loopback, else 127.0.0.1.
 in_addr interface_address() {
@@ -127,6 +142,9 @@ rnic::Device* engine() {
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
   try {
     the_engine = new rnic::Device(s.device_name);
+    // Once per process image: a fork()ed child inherits the registration and stops its own.
+    static std::once_flag atexit_once;
+    std::call_once(atexit_once, [] { std::atexit(stop_engine_at_exit); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rnic verbs: cannot start the emulated RNIC: %s\n", e.what());
     errno = ENOMEM;

@@ -169,13 +169,15 @@ Settings parse_settings(const char* (*get)(const char*)) {
 }
 
 const Settings& settings() {
-  static const Settings s = [] {
+  // Never destroyed: whatever runs while the program's statics go (a program thread still in
+  // the library, the engine before its at-exit stop) still reads valid settings.
+  static const Settings& s = *new Settings([] {
     Settings r = parse_settings([](const char* n) -> const char* { return std::getenv(n); });
     if (auto err = log::configure(r.log_spec); !err.empty() && r.error.empty())
       r.error = fmt::format("RNIC_LOG={}: {}", r.log_spec, err);
     if (!r.error.empty()) std::fprintf(stderr, "rnic verbs: %s\n", r.error.c_str());
     return r;
-  }();
+  }());
   return s;
 }
 

@@ -10,13 +10,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/asio/post.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <future>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -40,7 +38,8 @@ std::atomic<int> pds{0}, cqs{0}, qps{0}, mrs{0}, srqs{0};
 
 // QP numbers to QPs, for conn_param->qp_num.
 std::mutex qp_table_mu;
-std::unordered_map<std::uint32_t, Qp*> qp_table;
+// Never destroyed: a program thread may still post or destroy while exit() runs.
+std::unordered_map<std::uint32_t, Qp*>& qp_table = *new std::unordered_map<std::uint32_t, Qp*>;
 
 rnic::Device& dev() {
   return *engine();  // every object exists only after ibv_open_device started the engine
@@ -680,13 +679,7 @@ int ibv_destroy_qp(ibv_qp* q) {
     qp->qp->modify_to_error();
     // As in rdma-core the QP is gone when this returns: wait (bounded) until the engine has
     // taken it to ERROR and flushed it.
-    auto& d = dev();
-    if (!d.on_engine_thread()) {
-      auto done = std::make_shared<std::promise<void>>();
-      auto settled = done->get_future();
-      boost::asio::post(d.io(), [done] { done->set_value(); });
-      settled.wait_for(std::chrono::seconds(2));
-    }
+    dev().run_and_wait([] {}, std::chrono::seconds(2));
   }
   {
     std::lock_guard l(qp_table_mu);

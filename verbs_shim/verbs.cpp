@@ -2,10 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <boost/asio/post.hpp>
 #include <cerrno>
 #include <chrono>
-#include <future>
 #include <vector>
 
 #include "rnic/device.hpp"
@@ -270,13 +268,7 @@ int ibv_destroy_qp(ibv_qp* qp) {
     // As in libibverbs the QP is gone when this returns: wait (bounded) until the engine has
     // taken it to ERROR, which flushes it and drops the reference a connected QP holds to
     // itself. A device closed right after would otherwise never run that, and leak the QP.
-    auto& dev = *qp->context->dev;
-    if (!dev.on_engine_thread()) {
-      auto done = std::make_shared<std::promise<void>>();
-      auto settled = done->get_future();
-      boost::asio::post(dev.io(), [done] { done->set_value(); });
-      settled.wait_for(std::chrono::seconds(2));
-    }
+    qp->context->dev->run_and_wait([] {}, std::chrono::seconds(2));
   }
   --qp->pd->users;
   --qp->send_cq->qps;
