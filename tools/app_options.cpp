@@ -59,7 +59,8 @@ void add_app_options(CLI::App& app, AppOptions& o) {
       ->check(CLI::IsMember(kCrcPolicies))
       ->capture_default_str();
   app.add_option("--markers", o.markers,
-                 "MPA markers policy: required, optional, off (siw does not do markers)")
+                 "MPA markers policy: required (ask the peer for markers), optional (send them\n"
+                 "when the peer asks), off (refuse a peer that asks, as siw does)")
       ->check(CLI::IsMember(kMarkerPolicies))
       ->capture_default_str();
   app.add_flag("--p2p", o.p2p,

@@ -16,7 +16,7 @@ namespace iwarp::tools {
 struct AppOptions {
   int mpa_rev = 2;
   std::string crc = "optional";
-  std::string markers = "off";
+  std::string markers = "optional";  // send markers when the peer asks (RFC 5044 §7.1 M)
   bool p2p = false;
   std::string rtr = "write";
   int ird = 16, ord = 16;

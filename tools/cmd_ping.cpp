@@ -27,6 +27,7 @@ struct PingOptions {
   int port = 7174;
   int count = 10;
   std::size_t size = 64;
+  std::size_t max_size = std::size_t{16} << 20;
   bool verbose = false;
   bool quiet = false;
   std::string fault;
@@ -129,10 +130,25 @@ int run_server(const PingOptions& o) {
     auto wc = ep.wait(ep.recv_cq());
     if (!wc || wc->status != IBV_WC_SUCCESS) break;  // the client is done (or gone)
     Advert src = decode(recv_buf.data());
-    if (src.size > rdma_buf.size())
-      return fail_with("server", fmt::format("client advertised {} octets, our buffer has {} "
-                                             "(start the server with --size {})",
-                                             src.size, rdma_buf.size(), src.size));
+    if (src.size > rdma_buf.size()) {
+      // A client with larger pings: the buffer grows to what it advertised, up to --max-size
+      // (a size from the wire sizes nothing beyond that).
+      if (src.size > o.max_size)
+        return fail_with("server", fmt::format("client advertised {} octets, over --max-size {} "
+                                               "(start the server with --max-size {})",
+                                               src.size, o.max_size, src.size));
+      ep.dereg(rdma_mr);  // before the memory goes: the engine no longer touches it
+      rdma_buf.assign(src.size, 0);
+      rdma_mr = ep.reg(rdma_buf.data(), rdma_buf.size(),
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      if (!rdma_mr)
+        return fail_with("server",
+                         fmt::format("cannot register {} octets for the client's pings", src.size));
+      if (!o.quiet)
+        std::cout << fmt::format("server: buffer grown to {} octets for the client's pings",
+                                 src.size)
+                  << std::endl;
+    }
     post1(ep, IBV_WR_RDMA_READ, rdma_mr, rdma_buf.data(), src.size, src.addr, src.rkey);
     if (auto r = expect_wc(ep, ep.send_cq(), "RDMA Read of the client's buffer"); !r)
       return fail_with("server", r.error());
@@ -280,7 +296,14 @@ Runner add_ping_command(CLI::App& app) {
   sub->add_option("--count,-C", o->count, "Pings to run")
       ->check(CLI::Range(1, 100000000))
       ->capture_default_str();
-  sub->add_option("--size,-S", o->size, "Octets per ping (the server needs at least the client's)")
+  sub->add_option("--size,-S", o->size,
+                  "Octets per ping (client); the server's starting buffer, which grows to what\n"
+                  "the client advertises, up to --max-size")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
+      ->capture_default_str();
+  sub->add_option("--max-size", o->max_size,
+                  "Server: the largest ping it grows its buffer to (a larger advertisement ends\n"
+                  "the run with an error)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
       ->capture_default_str();
   sub->add_flag("--verbose,-v", o->verbose, "Print each ping's data");

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/log.hpp"
 #include "mpa/mpa_frame.hpp"
 #include "rnic/connection_manager.hpp"
@@ -78,6 +80,13 @@ ibv_mr* Endpoint::reg(void* addr, std::size_t len, int access) {
   auto* mr = ibv_reg_mr(pd_, addr, len, access);
   if (mr) mrs_.push_back(mr);
   return mr;
+}
+
+bool Endpoint::dereg(ibv_mr* mr) {
+  auto it = std::find(mrs_.begin(), mrs_.end(), mr);
+  if (it == mrs_.end()) return false;
+  mrs_.erase(it);
+  return ibv_dereg_mr(mr) == 0;
 }
 
 std::expected<void, std::string> Endpoint::make_qp(rdma_cm_id* id) {

@@ -73,6 +73,9 @@ class Endpoint {
   std::optional<rdma_cm_event> next_event(std::chrono::milliseconds t);
 
   ibv_mr* reg(void* addr, std::size_t len, int access);
+  // Deregisters a region reg() made (nothing in the engine touches its memory afterwards, so
+  // it may be freed); false for one it did not make.
+  bool dereg(ibv_mr* mr);
 
   ibv_context* ctx() { return ctx_; }
   ibv_pd* pd() { return pd_; }

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Runs the README's "Using it" examples as written (ctest Docs.ReadmeExamplesRunAsWritten):
+# every `rnic ...` line of the first indented block under "## Using it", comments dropped. A
+# `--server` line starts in the background and serves the `--client` line right below it (as
+# in the README's two terminals); any other line runs on its own. Each must exit 0 within its
+# bound, and a client's server must then end by itself (each serves one client), exit 0 too.
+# The default ports are used as written: the run happens in a fresh network namespace of its
+# own (unshare -n, or -rn without root) when the machine allows one, so parallel tests cannot
+# take the ports; otherwise on the host's loopback.
+#
+#   scripts/readme-examples.sh BUILD_DIR [README]
+#
+# Not run: `rnic enlarge-bench` (a benchmark of minutes; its options and outputs are tested by
+# the EnlargeBench tests with smaller sizes). Said on stdout.
+set -euo pipefail
+
+BUILD_DIR=${1:?usage: readme-examples.sh BUILD_DIR [README]}
+BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+README=${2:-$HERE/README.md}
+RNIC=$BUILD_DIR/rnic
+[ -x "$RNIC" ] || { echo "readme-examples: no $RNIC (build first)"; exit 2; }
+[ -f "$README" ] || { echo "readme-examples: no $README"; exit 2; }
+
+# In a namespace of our own: re-run this script there (loopback up first).
+if [ -z "${README_EXAMPLES_NETNS:-}" ]; then
+  for u in "unshare -n" "unshare -rn"; do
+    if $u true 2>/dev/null; then
+      exec $u env README_EXAMPLES_NETNS=1 bash -c 'ip link set lo up 2>/dev/null || true; exec bash "$0" "$@"' \
+        "$0" "$@"
+    fi
+  done
+  echo "readme-examples: no network namespace here; on the host's loopback (default ports)"
+fi
+
+# The example lines, in order.
+mapfile -t LINES < <(awk '
+  /^## Using it/ { in_section = 1; next }
+  in_section && /^## / { exit }
+  in_section && /^    rnic / { block = 1; line = substr($0, 5); sub(/[[:space:]]+#.*$/, "", line); print line; next }
+  in_section && block && !/^    / && !/^$/ { exit }
+' "$README")
+[ "${#LINES[@]}" -gt 0 ] || { echo "readme-examples: no 'rnic' lines under '## Using it' in $README"; exit 1; }
+
+WORK=$(mktemp -d /tmp/readme-examples-XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+cd "$WORK"
+failed=0
+n=0
+
+# run LIMIT_S NAME CMD...: runs to the end within LIMIT_S, prints a verdict line.
+run() {
+  local limit=$1 name=$2
+  shift 2
+  local out=$WORK/$n.out
+  local t0=$SECONDS
+  if timeout -k 5 "$limit" "$@" >"$out" 2>&1; then
+    echo "ok    ($((SECONDS - t0)) s) $name"
+  else
+    local rc=$?
+    echo "FAIL  (exit $rc after $((SECONDS - t0)) s) $name"
+    sed 's/^/      | /' "$out" | tail -25
+    failed=1
+  fi
+}
+
+i=0
+while [ $i -lt ${#LINES[@]} ]; do
+  line=${LINES[$i]}
+  n=$((n + 1))
+  read -r -a argv <<<"$line"
+  argv[0]=$RNIC
+  case " $line " in
+    *" enlarge-bench "*)
+      echo "not run: $line (a benchmark of minutes; see the EnlargeBench tests)"
+      i=$((i + 1))
+      continue
+      ;;
+    *" --server "*)
+      client=${LINES[$((i + 1))]:-}
+      [[ " $client " == *" --client "* ]] ||
+        { echo "FAIL  '$line' is not followed by a --client line"; failed=1; i=$((i + 1)); continue; }
+      sout=$WORK/$n.server.out
+      "${argv[@]}" >"$sout" 2>&1 &
+      spid=$!
+      sleep 0.5  # the server is listening long before a person types the client's line
+      n=$((n + 1))
+      read -r -a cargv <<<"$client"
+      cargv[0]=$RNIC
+      run 120 "$line  +  $client" "${cargv[@]}"
+      # Its one client served, the server ends by itself.
+      for _ in $(seq 1 100); do kill -0 $spid 2>/dev/null || break; sleep 0.1; done
+      if kill -0 $spid 2>/dev/null; then
+        echo "FAIL  the server of '$line' did not end after its client"
+        kill $spid 2>/dev/null || true
+        failed=1
+      elif ! wait $spid; then
+        echo "FAIL  the server of '$line' exited with an error:"
+        sed 's/^/      | /' "$sout" | tail -25
+        failed=1
+      fi
+      i=$((i + 2))
+      ;;
+    *)
+      run 120 "$line" "${argv[@]}"
+      i=$((i + 1))
+      ;;
+  esac
+done
+[ $failed -eq 0 ] && echo "every README example ran as written"
+exit $failed
