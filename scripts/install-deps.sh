@@ -24,6 +24,7 @@ PKGS=(
   tshark                             # verifies the pcaps we write
   gnuplot-nox                        # rnic enlarge-bench's plot
   python3
+  librsvg2-bin libxml2-utils         # rsvg-convert: rnic ladder --png; xmllint checks its SVG
   ccache                             # shared compile cache across the plain, sanitizer and fuzz builds
   clang-19 libclang-rt-19-dev        # libFuzzer targets (fuzz/, scripts/fuzz.sh)
   libibverbs-dev librdmacm-dev       # rdma-core 44's headers: the drop-in libraries' ABI (verbs_abi/)
