@@ -350,6 +350,12 @@ class Writer {
         const bool v = e.kind == Event::Kind::Violation;
         out_ += fmt::format("<g class=\"{}\">\n", v ? "violation" : "note");
         text(kTimeX, r.y + 16, seconds(e.time_us), "font-size=\"11\" fill=\"#424242\"");
+        // A box across the lifelines so that the text is not crossed by them.
+        out_ += fmt::format(
+            "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"18\" fill=\"{}\" "
+            "stroke=\"{}\"/>\n",
+            kInitiatorX - 126, r.y + 3, kWidth - kTimeX - (kInitiatorX - 126),
+            v ? "#ffebee" : "#f5f5f5", v ? "#ef9a9a" : "#e0e0e0");
         text(kInitiatorX - 120, r.y + 16,
              fit(fmt::format("{} {}", v ? "VIOLATION:" : "note:", e.text), kWideChars - 30),
              v ? "font-size=\"11\" font-weight=\"bold\" fill=\"#c62828\""

@@ -134,10 +134,20 @@ std::uint64_t complete_messages(const std::vector<Arrow>& a) {
   return n;
 }
 
+// DDP segments under the drawn arrows (data-segments summed).
+std::uint64_t segments(const std::string& svg) {
+  static const std::regex re(R"re(<g class="msg[^"]*"[^>]* data-segments="(\d+)")re");
+  std::uint64_t n = 0;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), re); it != std::sregex_iterator();
+       ++it)
+    n += std::stoull((*it)[1]);
+  return n;
+}
+
 // What `rnic decode --json` says: RDMAP messages ended (FPDUs with L set) per connection, with
 // the time of each message's last segment relative to the first record.
 struct Decoded {
-  std::uint64_t last_segments = 0;
+  std::uint64_t last_segments = 0, segments = 0;
   std::vector<double> last_times;
 };
 Decoded decode(const std::string& file) {
@@ -148,6 +158,7 @@ Decoded decode(const std::string& file) {
   std::optional<std::uint64_t> t0;
   for (const auto& r : doc["records"]) {
     if (!t0) t0 = r["time_us"].get<std::uint64_t>();
+    if (r["kind"] == "fpdu" && r.contains("last")) ++d.segments;
     if (r["kind"] == "fpdu" && r.contains("last") && r["last"].get<bool>()) {
       ++d.last_segments;
       d.last_times.push_back(static_cast<double>(r["time_us"].get<std::uint64_t>() - *t0) / 1e6);
@@ -188,7 +199,11 @@ TEST(Ladder, EverySampleCaptureDrawsOneArrowPerRdmapMessage) {
     ASSERT_TRUE(well_formed(all.svg));
     const auto a = arrows(all.svg);
     for (const auto& x : a) EXPECT_EQ(x.repeat, 1u);
+    // Every message of these captures ends in them: one arrow per L segment, and every DDP
+    // segment under exactly one arrow.
+    EXPECT_EQ(a.size(), d.last_segments);
     EXPECT_EQ(complete_messages(a), d.last_segments);
+    EXPECT_EQ(segments(all.svg), d.segments);
     EXPECT_NE(all.svg.find("viewBox=\"0 0 "), std::string::npos);
     EXPECT_NE(all.svg.find("MPA initiator"), std::string::npos);
     // Collapsed: fewer (or as many) arrows, standing for the same messages.
