@@ -377,7 +377,7 @@ class Writer {
       out_ += fmt::format(
           "<line class=\"seg\" x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" "
           "stroke=\"{3}\" stroke-width=\"1.5\"/>\n",
-          x, y - 4, y + 4, colour);
+          x, y - 2, y + 6, colour);
     }
   }
 
