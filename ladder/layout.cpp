@@ -67,7 +67,8 @@ bool same_step(const Event& a, const Event& b) {
   const auto &x = a.msg, &y = b.msg;
   if (a.dir != b.dir || x.opcode != y.opcode || x.tagged != y.tagged || x.length != y.length ||
       x.segments != y.segments || x.complete != y.complete || x.detail != y.detail ||
-      x.terminate.has_value() || y.terminate.has_value())
+      x.terminate.has_value() || y.terminate.has_value() || x.bad_segments > 0 ||
+      y.bad_segments > 0)
     return false;
   // Tagged: the same buffer (STag); a run may walk through it (the label shows the TO range).
   return x.tagged ? x.stag == y.stag : x.qn == y.qn && x.mo == y.mo;

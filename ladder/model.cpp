@@ -198,6 +198,9 @@ class Builder {
       m.length += r.payload_length;
       m.last_time_us = rel;
       m.complete = h.last;
+      if (r.error) {
+        if (m.bad_segments++ == 0) m.problem = r.error->to_string();
+      }
     }
     it->next_to = h.to.value() + r.payload_length;
     if (h.last) open.erase(it);

@@ -34,6 +34,10 @@ struct Message {
   bool complete = false;  // its last segment (L=1) is in the capture
   std::string detail;     // the RDMAP body as decoded (Read Request sink/src, atomics, imm)
   std::optional<TerminateInfo> terminate;
+  // The first problem the decoder found in one of its segments (a bad CRC, RFC 5044 §6.2, or
+  // a segment check), and how many segments had one.
+  std::string problem;
+  std::uint32_t bad_segments = 0;
   std::uint64_t last_time_us = 0;
   std::uint64_t next_to = 0;  // tagged: where the next segment of this message starts
 };

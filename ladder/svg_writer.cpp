@@ -119,6 +119,10 @@ std::string message_detail(const Row& r) {
   if (m.segments > 1) parts.push_back(fmt::format("{} DDP segments", m.segments));
   if (!m.terminate && !m.detail.empty()) parts.push_back(m.detail);
   if (!m.complete) parts.push_back("incomplete: no L segment in the capture");
+  if (m.bad_segments > 0)
+    parts.insert(parts.begin(), m.bad_segments > 1
+                                    ? fmt::format("{} bad segments: {}", m.bad_segments, m.problem)
+                                    : m.problem);
   std::string s;
   for (const auto& p : parts) s += (s.empty() ? "" : " \u00b7 ") + p;
   return s;
@@ -321,10 +325,11 @@ class Writer {
         const bool term = m.terminate.has_value() ||
                           m.opcode == static_cast<std::uint8_t>(rdmap::Opcode::Terminate);
         out_ += fmt::format(
-            "<g class=\"msg {}{}{}\" data-opcode=\"{}\" data-repeat=\"{}\" data-segments=\"{}\" "
+            "<g class=\"msg {}{}{}{}\" data-opcode=\"{}\" data-repeat=\"{}\" data-segments=\"{}\" "
             "data-frame=\"{}\">\n",
             s.cls, term ? " terminate" : "", m.complete ? "" : " incomplete",
-            xml_escape(opcode_label(m.opcode)), r.repeat, m.segments, e.frame);
+            m.bad_segments ? " error" : "", xml_escape(opcode_label(m.opcode)), r.repeat,
+            m.segments, e.frame);
         const auto detail = message_detail(r);
         out_ +=
             fmt::format("<title>{}</title>\n",
@@ -337,8 +342,9 @@ class Writer {
         ticks(e.dir, arrow_y, m.segments, s.colour);
         if (const auto d = message_detail(r); !d.empty())
           text(kMidX, r.y + 38, fit(d, kDetailChars),
-               fmt::format("font-size=\"11\" text-anchor=\"middle\" fill=\"{}\"",
-                           term ? s.colour : "#616161"));
+               fmt::format("font-size=\"11\" text-anchor=\"middle\" fill=\"{}\"{}",
+                           term || m.bad_segments ? "#c62828" : "#616161",
+                           m.bad_segments ? " font-weight=\"bold\"" : ""));
         if (r.single && r.repeat > 1)
           text(kResponderX + 24, arrow_y + 5, fmt::format("\u00d7{}", r.repeat),
                fmt::format("font-size=\"15\" font-weight=\"bold\" fill=\"{}\"", s.colour));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -415,6 +416,41 @@ TEST(Ladder, PngThroughRsvgConvertOrOneLineWhenMissing) {
   const auto bytes = slurp(png);
   ASSERT_GT(bytes.size(), 1000u);
   EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Ladder, AMessageWithABadCrcIsFlaggedOnItsArrow) {
+  // mpa2_crc.pcap with one octet of frame 12's FPDU (the 100-octet Send with SE) flipped:
+  // its CRC no longer matches (RFC 5044 §6.2).
+  std::string bytes = slurp(kTraces + "generated/mpa2_crc.pcap");
+  std::size_t off = 24, frame = 0;
+  while (off + 16 <= bytes.size()) {
+    std::uint32_t incl = 0;
+    std::memcpy(&incl, bytes.data() + off + 8, 4);  // little-endian pcap record header
+    if (++frame == 12) {
+      ASSERT_LE(off + 16 + incl, bytes.size());
+      bytes[off + 16 + incl - 10] ^= 0x5a;
+      break;
+    }
+    off += 16 + incl;
+  }
+  ASSERT_EQ(frame, 12u);
+  const auto bad = temp("badcrc.pcap"), svg = temp("badcrc.svg");
+  std::ofstream(bad, std::ios::binary) << bytes;
+  auto r = ladder({bad, "-o", svg, "--no-collapse"}, svg);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto g = r.svg.find("<g class=\"msg send error\" data-opcode=\"Send with SE\"");
+  ASSERT_NE(g, std::string::npos);
+  const auto group = r.svg.substr(g, r.svg.find("</g>", g) - g);
+  EXPECT_NE(group.find("CRC mismatch"), std::string::npos);
+  EXPECT_NE(group.find("#c62828"), std::string::npos);
+  // Only that one.
+  std::size_t flagged = 0;
+  for (const auto& a : arrows(r.svg)) flagged += a.cls.ends_with(" error") ? 1 : 0;
+  EXPECT_EQ(flagged, 1u);
 }
 
 }  // namespace
