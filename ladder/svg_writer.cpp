@@ -112,9 +112,22 @@ std::string message_label(const Row& r) {
   return s;
 }
 
+// Whether the row's message is the initiator's Ready-To-Receive message of a peer-to-peer
+// connection: its first message, zero-length (RFC 6581 §5).
+bool is_rtr(const Row& r) {
+  const auto& c = *r.conn;
+  if (!c.params || !c.params->peer_to_peer || r.event->dir != Direction::FromInitiator ||
+      r.event->msg.length != 0)
+    return false;
+  for (const auto& e : c.events)
+    if (e.kind == Event::Kind::Message) return &e == r.event;
+  return false;
+}
+
 std::string message_detail(const Row& r) {
   const auto& m = r.event->msg;
   std::vector<std::string> parts;
+  if (is_rtr(r)) parts.push_back("peer-to-peer RTR message (RFC 6581 \u00a75)");
   if (m.terminate) parts.push_back(m.terminate->meaning);
   if (m.segments > 1) parts.push_back(fmt::format("{} DDP segments", m.segments));
   if (!m.terminate && !m.detail.empty()) parts.push_back(m.detail);

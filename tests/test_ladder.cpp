@@ -273,6 +273,12 @@ TEST(Ladder, MpaExchangeShowsWhatWasNegotiated) {
   EXPECT_NE(r.svg.find("MPA Request rev 2  M=0 C=1  IRD 16 ORD 16  P2P RTR"), std::string::npos);
   EXPECT_NE(r.svg.find("negotiated: rev 2, CRC on, markers off/off"), std::string::npos);
   EXPECT_NE(r.svg.find("10.0.0.1:40000"), std::string::npos);
+  // The zero-length RDMA Read that opens a peer-to-peer connection is its RTR (RFC 6581 §5).
+  const auto rtr = r.svg.find("peer-to-peer RTR message");
+  ASSERT_NE(rtr, std::string::npos);
+  EXPECT_LT(r.svg.rfind("data-opcode=\"RDMA Read Request\"", rtr), rtr);
+  EXPECT_EQ(r.svg.find("data-opcode=", r.svg.find("<g class=\"mpa\"")),
+            r.svg.rfind("data-opcode=\"RDMA Read Request\"", rtr));
 }
 
 TEST(Ladder, FiltersReduceWhatIsDrawn) {
