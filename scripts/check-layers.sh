@@ -20,8 +20,9 @@ declare -A allowed=(
   [verbs_abi]="common mpa ddp rnic capture"
   [enlarge]="common mpa ddp rnic verbs_shim"
   [replay]="common mpa ddp trace rnic sim"
+  [ladder]="common mpa ddp trace"
   [bench]="common mpa ddp trace rnic sim capture verbs_shim enlarge replay"
-  [tools]="common mpa ddp trace rnic sim capture verbs_shim enlarge replay bench"
+  [tools]="common mpa ddp trace rnic sim capture verbs_shim enlarge replay bench ladder"
   [fuzz]="common mpa ddp trace rnic sim capture verbs_shim enlarge replay"
 )
 

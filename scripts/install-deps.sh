@@ -26,6 +26,7 @@ PKGS=(
   python3
   iproute2 util-linux                # ip, unshare: tests in network namespaces of their own
   gdb                                # backtraces of a real program a test kills at its deadline
+  librsvg2-bin libxml2-utils         # rsvg-convert: rnic ladder --png; xmllint checks its SVG
   ccache                             # shared compile cache across the plain, sanitizer and fuzz builds
   clang-19 libclang-rt-19-dev        # libFuzzer targets (fuzz/, scripts/fuzz.sh)
   libibverbs-dev librdmacm-dev       # rdma-core 44's headers: the drop-in libraries' ABI (verbs_abi/)
