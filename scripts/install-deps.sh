@@ -25,6 +25,7 @@ PKGS=(
   gnuplot-nox                        # rnic enlarge-bench's plot
   python3
   iproute2 util-linux                # ip, unshare: tests in network namespaces of their own
+  jq                                 # the README examples pipe --json output through it
   gdb                                # backtraces of a real program a test kills at its deadline
   librsvg2-bin libxml2-utils         # rsvg-convert: rnic ladder --png; xmllint checks its SVG
   ccache                             # shared compile cache across the plain, sanitizer and fuzz builds

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs the README's "Using it" examples as written (ctest Docs.ReadmeExamplesRunAsWritten):
-# every `rnic ...` line of the first indented block under "## Using it", comments dropped. A
-# `--server` line starts in the background and serves the `--client` line right below it (as
-# in the README's two terminals); any other line runs on its own. Each must exit 0 within its
-# bound, and a client's server must then end by itself (each serves one client), exit 0 too.
+# every `rnic ...` line of the indented blocks of the "## Using it" section, comments dropped,
+# through bash with this build's `rnic` first on PATH (pipes such as `| jq` work), from a
+# scratch directory where `pcap_traces` is the repository's. A `--server` line starts in the
+# background and serves the `--client` line right below it (as in the README's two terminals);
+# any other line runs on its own. Each must exit 0 within its bound, and a client's server must
+# then end by itself (each serves one client), exit 0 too.
 # The default ports are used as written: the run happens in a fresh network namespace of its
 # own (unshare -n, or -rn without root) when the machine allows one, so parallel tests cannot
 # take the ports; otherwise on the host's loopback.
@@ -37,14 +39,17 @@ fi
 mapfile -t LINES < <(awk '
   /^## Using it/ { in_section = 1; next }
   in_section && /^## / { exit }
-  in_section && /^    rnic / { block = 1; line = substr($0, 5); sub(/[[:space:]]+#.*$/, "", line); print line; next }
-  in_section && block && !/^    / && !/^$/ { exit }
+  in_section && /^    rnic / { line = substr($0, 5); sub(/[[:space:]]+#[^\x27]*$/, "", line); print line }
 ' "$README")
 [ "${#LINES[@]}" -gt 0 ] || { echo "readme-examples: no 'rnic' lines under '## Using it' in $README"; exit 1; }
 
 WORK=$(mktemp -d /tmp/readme-examples-XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 cd "$WORK"
+mkdir bin
+ln -s "$RNIC" bin/rnic
+export PATH=$WORK/bin:$PATH
+ln -s "$HERE/pcap_traces" pcap_traces
 failed=0
 n=0
 
@@ -68,8 +73,6 @@ i=0
 while [ $i -lt ${#LINES[@]} ]; do
   line=${LINES[$i]}
   n=$((n + 1))
-  read -r -a argv <<<"$line"
-  argv[0]=$RNIC
   case " $line " in
     *" enlarge-bench "*)
       echo "not run: $line (a benchmark of minutes; see the EnlargeBench tests)"
@@ -81,13 +84,11 @@ while [ $i -lt ${#LINES[@]} ]; do
       [[ " $client " == *" --client "* ]] ||
         { echo "FAIL  '$line' is not followed by a --client line"; failed=1; i=$((i + 1)); continue; }
       sout=$WORK/$n.server.out
-      "${argv[@]}" >"$sout" 2>&1 &
+      bash -c "exec $line" >"$sout" 2>&1 &
       spid=$!
       sleep 0.5  # the server is listening long before a person types the client's line
       n=$((n + 1))
-      read -r -a cargv <<<"$client"
-      cargv[0]=$RNIC
-      run 120 "$line  +  $client" "${cargv[@]}"
+      run 120 "$line  +  $client" bash -c "set -o pipefail; $client"
       # Its one client served, the server ends by itself.
       for _ in $(seq 1 100); do kill -0 $spid 2>/dev/null || break; sleep 0.1; done
       if kill -0 $spid 2>/dev/null; then
@@ -102,7 +103,7 @@ while [ $i -lt ${#LINES[@]} ]; do
       i=$((i + 2))
       ;;
     *)
-      run 120 "$line" "${argv[@]}"
+      run 120 "$line" bash -c "set -o pipefail; $line"
       i=$((i + 1))
       ;;
   esac
