@@ -56,17 +56,17 @@ const std::vector<Case>& replay_cases() {
   return k;
 }
 
-struct Run {
+struct RunResult {
   std::string out;
   int status = -1;
 };
 
 // Runs rnic in the source tree (so the paths it prints are the relative ones above); its
 // stderr (log lines) is left out.
-Run run_rnic(const std::string& args) {
+RunResult run_rnic(const std::string& args) {
   const std::string cmd = std::string("cd '") + IWARP_SOURCE_DIR + "' && '" + IWARP_RNIC_BIN +
                           "' " + args + " 2>/dev/null";
-  Run r;
+  RunResult r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
   char buf[65536];
@@ -109,7 +109,7 @@ std::string first_difference(const std::string& got, const std::string& want) {
 
 // Runs one case and compares (or, with IWARP_UPDATE_GOLDEN=1, rewrites its golden file).
 std::string check(const Case& c) {
-  const Run r = run_rnic(c.args);
+  const RunResult r = run_rnic(c.args);
   EXPECT_TRUE(r.status == 0 || r.status == 1)
       << "rnic " << c.args << " exited with " << r.status << "\n"
       << r.out;
@@ -185,6 +185,32 @@ TEST(ExplainGolden, ReplayWithHoles) {
                    "released in stream order", "why: in order: ", "why: receive completion",
                    "why: doorbell: ", "why: the peer sent a Terminate",
                    "why: duplicate: ", "why: the RDMA Read work request completes"});
+}
+
+// Real bytes with errors: a committed capture whose last zero-length Send (MSN 4) gets the
+// reserved opcode 0xC, so its CRC no longer matches either. The FPDU line says the opcode is
+// reserved and what a receiver does; the violations name their rules and Terminates.
+TEST(ExplainGolden, ReservedOpcodeAndBadCrcInACapture) {
+  const fs::path src = fs::path(IWARP_SOURCE_DIR) / "pcap_traces/generated/mpa2_crc.pcap";
+  std::string bytes = read_all(src);
+  // ULPDU_Length 18, T=0 L=1 DV=1, RV=1 opcode 3 (Send), RsvdULP 0, QN 0, MSN 4, MO 0.
+  const std::string send4(
+      "\x00\x12\x41\x43\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x04"
+      "\x00\x00\x00\x00",
+      20);
+  const auto at = bytes.find(send4);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(bytes.find(send4, at + 1), std::string::npos) << "the pattern must be unique";
+  bytes[at + 3] = '\x4c';  // opcode 0xC: reserved
+  const fs::path bad = fs::path(::testing::TempDir()) / "explain_reserved_opcode.pcap";
+  std::ofstream(bad, std::ios::binary) << bytes;
+  const RunResult r = run_rnic("decode --explain '" + bad.string() + "'");
+  EXPECT_EQ(r.status, 1) << r.out;  // violations found
+  const std::string why = why_lines(r.out);
+  expect_all(why, {"why: opcode 0xc is reserved", "layer 0 etype 2 code 0x06",
+                   "§7.4.1); violation: an FPDU's CRC did not match",
+                   "why: violation: a segment carried an opcode the receiver does not know"});
+  fs::remove(bad);
 }
 
 }  // namespace

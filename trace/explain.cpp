@@ -400,6 +400,8 @@ std::string RecordExplainer::explain(const Record& r) {
   }
   std::string s = explain_segment(h, &r.body, r.payload_length, place);
   if (r.markers) s += fmt::format("; {} marker(s) removed from it (RFC 5044 §5)", r.markers);
+  // An FPDU that breaks a rule itself (its CRC) carries the error on its own record.
+  if (r.error) s += "; " + explain_error(*r.error);
   return s;
 }
 
