@@ -144,6 +144,16 @@ TEST(Explain, SegmentsAreCountedWithinTheirMessage) {
   EXPECT_NE(last.find("the oldest outstanding RDMA Read completes"), std::string::npos);
   // The next message starts again at 1.
   EXPECT_NE(x.explain(rec(0, true, 0)).find("RDMA Write single segment"), std::string::npos);
+  // A capture cannot make it count more open messages than its limit.
+  trace::RecordExplainer y;
+  for (std::uint32_t i = 0; i < trace::RecordExplainer::kMaxMessagesInProgress; ++i) {
+    auto r = rec(0, false, 0);
+    r.ddp->stag = STag{i};
+    EXPECT_NE(y.explain(r).find("first segment"), std::string::npos);
+  }
+  auto over = rec(0, false, 0);
+  over.ddp->stag = STag{0xffffff00};
+  EXPECT_NE(y.explain(over).find("RDMA Write segment (more follow): 1024 octets"), std::string::npos);
   // An FPDU with a reserved opcode, as rnic decode records it.
   trace::Record r;
   r.kind = trace::Record::Kind::Fpdu;

@@ -29,7 +29,7 @@ std::string stag(STag s) {
 // "the only segment of its message" / "segment 2, more follow" / "last segment (3 of 3)".
 std::string place_text(const Facts& f) {
   const auto& p = f.place;
-  if (p.index == 0) return p.last ? "last segment" : "a segment (more follow)";
+  if (p.index == 0) return p.last ? "last segment" : "segment (more follow)";
   if (p.index == 1 && p.last) return "single segment";
   if (p.last) return fmt::format("last segment ({} of {})", p.index, p.index);
   if (p.index == 1) return "first segment (more follow)";
@@ -394,9 +394,14 @@ std::string RecordExplainer::explain(const Record& r) {
       r.summary != rdmap::opcode_name(h.opcode)) {
     const Key k{r.flow, static_cast<int>(r.dir), h.tagged, h.tagged ? h.stag.value() : h.qn.value(),
                 h.tagged ? h.opcode : h.msn.value()};
-    auto& n = in_progress_[k];
-    place.index = ++n;
-    if (h.last) in_progress_.erase(k);
+    auto it = in_progress_.find(k);
+    if (it == in_progress_.end() && in_progress_.size() < kMaxMessagesInProgress)
+      it = in_progress_.emplace(k, 0).first;
+    // Beyond the limit a new message's segments are not counted (their index is unknown).
+    if (it != in_progress_.end()) {
+      place.index = ++it->second;
+      if (h.last) in_progress_.erase(it);
+    }
   }
   std::string s = explain_segment(h, &r.body, r.payload_length, place);
   if (r.markers) s += fmt::format("; {} marker(s) removed from it (RFC 5044 §5)", r.markers);

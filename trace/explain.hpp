@@ -55,6 +55,10 @@ std::string explain_error(const WireError& e);
 // message's segments (per connection, direction and message) to say which segment this is.
 class RecordExplainer {
  public:
+  // Messages whose last segment has not been seen yet, counted at once: a capture cannot make
+  // the explainer hold more (the segments of messages beyond it are explained without index).
+  static constexpr std::size_t kMaxMessagesInProgress = 4096;
+
   std::string explain(const Record& r);
 
  private:
