@@ -153,7 +153,8 @@ TEST(Explain, SegmentsAreCountedWithinTheirMessage) {
   }
   auto over = rec(0, false, 0);
   over.ddp->stag = STag{0xffffff00};
-  EXPECT_NE(y.explain(over).find("RDMA Write segment (more follow): 1024 octets"), std::string::npos);
+  EXPECT_NE(y.explain(over).find("RDMA Write segment (more follow): 1024 octets"),
+            std::string::npos);
   // An FPDU with a reserved opcode, as rnic decode records it.
   trace::Record r;
   r.kind = trace::Record::Kind::Fpdu;
