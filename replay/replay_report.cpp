@@ -175,7 +175,10 @@ std::string format_text(const Plan& plan, const ReplayResult& r,
                            : ""));
       line(fmt::format("  {:>7} {:>10} {}  {:<26} {:<14} {}", "frame", "time", "E", "event",
                        "where", "detail"));
-      for (std::size_t k = 0; k < n; ++k) line("  " + format_event(cr.timeline[k], t0));
+      for (std::size_t k = 0; k < n; ++k) {
+        line("  " + format_event(cr.timeline[k], t0));
+        if (o.explain) line("            why: " + o.explain(cr.timeline[k]));
+      }
     }
     line(fmt::format("  {} step(s), {} segment(s) injected", cr.steps, cr.segments_injected));
     if (order) {

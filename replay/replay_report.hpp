@@ -1,6 +1,7 @@
 // What `rnic replay` prints: the timeline and summary as text, or one JSON document.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -22,6 +23,8 @@ struct PermutationCheck {
 struct ReportOptions {
   std::size_t timeline_limit = 40;  // timeline lines per connection in text; 0: none
   bool timeline_all = false;        // every timeline line
+  // When set, each timeline line is followed by this sentence (rnic replay --explain).
+  std::function<std::string(const TimelineEntry&)> explain;
 };
 
 // Exit status of `rnic replay` (also documented in docs/replay.md):

@@ -11,6 +11,7 @@
 #include "mpa/negotiation.hpp"
 #include "rnic/engine_fwd.hpp"
 #include "rnic/qp_types.hpp"
+#include "rnic/rx_observer.hpp"
 #include "rnic/rx_segment_shaper.hpp"
 
 namespace iwarp::rnic {
@@ -62,6 +63,8 @@ struct CmOptions {
   // Makes a receive-side segment shaper (a simulated impaired wire, sim/impaired_wire.hpp) for
   // every QP this id starts (RxOptions::shaper); empty: none.
   RxShaperFactory rx_shaper;
+  // Told what every QP this id starts receives (RxOptions::observer; rnic xfer --explain).
+  std::shared_ptr<RxObserver> rx_observer;
   TapFactory tap;
 };
 

@@ -588,6 +588,7 @@ void CmId::start_qp(const mpa::ConnectionParams& negotiated, bool initiator) {
   // first-FPDU delay only holds transmission back (StreamSetup::first_fpdu_delay).
   RxOptions rx;
   rx.shaper = opts_.rx_shaper;
+  rx.observer = opts_.rx_observer;
   qp->start(std::make_unique<SocketTransport>(std::move(*sock_)), st, {}, tap_, on_closed,
             std::move(rx));
   sock_.reset();

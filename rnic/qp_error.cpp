@@ -43,7 +43,8 @@ void QueuePair::fatal(const WireError& e, ByteSpan ddp_hdr, ByteSpan rdmap_hdr,
   }
   rx_event(RxEvent{.kind = RxEvent::Kind::TerminateSent,
                    .offset = rx_.segments ? rx_.segments->in_order() : 0,
-                   .text = reason});
+                   .text = reason,
+                   .term = term_code(e.code)});
   TxMsg m;
   m.kind = TxKind::Terminate;
   m.hdr = ddp::untagged_header(Opcode::Terminate, QueueNumber{rdmap::kQnTerminate},
@@ -191,7 +192,8 @@ void QueuePair::rx_terminate_received(const rdmap::Terminate& t) {
   }
   rx_event(RxEvent{.kind = RxEvent::Kind::TerminateReceived,
                    .offset = rx_.segments ? rx_.segments->in_order() : 0,
-                   .text = reason});
+                   .text = reason,
+                   .term = TermCode{static_cast<TermLayer>(t.layer), t.etype, t.ecode}});
   // The oldest request still waiting for the peer (a Read or atomic) learns why, when the
   // Terminate is about it: RFC 5040 §4.8, the terminated DDP header is that of a Read (or
   // atomic, RFC 7306) Request. A Terminate about another message (a Write, a Send) is not the

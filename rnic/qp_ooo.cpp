@@ -68,15 +68,19 @@ mpa::OooVerdict QueuePair::rx_ooo(const mpa::OooFpdu& f, const mpa::Hole& hole) 
   using V = mpa::OooVerdict;
   if (closed_ || state_.load() != QpState::Rts) return V::Wait;
   auto seg = ddp::parse_segment(f.ulpdu);
-  auto event = [&](RxEvent::Kind kind, std::string text) {
+  auto event = [&](RxEvent::Kind kind, std::string text,
+                   std::optional<TermCode> term = std::nullopt) {
     rx_event(RxEvent{.kind = kind,
                      .offset = f.offset,
                      .end = f.offset + f.wire_length,
                      .beyond_hole = true,
-                     .text = std::move(text)});
+                     .text = std::move(text),
+                     .hdr = seg ? std::optional(seg->hdr) : std::nullopt,
+                     .term = term,
+                     .payload = seg ? static_cast<std::uint32_t>(seg->payload.size()) : 0});
   };
   if (!seg) {
-    event(RxEvent::Kind::DeferredError, seg.error().to_string());
+    event(RxEvent::Kind::DeferredError, seg.error().to_string(), term_code(seg.error().code));
     std::lock_guard l(mu_);
     ooo_.errors.insert(f.offset);
     return V::Invalid;
@@ -95,7 +99,8 @@ mpa::OooVerdict QueuePair::rx_ooo(const mpa::OooFpdu& f, const mpa::Hole& hole) 
     case V::Invalid: {
       event(RxEvent::Kind::DeferredError,
             fmt::format("{}: {}; its Terminate waits for hole [{}, {})", what,
-                        step.error->to_string(), hole.begin, hole.end));
+                        step.error->to_string(), hole.begin, hole.end),
+            term_code(step.error->code));
       std::lock_guard l(mu_);
       ooo_.errors.insert(f.offset);
       return V::Invalid;

@@ -579,12 +579,15 @@ void QueuePair::rx_end(const mpa::FpduTrailer& t, Delivery how) {
     rx_event(RxEvent{.kind = RxEvent::Kind::Placed,
                      .offset = t.offset,
                      .end = t.offset + t.wire_length,
-                     .text = [&] {
-                       // describe() counts the octets it was shown: the head only, here.
-                       auto d = ddp::describe(rx_.fpdu.seg);
-                       return d.substr(0, d.rfind(" len ")) +
-                              fmt::format(" len {}", rx_.fpdu.payload_len);
-                     }()});
+                     .text =
+                         [&] {
+                           // describe() counts the octets it was shown: the head only, here.
+                           auto d = ddp::describe(rx_.fpdu.seg);
+                           return d.substr(0, d.rfind(" len ")) +
+                                  fmt::format(" len {}", rx_.fpdu.payload_len);
+                         }(),
+                     .hdr = rx_.fpdu.seg.hdr,
+                     .payload = static_cast<std::uint32_t>(rx_.fpdu.payload_len)});
   if (!rx_.fpdu.bounce.empty()) rx_.send.buffer.scatter(rx_.fpdu.bounce_mo, rx_.fpdu.bounce);
   if (!rx_.fpdu.seg.hdr.last) return;
   if (auto r = rx_message_end(how); !r)
@@ -626,7 +629,8 @@ Result<void> QueuePair::rx_message_end(Delivery how) {
                     .read_requests = 1,
                     .text = fmt::format("Read Request MSN {} queued, {} octets from STag 0x{:08x}",
                                         seg.hdr.msn.value(), rx_.fpdu.pending_irq->src.size(),
-                                        std::get<rdmap::ReadRequest>(seg.body).src_stag.value())});
+                                        std::get<rdmap::ReadRequest>(seg.body).src_stag.value()),
+                    .hdr = seg.hdr});
       ring_doorbell();
       return {};
     case F::AtomicRequest:
@@ -651,7 +655,8 @@ Result<void> QueuePair::rx_read_response_end() {
   if (rx_.opts.observer)  // (no formatting on the data path without one)
     rx_event(RxEvent{.kind = RxEvent::Kind::Completion,
                      .text = fmt::format("RDMA Read of {} octets into STag 0x{:08x} complete",
-                                         e.size, e.sink.value())});
+                                         e.size, e.sink.value()),
+                     .hdr = rx_.fpdu.seg.hdr});
   ring_doorbell();
   return {};
 }
@@ -702,7 +707,8 @@ Result<void> QueuePair::complete_receive() {
     rx_event(RxEvent{.kind = RxEvent::Kind::Completion,
                      .text = fmt::format("{} MSN {} received: {} octets, receive WR {}",
                                          rdmap::opcode_name(seg.hdr.opcode), seg.hdr.msn.value(),
-                                         wc.byte_len, wc.wr_id)});
+                                         wc.byte_len, wc.wr_id),
+                     .hdr = seg.hdr});
   return {};
 }
 

@@ -5,7 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "common/wire_error.hpp"
+#include "ddp/ddp_header.hpp"
 
 namespace iwarp::rnic {
 
@@ -33,6 +37,12 @@ struct RxEvent {
   // Requests held back, in stream order (RFC 5040 §5.3 / RFC 5041 §5.4).
   std::uint32_t sends = 0, read_responses = 0, read_requests = 0, writes = 0;
   std::string text;  // one line: opcode, STag/TO or MSN/MO, length; or the error
+  // For explanations (rnic replay --explain): the DDP header of the segment the event is about
+  // (Placed, Deferred, Completion, Doorbell), and the Terminate's Layer / EType / Error Code
+  // (TerminateSent, TerminateReceived, DeferredError).
+  std::optional<ddp::DdpHeader> hdr{};
+  std::optional<TermCode> term{};
+  std::uint32_t payload = 0;  // Placed: the segment's ULP payload octets
 };
 
 class RxObserver {

@@ -6,6 +6,7 @@
 
 #include "tools/commands.hpp"
 #include "tools/value_checks.hpp"
+#include "trace/explain.hpp"
 #include "trace/trace_decoder.hpp"
 
 namespace iwarp::tools {
@@ -132,7 +133,7 @@ json report_json(const trace::DecodeReport& rep) {
 Runner add_decode_command(CLI::App& app) {
   struct Opts {
     std::string file;
-    bool json = false, summary = false;
+    bool json = false, summary = false, explain = false;
     std::uint64_t window = trace::kDefaultWindow;
     std::uint64_t total_window = trace::kDefaultTotalWindow;
   };
@@ -147,7 +148,14 @@ Runner add_decode_command(CLI::App& app) {
   cmd->add_option("file", o->file, "Capture file")->required();
   cmd->add_flag("--json", o->json,
                 "Print one JSON document (records first, streamed; then the connections)");
-  cmd->add_flag("--summary", o->summary, "Print only the per-connection summary");
+  auto* summary = cmd->add_flag("--summary", o->summary, "Print only the per-connection summary");
+  cmd->add_flag("--explain", o->explain,
+                "After each line, one indented sentence starting \"why:\" saying what it means\n"
+                "in RDMA terms (which segment of which message, where its data goes, what\n"
+                "completes) and the RFC rule behind it; violations name the rule broken and the\n"
+                "Terminate a receiver would send. With --json each record gets an\n"
+                "\"explanation\" member. Filter the sentences out with grep -v ' why: '")
+      ->excludes(summary);
   cmd->add_option("--window", o->window,
                   "Reassembly window per direction: octets arriving more than this beyond a gap\n"
                   "are dropped with a note (each held piece also counts 176 octets for its\n"
@@ -163,11 +171,14 @@ Runner add_decode_command(CLI::App& app) {
                                   .total_window = static_cast<std::size_t>(o->total_window)};
     std::uint64_t t0 = 0;
     bool first = true;
+    trace::RecordExplainer explainer;
     trace::RecordSink sink;
     if (o->json) {
       // The records are streamed as the "records" member; the rest follows when known.
       sink = [&](trace::Record&& r) {
-        std::string j = record_json(r).dump(1);
+        json rj = record_json(r);
+        if (o->explain) rj["explanation"] = explainer.explain(r);
+        std::string j = rj.dump(1);
         std::string ind;
         ind.reserve(j.size() + 64);
         for (char c : j) {
@@ -186,6 +197,7 @@ Runner add_decode_command(CLI::App& app) {
           first = false;
         }
         fmt::print("{}\n", trace::format_record(r, t0));
+        if (o->explain) fmt::print("{:>11}{}\n", "why: ", explainer.explain(r));
       };
     }
     auto rep = trace::decode_file(o->file, sink, so);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <new>
 
+#include "replay/replay_explain.hpp"
 #include "replay/replay_plan.hpp"
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
@@ -45,6 +46,7 @@ class ProgressBar {
 struct ReplayOpts {
   std::string file;
   bool json = false, timeline = false, quiet = false, progress = false, no_progress = false;
+  bool explain = false;
   std::optional<std::uint64_t> permute;
   std::vector<std::uint64_t> drop;
   double reorder = 0.25, dup = 0.1, split = 0.1;
@@ -125,11 +127,24 @@ int run_replay(const ReplayOpts& o) {
   pb.clear();
 
   if (o.json) {
-    fmt::print("{}\n", replay::to_json(*plan, result, perm, check, !o.quiet).dump(1));
+    auto doc = replay::to_json(*plan, result, perm, check, !o.quiet);
+    if (o.explain && !o.quiet) {
+      // The JSON timeline lists each connection's kept events in order, as the result does.
+      auto& conns = doc["connections"];
+      for (std::size_t i = 0; i < conns.size() && i < result.connections.size(); ++i) {
+        auto& tl = conns[i]["timeline"];
+        const auto& events = result.connections[i].timeline;
+        for (std::size_t k = 0; k < tl.size() && k < events.size(); ++k)
+          tl[k]["explanation"] = replay::explain_event(events[k].event);
+      }
+    }
+    fmt::print("{}\n", doc.dump(1));
   } else {
     replay::ReportOptions ro;
     ro.timeline_all = o.timeline;
     ro.timeline_limit = o.quiet ? 0 : 40;
+    if (o.explain)
+      ro.explain = [](const replay::TimelineEntry& t) { return replay::explain_event(t.event); };
     fmt::print("{}", replay::format_text(*plan, result, perm, check, ro));
   }
   return replay::exit_status(result, check);
@@ -160,7 +175,15 @@ Runner add_replay_command(CLI::App& app) {
   auto* tl = cmd->add_flag("--timeline", o->timeline,
                            "Print the whole timeline (by default the first 40 events of each "
                            "connection)");
-  cmd->add_flag("--quiet", o->quiet, "Print no timeline, only the summaries")->excludes(tl);
+  auto* quiet =
+      cmd->add_flag("--quiet", o->quiet, "Print no timeline, only the summaries")->excludes(tl);
+  cmd->add_flag("--explain", o->explain,
+                "After each timeline event, one indented sentence starting \"why:\" saying what\n"
+                "it means in RDMA terms and the RFC rule behind it: where a segment's data went,\n"
+                "why data beyond a TCP hole is placed now but completes only when the hole\n"
+                "closes, what a Terminate reports. With --json each timeline event gets an\n"
+                "\"explanation\" member. Try it with --permute 3 to see holes")
+      ->excludes(quiet);
   auto* permute_opt = cmd->add_option(
       "--permute", o->permute,
       "Replay in a seeded disorder instead: in each direction some segments are held back and\n"

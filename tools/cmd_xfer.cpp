@@ -15,10 +15,13 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "common/log.hpp"
+#include "replay/replay_explain.hpp"
+#include "replay/replayer.hpp"
 #include "tools/app_options.hpp"
 #include "tools/commands.hpp"
 
@@ -142,8 +145,35 @@ struct XferOptions {
   bool unsafe_ignore_ord = false;
   int loop = 0;  // client: then keep Writing this many MiB (for kill tests)
   bool verbose = false;
+  bool explain = false;
   AppOptions app;
 };
+
+// rnic xfer --explain: each event the receive engine reports, as it happens (engine thread),
+// followed by its sentence (replay/replay_explain.hpp).
+class ExplainPrinter : public rnic::RxObserver {
+ public:
+  explicit ExplainPrinter(const char* side) : side_(side) {}
+  void on_event(const rnic::RxEvent& e) override {
+    std::string what(replay::event_name(e.kind));
+    if (e.beyond_hole && e.kind != rnic::RxEvent::Kind::Deferred &&
+        e.kind != rnic::RxEvent::Kind::DeferredError)
+      what += " beyond-hole";
+    std::lock_guard l(mu_);
+    std::cout << fmt::format("{}: rx {} {}\n{:>{}}why: {}", side_, what, e.text, "",
+                             std::string_view(side_).size() + 4, replay::explain_event(e))
+              << std::endl;
+  }
+
+ private:
+  const char* side_;
+  std::mutex mu_;
+};
+
+// With --explain, every QP the endpoint starts reports to a printer for `side`.
+void add_explainer(const XferOptions& o, EndpointOptions& eo, const char* side) {
+  if (o.explain) eo.cm.rx_observer = std::make_shared<ExplainPrinter>(side);
+}
 
 int say_fail(const char* side, const std::string& s) {
   std::cout << side << ": FAIL " << s << std::endl;
@@ -391,6 +421,7 @@ int run_server(const XferOptions& o) {
   for (auto s : o.sizes) max = std::max(max, s);
   ServerRegions regions(max);
   auto eo = endpoint_options(o.app);
+  add_explainer(o, eo, "server");
   eo.on_qp_created = [&](Endpoint& ep) { regions.register_all(ep); };
   Endpoint ep(eo);
   // The second PD and its region are not the endpoint's: release them on every way out,
@@ -623,6 +654,7 @@ int run_client(const XferOptions& o) {
   std::size_t max = 4096;
   for (auto s : o.sizes) max = std::max(max, s);
   auto eo = endpoint_options(o.app);
+  add_explainer(o, eo, "client");
   eo.cm.ignore_ord = o.unsafe_ignore_ord;
   std::vector<std::uint8_t> data(max + 1000);
   std::vector<std::uint8_t> ctl_in(kCtl), ctl_out(kCtl);
@@ -742,6 +774,11 @@ Runner add_xfer_command(CLI::App& app) {
   sub->add_option("--loop", o->loop,
                   "Client: afterwards Write 16 MiB this many times (for kill tests)");
   sub->add_flag("--verbose,-v", o->verbose, "Print every operation");
+  sub->add_flag("--explain", o->explain,
+                "Print each event this side's receive engine reports (placements, completions,\n"
+                "doorbells, holes with --wire, Terminates) as it happens, each followed by an\n"
+                "indented sentence starting \"why:\" saying what it means in RDMA terms and the\n"
+                "RFC rule behind it (one line per FPDU received: use small --sizes)");
   add_app_options(*sub, o->app);
   return [o]() -> int {
     if (!o->server && o->client.empty()) {

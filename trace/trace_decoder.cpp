@@ -118,6 +118,7 @@ class FlowDecoder final : public mpa::ConnectionVisitor {
     r.ddp = seg->hdr;
     r.payload_length = static_cast<std::uint32_t>(seg->payload.size());
     r.summary = ddp::describe(*seg);
+    r.body = seg->body;
     if (auto* t = std::get_if<rdmap::Terminate>(&seg->body))
       r.siw_terminate_quirk = t->siw_bitfield_quirk;
     ++flow_.opcode_counts[std::string(rdmap::opcode_name(seg->hdr.opcode))];

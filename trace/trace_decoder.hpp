@@ -38,6 +38,8 @@ struct Record {
   std::optional<ddp::DdpHeader> ddp;  // when the DDP header parsed
   std::uint32_t payload_length = 0;
   std::string summary;  // describe(segment)
+  // The RDMAP body (Read Request, Terminate, atomic, immediate data) when the segment parsed.
+  decltype(ddp::Segment::body) body;
   bool siw_terminate_quirk = false;
 
   std::optional<WireError> error;  // Kind::Violation (or an FPDU whose segment is bad)
