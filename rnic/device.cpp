@@ -26,6 +26,7 @@ Device::Device(std::string name, std::uint64_t seed)
   });
   // Named for top -H, gdb and ps -L (at most 15 characters); by this thread, so the name is
   // there when the constructor returns.
+  engine_id_ = engine_.get_id();
   ::pthread_setname_np(engine_.native_handle(), "rnic-engine");
 }
 

@@ -51,7 +51,7 @@ class Device {
   MemoryTable& memory() { return memory_; }
   const DeviceLimits& limits() const { return limits_; }
   std::uint32_t next_qp_num() { return next_qp_num_++; }
-  bool on_engine_thread() const { return std::this_thread::get_id() == engine_.get_id(); }
+  bool on_engine_thread() const { return std::this_thread::get_id() == engine_id_; }
 
   // ibv_dereg_mr: takes the region out of the table and, on the engine thread, out of every
   // memory user. When this returns nothing in the engine reads or writes the region any more,
@@ -70,8 +70,9 @@ class Device {
 
   // Stops the engine thread: the handler running finishes, queued ones are abandoned
   // (connections stay as they are until their sockets close). Waits at most `bound`; true when
-  // the thread has ended. Not from the engine thread. Verbs calls after this run their engine
-  // work on the caller's thread (run_and_wait, deregister) or do nothing.
+  // the thread has ended. Not from the engine thread. For the process's end: verbs calls after
+  // this run their engine work on the caller's thread (run_and_wait, deregister) or do
+  // nothing (a disconnect or a post is never carried out).
   bool stop(std::chrono::milliseconds bound);
   bool engine_running() const { return engine_running_; }
 
@@ -87,6 +88,9 @@ class Device {
   std::atomic<bool> engine_running_{true};
   bool revoke_now(STag stag);
   std::thread engine_;
+  // The engine thread's id, set once by the constructor: stop()'s join() clears engine_'s while
+  // other threads may be asking on_engine_thread().
+  std::thread::id engine_id_;
 };
 
 }  // namespace iwarp::rnic

@@ -822,22 +822,52 @@ TEST(VerbsAbi, DestroyedEventChannelIsRefusedNotUsed) {
 
 // Runs dropin_exit_probe MODE (with RNIC_CAPTURE_DIR set when `capture_dir` is not empty):
 // its exit status, or 128 + the signal that ended it.
-int run_exit_probe(const char* mode, const std::string& capture_dir = {}) {
+// With `err` given, the probe runs with RNIC_LOG=rnic=debug and its stderr goes there.
+int run_exit_probe(const char* mode, const std::string& capture_dir = {}, const char* arg = nullptr,
+                   std::chrono::milliseconds limit = 20000ms, std::string* err = nullptr) {
+  char path[] = "/tmp/rnic-exit-probe-err-XXXXXX";
+  const int fd = err ? mkstemp(path) : -1;
   const pid_t pid = fork();
   if (pid == 0) {
     if (!capture_dir.empty()) setenv("RNIC_CAPTURE_DIR", capture_dir.c_str(), 1);
-    execl(DROPIN_EXIT_PROBE, DROPIN_EXIT_PROBE, mode, static_cast<char*>(nullptr));
+    if (fd >= 0) {
+      setenv("RNIC_LOG", "rnic=debug", 1);
+      dup2(fd, 2);
+    }
+    execl(DROPIN_EXIT_PROBE, DROPIN_EXIT_PROBE, mode, arg, static_cast<char*>(nullptr));
     _exit(127);
   }
   int status = 0;
-  if (bounded(20000ms, [&] { return waitpid(pid, &status, 0); }) != pid) return -1;
+  const bool ended = bounded(limit, [&] { return waitpid(pid, &status, 0); }) == pid;
+  if (fd >= 0) {
+    std::ifstream in(path);
+    err->assign(std::istreambuf_iterator<char>(in), {});
+    ::close(fd);
+    ::unlink(path);
+  }
+  if (!ended) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// exit() stops the engine thread before the program's static objects are destroyed: the
-// probe's last at-exit handler finds no thread named rnic-engine (status 3 otherwise).
+// exit() stops the engine thread as the library is finalized, so it does not run on while
+// the libraries below it are (the library says so with RNIC_LOG=rnic=debug).
 TEST(VerbsAbi, ExitStopsTheEngineBeforeStaticsGo) {
-  EXPECT_EQ(run_exit_probe("idle"), 0);
+  std::string err;
+  EXPECT_EQ(run_exit_probe("idle", {}, nullptr, 20000ms, &err), 0) << err;
+  EXPECT_NE(err.find("at exit: the engine thread stopped"), std::string::npos) << err;
+}
+
+// ... but only after the program's own at-exit cleanup: one that disconnects and waits for
+// DISCONNECTED (registered before the first verbs call) still gets it (status 4 otherwise).
+TEST(VerbsAbi, ProgramCleanupAtExitStillHasTheEngine) {
+  EXPECT_EQ(run_exit_probe("teardown"), 0);
+}
+
+// A listener destroyed while the MPA Request of a connection it accepted arrives, then its
+// channel destroyed: the engine's event filter (queue lock, then the id table's) and the
+// channel's destruction never wait for each other (status 5: an iteration stuck for 10 s).
+TEST(VerbsAbi, ChannelDestroyedWhileAnEventArrivesDoesNotDeadlock) {
+  EXPECT_EQ(run_exit_probe("chanrace", {}, "1500", 120000ms), 0);
 }
 
 // A program that exits with connections up, a thread still posting Writes and Sends, and its

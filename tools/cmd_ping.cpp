@@ -40,6 +40,7 @@ struct Advert {
   std::uint32_t rkey = 0, size = 0;
 };
 constexpr std::size_t kAdvertSize = 16;
+constexpr std::size_t kMaxPing = std::size_t{1} << 30;  // --size and --max-size at most
 
 void encode(const Advert& a, std::uint8_t* p) {
   store_be64(p, a.addr);
@@ -134,10 +135,16 @@ int run_server(const PingOptions& o) {
       // A client with larger pings: the buffer grows to what it advertised, up to --max-size
       // (a size from the wire sizes nothing beyond that).
       if (src.size > o.max_size)
-        return fail_with("server", fmt::format("client advertised {} octets, over --max-size {} "
-                                               "(start the server with --max-size {})",
-                                               src.size, o.max_size, src.size));
-      ep.dereg(rdma_mr);  // before the memory goes: the engine no longer touches it
+        return fail_with("server",
+                         src.size > kMaxPing
+                             ? fmt::format("client advertised {} octets, over --max-size {} "
+                                           "and over the largest ping ({})",
+                                           src.size, o.max_size, kMaxPing)
+                             : fmt::format("client advertised {} octets, over --max-size {} "
+                                           "(start the server with --max-size {})",
+                                           src.size, o.max_size, src.size));
+      // Before the memory goes: once deregistered the engine no longer touches it.
+      if (!ep.dereg(rdma_mr)) return fail_with("server", "cannot deregister the ping buffer");
       rdma_buf.assign(src.size, 0);
       rdma_mr = ep.reg(rdma_buf.data(), rdma_buf.size(),
                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -299,12 +306,12 @@ Runner add_ping_command(CLI::App& app) {
   sub->add_option("--size,-S", o->size,
                   "Octets per ping (client); the server's starting buffer, which grows to what\n"
                   "the client advertises, up to --max-size")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
+      ->check(CLI::Range(std::size_t{1}, kMaxPing))
       ->capture_default_str();
   sub->add_option("--max-size", o->max_size,
                   "Server: the largest ping it grows its buffer to (a larger advertisement ends\n"
                   "the run with an error)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
+      ->check(CLI::Range(std::size_t{1}, kMaxPing))
       ->capture_default_str();
   sub->add_flag("--verbose,-v", o->verbose, "Print each ping's data");
   sub->add_flag("--quiet,-q", o->quiet, "Print only errors");

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <unistd.h>
 
@@ -93,8 +94,22 @@ EventChannel* live_channel_locked(rdma_event_channel* c) {
   return live_channels.contains(c) ? reinterpret_cast<EventChannel*>(c) : nullptr;
 }
 
-void free_channel_if_unused_locked(EventChannel* ch) {
-  if (ch->destroyed && ch->readers == 0 && ch->ids == 0) delete ch;
+// Under ids_mu: the channel if it is to be freed now (destroyed, no reader, no id), which the
+// caller deletes once it has released ids_mu: ~EventChannel takes the queue's lock, and the
+// engine holds that lock while its filter (wanted()) takes ids_mu.
+EventChannel* unused_channel_locked(EventChannel* ch) {
+  return ch->destroyed && ch->readers == 0 && ch->ids == 0 ? ch : nullptr;
+}
+
+// Frees what unused_channel_locked() returned, with ids_mu released; no cancellation point
+// runs during it (~EventChannel closes an fd), so a pending pthread_cancel cannot unwind out of
+// a destructor.
+void free_channel(EventChannel* ch) {
+  if (!ch) return;
+  int old = 0;
+  ::pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+  delete ch;
+  ::pthread_setcancelstate(old, nullptr);
 }
 
 std::mutex default_pd_mu;
@@ -399,16 +414,20 @@ rdma_event_channel* iwarp_cm_rdma_create_event_channel(void) {
 
 void iwarp_cm_rdma_destroy_event_channel(rdma_event_channel* channel) {
   if (!channel) return;
-  std::lock_guard l(ids_mu);
-  EventChannel* ch = live_channel_locked(channel);
-  if (!ch) return;
-  // A thread may still wait in rdma_get_cm_event (rping's CM thread does when main returns):
-  // then the channel is left to it, never freed under it; the last one out frees it.
-  // Ids still on it keep it too (their events would go to freed memory): it is then left
-  // allocated, with nobody reading it, until the last of them is destroyed.
-  live_channels.erase(channel);
-  ch->destroyed = true;
-  free_channel_if_unused_locked(ch);
+  EventChannel* gone = nullptr;
+  {
+    std::lock_guard l(ids_mu);
+    EventChannel* ch = live_channel_locked(channel);
+    if (!ch) return;
+    // A thread may still wait in rdma_get_cm_event (rping's CM thread does when main returns):
+    // then the channel is left to it, never freed under it; the last one out frees it.
+    // Ids still on it keep it too (their events would go to freed memory): it is then left
+    // allocated, with nobody reading it, until the last of them is destroyed.
+    live_channels.erase(channel);
+    ch->destroyed = true;
+    gone = unused_channel_locked(ch);
+  }
+  free_channel(gone);
 }
 
 int iwarp_cm_rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context,
@@ -469,11 +488,13 @@ int iwarp_cm_rdma_destroy_id(rdma_cm_id* i) {
   id->ch->ch.purge_if([cm](const rnic::CmEvent& e) {
     return e.type == rnic::CmEventType::ConnectRequest && e.id->listener_id().get() == cm;
   });
+  EventChannel* gone = nullptr;
   {
     std::lock_guard l(ids_mu);
     --id->ch->ids;
-    free_channel_if_unused_locked(id->ch);
+    gone = unused_channel_locked(id->ch);
   }
+  free_channel(gone);
   if (free_now) delete id;
   return 0;
 }
@@ -750,9 +771,13 @@ int iwarp_cm_rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** even
   struct Leave {
     EventChannel* ch;
     ~Leave() {  // also when the thread is cancelled in poll()
-      std::lock_guard l(ids_mu);
-      --ch->readers;
-      free_channel_if_unused_locked(ch);
+      EventChannel* gone = nullptr;
+      {
+        std::lock_guard l(ids_mu);
+        --ch->readers;
+        gone = unused_channel_locked(ch);
+      }
+      free_channel(gone);
     }
   } leave{ch};
   return wait_event(ch, event);
@@ -813,11 +838,13 @@ int iwarp_cm_rdma_migrate_id(rdma_cm_id* i, rdma_event_channel* channel) {
     ++ch->ids;
   }
   id->cm->migrate(ch->ch);
+  EventChannel* gone = nullptr;
   {
     std::lock_guard l(ids_mu);
     --id->ch->ids;
-    free_channel_if_unused_locked(id->ch);
+    gone = unused_channel_locked(id->ch);
   }
+  free_channel(gone);
   id->ch = ch;
   i->channel = channel;
   return 0;

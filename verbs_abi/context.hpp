@@ -7,8 +7,9 @@
 // The emulated RNIC (rnic::Device, its engine thread "rnic-engine") is one per process, created
 // on first use with every signal blocked (process-directed signals such as qperf's SIGALRM
 // reach the program's threads), never destroyed (programs exit() with connections up and
-// threads inside the library) but stopped by an at-exit handler before static objects go, and
-// forgotten in a fork()ed child (its engine thread does not exist there).
+// threads inside the library) but stopped at exit once the program's own at-exit handlers and
+// static destructors have run (device.cpp), and forgotten in a fork()ed child (its engine
+// thread does not exist there).
 #pragma once
 
 #include <infiniband/verbs.h>

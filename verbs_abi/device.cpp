@@ -13,6 +13,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +36,8 @@ namespace {
 
 std::mutex engine_mu;
 rnic::Device* the_engine = nullptr;  // leaked on purpose: see context.hpp
+// the_engine, for the at-exit stop (read without engine_mu: another thread may hold it then).
+std::atomic<rnic::Device*> engine_to_stop{nullptr};
 ibv_context* the_shared_context = nullptr;
 
 void forget_after_fork() {
@@ -42,25 +45,29 @@ void forget_after_fork() {
   // forks a child per test, and only the child uses verbs). Whatever the parent had is leaked.
   new (&engine_mu) std::mutex;
   the_engine = nullptr;
+  engine_to_stop = nullptr;
   the_shared_context = nullptr;
   forget_verbs_after_fork();
   forget_cm_after_fork();
 }
 
-// exit(): the engine thread stops before the process's static objects are destroyed (the
-// settings' capture taps, the loggers, the library's tables), or it would run on in them: a
-// program that exits with connections up crashed now and then (SIGSEGV after its last line).
-// Registered right after the engine starts, so it runs before the destructors of everything
-// constructed before that. Bounded: an engine stuck in a handler is left running.
-void stop_engine_at_exit() {
-  rnic::Device* d = nullptr;
-  {
-    std::unique_lock l(engine_mu, std::try_to_lock);  // another thread may hold it: skip then
-    if (!l.owns_lock()) return;
-    d = the_engine;
+// exit(): the engine thread stops before the static objects of the libraries loaded before
+// this one are destroyed, or it would run on in them: a program that exits with connections up
+// crashed now and then (SIGSEGV after its last line). The destructor of an object built when
+// this library is loaded runs after every at-exit handler and static destructor of the
+// program (they were registered later), so the program's own cleanup at exit (atexit(),
+// global objects: rdma_disconnect, waiting for DISCONNECTED, destroying QPs) still has an
+// engine, as it has a NIC on hardware. Bounded: an engine stuck in a handler is left running.
+struct StopEngineAtExit {
+  ~StopEngineAtExit() {
+    rnic::Device* d = engine_to_stop.load();
+    if (!d || d->on_engine_thread()) return;
+    const bool stopped = d->stop(std::chrono::seconds(2));
+    log::layer("rnic").debug("at exit: the engine thread {}",
+                             stopped ? "stopped" : "is still in a handler after 2 s; left running");
   }
-  if (d && !d->on_engine_thread()) d->stop(std::chrono::seconds(2));
-}
+};
+StopEngineAtExit stop_engine_at_exit;
 
 // The interface address the GID and GUIDs are made from: the first IPv4 address of an
 // interface that is up and not loopback, else 127.0.0.1.
@@ -142,9 +149,7 @@ rnic::Device* engine() {
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
   try {
     the_engine = new rnic::Device(s.device_name);
-    // Once per process image: a fork()ed child inherits the registration and stops its own.
-    static std::once_flag atexit_once;
-    std::call_once(atexit_once, [] { std::atexit(stop_engine_at_exit); });
+    engine_to_stop = the_engine;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rnic verbs: cannot start the emulated RNIC: %s\n", e.what());
     errno = ENOMEM;

@@ -84,9 +84,9 @@ ibv_mr* Endpoint::reg(void* addr, std::size_t len, int access) {
 
 bool Endpoint::dereg(ibv_mr* mr) {
   auto it = std::find(mrs_.begin(), mrs_.end(), mr);
-  if (it == mrs_.end()) return false;
+  if (it == mrs_.end() || ibv_dereg_mr(mr) != 0) return false;  // kept: still registered
   mrs_.erase(it);
-  return ibv_dereg_mr(mr) == 0;
+  return true;
 }
 
 std::expected<void, std::string> Endpoint::make_qp(rdma_cm_id* id) {
