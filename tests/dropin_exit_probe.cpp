@@ -99,6 +99,19 @@ void teardown_at_exit() {
   rdma_ack_cm_event(ev);
 }
 
+// A listener of `ch` on 127.0.0.1 at a port the system picks; `a` gets its address.
+rdma_cm_id* listen_on_loopback(rdma_event_channel* ch, sockaddr_in& a) {
+  rdma_cm_id* listener = nullptr;
+  if (!ch || rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP)) die("rdma_create_id");
+  a = sockaddr_in{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (rdma_bind_addr(listener, reinterpret_cast<sockaddr*>(&a))) die("rdma_bind_addr");
+  if (rdma_listen(listener, 4)) die("rdma_listen");
+  a.sin_port = rdma_get_src_port(listener);
+  return listener;
+}
+
 struct Connected {
   rdma_cm_id* client = nullptr;
   rdma_cm_id* server = nullptr;
@@ -113,14 +126,8 @@ struct Connected {
 // `recvs` receives of 4 KiB posted on the server's QP.
 Connected connect_pair(rdma_event_channel* ch, int recvs) {
   Connected c;
-  rdma_cm_id* listener = nullptr;
-  if (!ch || rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP)) die("rdma_create_id");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (rdma_bind_addr(listener, reinterpret_cast<sockaddr*>(&a))) die("rdma_bind_addr");
-  if (rdma_listen(listener, 4)) die("rdma_listen");
-  a.sin_port = rdma_get_src_port(listener);
+  sockaddr_in a;
+  listen_on_loopback(ch, a);
   if (rdma_create_id(ch, &c.client, nullptr, RDMA_PS_TCP)) die("rdma_create_id");
   if (rdma_resolve_addr(c.client, nullptr, reinterpret_cast<sockaddr*>(&a), 1000))
     die("rdma_resolve_addr");
@@ -183,14 +190,8 @@ int chanrace(int iters) {
                                ' ', 'F', 'r', 'a', 'm', 'e', 0,   1,   0,   0};
   for (int i = 0; i < iters; ++i) {
     rdma_event_channel* ch = rdma_create_event_channel();
-    rdma_cm_id* listener = nullptr;
-    if (!ch || rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP)) die("rdma_create_id");
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (rdma_bind_addr(listener, reinterpret_cast<sockaddr*>(&a))) die("rdma_bind_addr");
-    if (rdma_listen(listener, 4)) die("rdma_listen");
-    a.sin_port = rdma_get_src_port(listener);
+    sockaddr_in a;
+    rdma_cm_id* listener = listen_on_loopback(ch, a);
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a)) die("connect");
     std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the engine accepts it
