@@ -217,8 +217,10 @@ TEST(Ladder, EverySampleCaptureDrawsOneArrowPerRdmapMessage) {
   }
 }
 
-TEST(Ladder, XmllintAcceptsTheSvgWhenInstalled) {
-  if (std::system("command -v xmllint >/dev/null 2>&1") != 0) GTEST_SKIP() << "no xmllint";
+// xmllint is installed by scripts/install-deps.sh (libxml2-utils): missing, the test fails.
+TEST(Ladder, XmllintAcceptsTheSvg) {
+  ASSERT_EQ(std::system("command -v xmllint >/dev/null 2>&1"), 0)
+      << "no xmllint: run scripts/install-deps.sh (libxml2-utils)";
   // A file name with XML's special characters ends up in the title, escaped.
   const auto odd = temp("a&b<c>'d\".pcap");
   fs::copy_file(kTraces + "siw/rping_lo.pcap", odd, fs::copy_options::overwrite_existing);
@@ -415,8 +417,8 @@ TEST(Ladder, PngThroughRsvgConvertOrOneLineWhenMissing) {
   EXPECT_TRUE(one_line(missing.stderr_text())) << missing.stderr_text();
   EXPECT_NE(missing.stderr_text().find("librsvg2-bin"), std::string::npos);
   EXPECT_FALSE(fs::exists(png));
-  if (std::system("command -v rsvg-convert >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "rsvg-convert not installed (librsvg2-bin)";
+  ASSERT_EQ(std::system("command -v rsvg-convert >/dev/null 2>&1"), 0)
+      << "rsvg-convert not installed: run scripts/install-deps.sh (librsvg2-bin)";
   auto r = ladder({f, "-o", svg, "--png", png});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto bytes = slurp(png);
