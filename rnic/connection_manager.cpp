@@ -426,7 +426,8 @@ void CmId::read_frame(mpa::FrameKind kind, std::function<void(Result<mpa::MpaFra
   auto self = shared_from_this();
   asio::async_read(
       *sock_, asio::buffer(frame_buf_),
-      [self, kind, done = std::move(done)](const boost::system::error_code& ec, std::size_t) {
+      [self, kind, done = std::move(done)](const boost::system::error_code& ec, std::size_t n) {
+        self->frame_octets_ = n;
         if (ec) {
           if (self->finished_) return;
           return done(fail(
@@ -637,6 +638,7 @@ void CmId::start_connect(const std::string& host, std::uint16_t port, const Conn
 void CmId::try_tcp_connect(const tcp::resolver::results_type& endpoints, const ConnParam& param,
                            std::chrono::steady_clock::time_point retry_until) {
   if (finished_) return;
+  retry_ = ConnectRetry{endpoints, param, retry_until};
   asio::async_connect(*sock_, endpoints,
                       [self = shared_from_this(), endpoints, param, retry_until](
                           const boost::system::error_code& cerr, const tcp::endpoint& ep) {
@@ -700,6 +702,20 @@ void CmId::send_mpa_request(const tcp::endpoint& ep, const ConnParam& param) {
 
 void CmId::on_mpa_reply(const mpa::Policy& pol, const mpa::MpaFrame& req, Result<mpa::MpaFrame> f) {
   if (finished_) return;
+  if (!f && f.error().code == Errc::MpaTcpLost && frame_octets_ == 0 && retry_ &&
+      std::chrono::steady_clock::now() < retry_->until) {
+    // Reset before any octet of a Reply: nobody took the Request. Behind a forwarder (QEMU's
+    // slirp, a NAT) a server between two listeners (perftest's) looks like this instead of a
+    // refused connect, so it is tried again the same way, on a fresh connection.
+    boost::system::error_code ig;
+    sock_->close(ig);
+    if (tap_) tap_.reset();
+    auto t = std::make_shared<asio::steady_timer>(dev_.io(), std::chrono::milliseconds(20));
+    t->async_wait([t, self = shared_from_this(), r = *retry_](const boost::system::error_code& e) {
+      if (!e) self->try_tcp_connect(r.endpoints, r.param, r.until);
+    });
+    return;
+  }
   finish_exchange();
   timer_.cancel();
   if (!f) {

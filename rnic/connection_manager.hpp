@@ -139,6 +139,15 @@ class CmId : public std::enable_shared_from_this<CmId> {
   std::shared_ptr<WireTap> tap_;
   std::optional<mpa::MpaFrame> request_;
   Bytes frame_buf_;
+  std::size_t frame_octets_ = 0;  // octets of the frame being read that arrived
+  // What a new TCP attempt needs (initiator): the connection reset before any octet of the
+  // MPA Reply is tried again until `until`, like a refused one.
+  struct ConnectRetry {
+    boost::asio::ip::tcp::resolver::results_type endpoints;
+    ConnParam param;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::optional<ConnectRetry> retry_;
   std::string peer_;
   std::uint16_t ird_ = 16, ord_ = 16;  // from ConnParam
   bool finished_ = false;              // the MPA exchange has an outcome

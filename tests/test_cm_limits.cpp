@@ -571,3 +571,90 @@ TEST(CmDisconnect, PassiveSideDisconnectBeforeTheReplyIsNotUndone) {
   EXPECT_EQ(server_event.load(), RDMA_CM_EVENT_DISCONNECTED);
   EXPECT_TRUE(server_qp_error.load());
 }
+
+namespace iwarp {
+namespace {
+
+// A forwarder on 127.0.0.1 (as QEMU's slirp is in front of the siw VM): it accepts every
+// connection at once; the first it resets without reading (the server behind it was between
+// two listeners, as perftest's is), the next it forwards both ways to `to`.
+struct ResettingForwarder {
+  int lfd = -1;
+  std::uint16_t port = 0;
+  std::thread t;
+  std::atomic<int> accepted{0};
+  std::atomic<bool> stop{false};
+  explicit ResettingForwarder(std::uint16_t to) {
+    lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(lfd, 4);
+    socklen_t len = sizeof a;
+    ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    t = std::thread([this, to] {
+      const int first = ::accept(lfd, nullptr, nullptr);
+      ++accepted;
+      linger lg{1, 0};  // close() sends a RST
+      ::setsockopt(first, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+      ::close(first);
+      pollfd p{lfd, POLLIN, 0};
+      if (::poll(&p, 1, 5000) <= 0) return;
+      const int c = ::accept(lfd, nullptr, nullptr);
+      ++accepted;
+      const int s = testing::connect_loopback(to);
+      pollfd fds[2] = {{c, POLLIN, 0}, {s, POLLIN, 0}};
+      char buf[4096];
+      const auto until = std::chrono::steady_clock::now() + 10s;
+      while (!stop && std::chrono::steady_clock::now() < until && ::poll(fds, 2, 100) >= 0) {
+        bool done = false;
+        for (int k = 0; k < 2; ++k) {
+          if (!(fds[k].revents & (POLLIN | POLLHUP))) continue;
+          const auto n = ::read(fds[k].fd, buf, sizeof buf);
+          if (n <= 0 || ::write(fds[1 - k].fd, buf, static_cast<std::size_t>(n)) != n) done = true;
+        }
+        if (done) break;
+      }
+      ::close(c);
+      ::close(s);
+    });
+  }
+  ~ResettingForwarder() {
+    stop = true;
+    ::shutdown(lfd, SHUT_RDWR);
+    if (t.joinable()) t.join();
+    ::close(lfd);
+  }
+};
+
+// The connection is reset before any octet of the MPA Reply (perftest's server between two
+// listeners behind QEMU's slirp: siw interop case p2): within connect_retry the initiator tries
+// again on a fresh connection and is ESTABLISHED (CONNECT_ERROR "reset by peer" without it).
+TEST(CmConnectRetry, ResetBeforeTheReplyIsTriedAgain) {
+  Side server, client;
+  const std::uint16_t port = server.listen();
+  ResettingForwarder fwd(port);
+  std::thread t([&] {
+    auto* ev = server.next_request();
+    ASSERT_NE(ev, nullptr);
+    rdma_cm_id* cid = ev->id;
+    rdma_ack_cm_event(ev);
+    ASSERT_EQ(server.make_qp(cid), 0);
+    ASSERT_EQ(rdma_accept(cid, nullptr), 0) << ibv_last_error();
+    EXPECT_EQ(server.next(), RDMA_CM_EVENT_ESTABLISHED);
+  });
+  rnic::CmOptions opts;
+  opts.connect_retry = 2000ms;
+  client.prepare(fwd.port, opts);
+  ASSERT_EQ(rdma_connect(client.id, nullptr), 0) << ibv_last_error();
+  rdma_cm_event* ev = nullptr;
+  EXPECT_EQ(client.next(5000ms, &ev), RDMA_CM_EVENT_ESTABLISHED);
+  if (ev) rdma_ack_cm_event(ev);
+  EXPECT_EQ(fwd.accepted.load(), 2);
+  t.join();
+}
+
+}  // namespace
+}  // namespace iwarp
