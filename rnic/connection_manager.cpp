@@ -639,31 +639,32 @@ void CmId::try_tcp_connect(const tcp::resolver::results_type& endpoints, const C
                            std::chrono::steady_clock::time_point retry_until) {
   if (finished_) return;
   retry_ = ConnectRetry{endpoints, param, retry_until};
-  asio::async_connect(*sock_, endpoints,
-                      [self = shared_from_this(), endpoints, param, retry_until](
-                          const boost::system::error_code& cerr, const tcp::endpoint& ep) {
-                        if (self->finished_) return;
-                        // A refused connection is tried again for CmOptions::connect_retry (a
-                        // server that is between two listeners, as perftest's is), each attempt on
-                        // a fresh socket.
-                        if (cerr == asio::error::connection_refused &&
-                            std::chrono::steady_clock::now() < retry_until) {
-                          auto t = std::make_shared<asio::steady_timer>(
-                              self->dev_.io(), std::chrono::milliseconds(20));
-                          t->async_wait([t, self, endpoints, param,
-                                         retry_until](const boost::system::error_code& e) {
-                            if (!e) self->try_tcp_connect(endpoints, param, retry_until);
-                          });
-                          return;
-                        }
-                        if (cerr) {
-                          self->finish_exchange();
-                          self->timer_.cancel();
-                          return self->emit(CmEventType::Unreachable,
-                                            fmt::format("TCP connect: {}", cerr.message()));
-                        }
-                        self->send_mpa_request(ep, param);
-                      });
+  asio::async_connect(
+      *sock_, endpoints,
+      [self = shared_from_this(), endpoints, param, retry_until](
+          const boost::system::error_code& cerr, const tcp::endpoint& ep) {
+        if (self->finished_) return;
+        // A refused connection is tried again for CmOptions::connect_retry (a
+        // server that is between two listeners, as perftest's is), each attempt on
+        // a fresh socket.
+        if ((cerr == asio::error::connection_refused || cerr == asio::error::connection_reset) &&
+            std::chrono::steady_clock::now() < retry_until) {
+          auto t =
+              std::make_shared<asio::steady_timer>(self->dev_.io(), std::chrono::milliseconds(20));
+          t->async_wait(
+              [t, self, endpoints, param, retry_until](const boost::system::error_code& e) {
+                if (!e) self->try_tcp_connect(endpoints, param, retry_until);
+              });
+          return;
+        }
+        if (cerr) {
+          self->finish_exchange();
+          self->timer_.cancel();
+          return self->emit(CmEventType::Unreachable,
+                            fmt::format("TCP connect: {}", cerr.message()));
+        }
+        self->send_mpa_request(ep, param);
+      });
 }
 
 void CmId::send_mpa_request(const tcp::endpoint& ep, const ConnParam& param) {
@@ -683,21 +684,36 @@ void CmId::send_mpa_request(const tcp::endpoint& ep, const ConnParam& param) {
   auto bytes = std::make_shared<Bytes>(req.encode());
   if (tap_) tap_->on_data(true, *bytes);
   arm_timer(opts_.mpa_timeout, "no MPA Reply arrived");
-  asio::async_write(*sock_, asio::buffer(*bytes),
-                    [self = shared_from_this(), bytes, pol, req](
-                        const boost::system::error_code& we, std::size_t) {
-                      if (we) {
-                        if (self->finished_) return;
-                        self->finish_exchange();
-                        self->timer_.cancel();
-                        return self->emit(CmEventType::ConnectError,
-                                          fmt::format("sending the MPA Request: {}", we.message()));
-                      }
-                      self->read_frame(mpa::FrameKind::Reply,
-                                       [self, pol, req](Result<mpa::MpaFrame> f) {
-                                         self->on_mpa_reply(pol, req, std::move(f));
-                                       });
-                    });
+  asio::async_write(
+      *sock_, asio::buffer(*bytes),
+      [self = shared_from_this(), bytes, pol, req](const boost::system::error_code& we,
+                                                   std::size_t) {
+        if (we) {
+          if (self->finished_) return;
+          // Reset while the Request goes: nobody took it (see on_mpa_reply).
+          if ((we == asio::error::connection_reset || we == asio::error::broken_pipe) &&
+              self->retry_ && std::chrono::steady_clock::now() < self->retry_->until)
+            return self->retry_connect();
+          self->finish_exchange();
+          self->timer_.cancel();
+          return self->emit(CmEventType::ConnectError,
+                            fmt::format("sending the MPA Request: {}", we.message()));
+        }
+        self->read_frame(mpa::FrameKind::Reply, [self, pol, req](Result<mpa::MpaFrame> f) {
+          self->on_mpa_reply(pol, req, std::move(f));
+        });
+      });
+}
+
+// A new TCP attempt in 20 ms, on a fresh connection (the initiator's retry_ is set).
+void CmId::retry_connect() {
+  boost::system::error_code ig;
+  sock_->close(ig);
+  if (tap_) tap_.reset();
+  auto t = std::make_shared<asio::steady_timer>(dev_.io(), std::chrono::milliseconds(20));
+  t->async_wait([t, self = shared_from_this(), r = *retry_](const boost::system::error_code& e) {
+    if (!e) self->try_tcp_connect(r.endpoints, r.param, r.until);
+  });
 }
 
 void CmId::on_mpa_reply(const mpa::Policy& pol, const mpa::MpaFrame& req, Result<mpa::MpaFrame> f) {
@@ -707,14 +723,7 @@ void CmId::on_mpa_reply(const mpa::Policy& pol, const mpa::MpaFrame& req, Result
     // Reset before any octet of a Reply: nobody took the Request. Behind a forwarder (QEMU's
     // slirp, a NAT) a server between two listeners (perftest's) looks like this instead of a
     // refused connect, so it is tried again the same way, on a fresh connection.
-    boost::system::error_code ig;
-    sock_->close(ig);
-    if (tap_) tap_.reset();
-    auto t = std::make_shared<asio::steady_timer>(dev_.io(), std::chrono::milliseconds(20));
-    t->async_wait([t, self = shared_from_this(), r = *retry_](const boost::system::error_code& e) {
-      if (!e) self->try_tcp_connect(r.endpoints, r.param, r.until);
-    });
-    return;
+    return retry_connect();
   }
   finish_exchange();
   timer_.cancel();

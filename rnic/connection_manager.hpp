@@ -119,6 +119,7 @@ class CmId : public std::enable_shared_from_this<CmId> {
   void try_tcp_connect(const boost::asio::ip::tcp::resolver::results_type& endpoints,
                        const ConnParam& param, std::chrono::steady_clock::time_point retry_until);
   void send_mpa_request(const boost::asio::ip::tcp::endpoint& ep, const ConnParam& param);
+  void retry_connect();
   void on_mpa_reply(const mpa::Policy& pol, const mpa::MpaFrame& req, Result<mpa::MpaFrame> f);
   void establish_initiator(const mpa::ConnectionParams& params, const mpa::MpaFrame& reply);
   void read_frame(mpa::FrameKind kind, std::function<void(Result<mpa::MpaFrame>)> done);
