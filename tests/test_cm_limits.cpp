@@ -144,6 +144,15 @@ struct Side {
   }
   // Server: the next CONNECT_REQUEST, skipping (and destroying the ids of) connections that
   // failed before theirs.
+  // The next connect request, acked, with a QP made for it and accepted with `p`.
+  void accept_next(rdma_conn_param* p) {
+    auto* ev = next_request();
+    ASSERT_NE(ev, nullptr);
+    rdma_cm_id* cid = ev->id;
+    rdma_ack_cm_event(ev);
+    ASSERT_EQ(make_qp(cid), 0);
+    ASSERT_EQ(rdma_accept(cid, p), 0) << ibv_last_error();
+  }
   rdma_cm_event* next_request(std::chrono::milliseconds t = 10000ms) {
     const auto deadline = std::chrono::steady_clock::now() + t;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -302,13 +311,8 @@ TEST(CmLimits, ListenerOutOfDescriptorsBacksOffAndRecovers) {
   EXPECT_TRUE(wait_until([&] { return server.stats().pending == 0; }, 10000ms));
   // A real connection.
   std::thread t([&] {
-    auto* ev = server.next_request();
-    ASSERT_NE(ev, nullptr);
-    rdma_cm_id* cid = ev->id;
-    rdma_ack_cm_event(ev);
-    ASSERT_EQ(server.make_qp(cid), 0);
     rdma_conn_param p;
-    ASSERT_EQ(rdma_accept(cid, &p), 0);
+    server.accept_next(&p);
   });
   Endpoint client;
   auto c = client.connect("127.0.0.1", port);
@@ -637,12 +641,7 @@ TEST(CmConnectRetry, ResetBeforeTheReplyIsTriedAgain) {
   const std::uint16_t port = server.listen();
   ResettingForwarder fwd(port);
   std::thread t([&] {
-    auto* ev = server.next_request();
-    ASSERT_NE(ev, nullptr);
-    rdma_cm_id* cid = ev->id;
-    rdma_ack_cm_event(ev);
-    ASSERT_EQ(server.make_qp(cid), 0);
-    ASSERT_EQ(rdma_accept(cid, nullptr), 0) << ibv_last_error();
+    server.accept_next(nullptr);
     EXPECT_EQ(server.next(), RDMA_CM_EVENT_ESTABLISHED);
   });
   rnic::CmOptions opts;
