@@ -492,7 +492,6 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
     std::shared_ptr<SegVisitor> visitor;
     std::optional<mpa::FpduReader> reader;
     std::shared_ptr<RxSink> sink;
-    Bytes buf;
     std::optional<TcpSeq> fin_seq;
     ddp::SegmentChecker checker;
     RxFpdu fpdu;
