@@ -20,10 +20,10 @@
 #include <thread>
 
 #include "common/log.hpp"
-#include "replay/replay_explain.hpp"
 #include "replay/replayer.hpp"
 #include "tools/app_options.hpp"
 #include "tools/commands.hpp"
+#include "tools/explain_printer.hpp"
 
 namespace iwarp::tools {
 
@@ -149,30 +149,9 @@ struct XferOptions {
   AppOptions app;
 };
 
-// rnic xfer --explain: each event the receive engine reports, as it happens (engine thread),
-// followed by its sentence (replay/replay_explain.hpp).
-class ExplainPrinter : public rnic::RxObserver {
- public:
-  explicit ExplainPrinter(const char* side) : side_(side) {}
-  void on_event(const rnic::RxEvent& e) override {
-    std::string what(replay::event_name(e.kind));
-    if (e.beyond_hole && e.kind != rnic::RxEvent::Kind::Deferred &&
-        e.kind != rnic::RxEvent::Kind::DeferredError)
-      what += " beyond-hole";
-    std::lock_guard l(mu_);
-    std::cout << fmt::format("{}: rx {} {}\n{:>{}}why: {}", side_, what, e.text, "",
-                             std::string_view(side_).size() + 4, replay::explain_event(e))
-              << std::endl;
-  }
-
- private:
-  const char* side_;
-  std::mutex mu_;
-};
-
 // With --explain, every QP the endpoint starts reports to a printer for `side`.
 void add_explainer(const XferOptions& o, EndpointOptions& eo, const char* side) {
-  if (o.explain) eo.cm.rx_observer = std::make_shared<ExplainPrinter>(side);
+  make_explainer(o.explain, eo, side);
 }
 
 int say_fail(const char* side, const std::string& s) {
