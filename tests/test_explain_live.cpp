@@ -158,6 +158,39 @@ TEST(ExplainLive, PingExplainsBothSides) {
   expect_golden(e.text, "live_ping");
 }
 
+// ping's deliberate protection error, explained on both sides: the client's Write to an STag
+// never advertised, the server's Terminate, the client's receipt of it.
+TEST(ExplainLive, PingFaultExplainsTheTerminate) {
+  const std::string port = test::free_port();
+  ASSERT_FALSE(port.empty());
+  Process server({"ping", "--server", "--bind", "127.0.0.1", "--port", port, "--explain"},
+                 "explain_ping_fault_server");
+  ASSERT_TRUE(server.wait_for_output("listening")) << server.output();
+  Process client(
+      {"ping", "--client", "127.0.0.1", "--port", port, "--fault", "unknown-stag", "--explain"},
+      "explain_ping_fault_client");
+  EXPECT_EQ(client.wait(60s), 0) << client.output();
+  server.wait(30s);  // it served no ping: exit 1
+  const std::string out = server.output() + client.output();
+  const auto e = explained_streams(out);
+  EXPECT_EQ(e.misplaced, "") << out;
+  EXPECT_EQ(e.explained, e.events) << out;
+  for (const char* p :
+       {"client: post RDMA Write, 16 octets, peer STag 0x00dead00 TO 0x0\n          why: RDMA "
+        "Write "
+        "posted: 16 octets go out as tagged DDP segments to TO 0x0 of the peer's STag 0x00dead00",
+        "server: rx terminate-sent",
+        "why: this endpoint found a violation and sends a Terminate "
+        "[DDP tagged: invalid STag] (layer 1 etype 1 code 0x00): a tagged segment named an STag "
+        "that is not valid at the data sink",
+        "client: rx terminate-received",
+        "why: the peer sent a Terminate [DDP tagged: invalid "
+        "STag] (layer 1 etype 1 code 0x00)",
+        "client: cqe RDMA Write success\n          why: the RDMA Write work request completes on "
+        "this side once TCP has taken all of it"})
+    EXPECT_NE(out.find(p), std::string::npos) << p << "\n" << out;
+}
+
 TEST(ExplainLive, PingWithoutExplainPrintsNoSentence) {
   const auto [server, client] = run_ping({}, "explain_ping_plain");
   EXPECT_NE(client.find("2 pings of 64 octets verified"), std::string::npos) << client;

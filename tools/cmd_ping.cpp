@@ -199,18 +199,21 @@ int run_server(const PingOptions& o) {
 // invalid STag) and both sides end in ERROR; this side reports what it received.
 int commit_fault(Endpoint& ep, ExplainPrinter* x, ibv_mr* mr, void* buf) {
   print_lines("fault: RDMA Write of 16 octets to STag 0x00dead00, never advertised");
-  post1(ep, x, IBV_WR_RDMA_WRITE, mr, buf, 16, 0, 0x00dead00u);
-  post1(ep, x, IBV_WR_SEND, mr, buf, 16);
+  const OneWr posted[] = {post1(ep, x, IBV_WR_RDMA_WRITE, mr, buf, 16, 0, 0x00dead00u),
+                          post1(ep, x, IBV_WR_SEND, mr, buf, 16)};
   auto ev = ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
   if (!ev) return fail_with("client", "the connection did not end: " + ev.error());
   print_lines("DISCONNECTED: " + ev->detail);
   ibv_wc wc;
-  while (ibv_poll_cq(ep.send_cq(), 1, &wc) == 1)
+  for (std::size_t n = 0; ibv_poll_cq(ep.send_cq(), 1, &wc) == 1; ++n) {
     print_lines(fmt::format(
         "send WR completion {} ({}){}", ibv_wc_status_str(wc.status), ibv_wc_opcode_str(wc.opcode),
         wc.vendor_err ? fmt::format(" Terminate {}/{}/0x{:02x}", wc.vendor_err >> 16,
                                     (wc.vendor_err >> 8) & 0xff, wc.vendor_err & 0xff)
                       : ""));
+    // In post order (RFC 5040 §5.3): the n-th completion is the n-th work request's.
+    if (x && n < std::size(posted)) x->completed(posted[n], wc);
+  }
   const std::string why = ep.qp()->qp->error_reason();
   const bool err = ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR;
   print_lines(fmt::format("QP {}: {}", err ? "ERROR" : "not in ERROR", why));

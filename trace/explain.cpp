@@ -195,8 +195,9 @@ std::string atomic_response_text(const Facts& f) {
 std::string write_posted(const PostedWork& w) {
   return fmt::format(
       "RDMA Write posted: {} octets go out as tagged DDP segments to TO 0x{:x} of the peer's "
-      "STag 0x{:08x}, a buffer the peer advertised; its RNIC places them directly, with no "
-      "receive WQE and no completion on its side (RFC 5040 §4.3, RFC 5041 §5.2)",
+      "STag 0x{:08x}, which the peer must have advertised with remote write access; its RNIC "
+      "places them directly, with no receive WQE and no completion on its side, and answers an "
+      "STag it does not grant with a Terminate (RFC 5040 §4.3, RFC 5041 §5.2, §7.2)",
       w.length, w.to, w.stag);
 }
 
