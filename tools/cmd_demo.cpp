@@ -9,11 +9,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -21,6 +23,7 @@
 
 #include "tools/app_options.hpp"
 #include "tools/commands.hpp"
+#include "tools/explain_printer.hpp"
 
 extern char** environ;
 
@@ -36,12 +39,14 @@ struct DemoOptions {
   std::string port_file;
   std::string pcap_dir;
   bool color = true;
+  bool explain = false;
   AppOptions app;
 };
 
-// One line on stdout, flushed at once so the parent shows the two sides interleaved in time.
+// One line on stdout, flushed at once so the parent shows the two sides interleaved in time
+// (under the lock the --explain printer shares with the receive engine's thread).
 void say(const std::string& s) {
-  std::cout << s << std::endl;
+  print_lines(s);
 }
 
 std::string show(const ibv_wc& wc) {
@@ -55,16 +60,31 @@ std::string show(const ibv_wc& wc) {
 
 struct Side {
   Endpoint& ep;
+  ExplainPrinter* x = nullptr;  // --explain
+  std::deque<OneWr> posted{};   // send WRs not completed yet, in post order (as they complete)
   ibv_mr* mr(void* p, std::size_t n, int acc) { return ep.reg(p, n, acc); }
   int send(ibv_wr_opcode op, void* p, std::uint32_t n, std::uint32_t lkey, std::uint64_t raddr = 0,
            std::uint32_t rkey = 0, std::uint64_t add = 0) {
-    return post_one(ep.qp(), {.op = op,
-                              .addr = p,
-                              .len = n,
-                              .lkey = lkey,
-                              .remote_addr = raddr,
-                              .rkey = rkey,
-                              .compare_add = add});
+    const OneWr wr{.op = op,
+                   .addr = p,
+                   .len = n,
+                   .lkey = lkey,
+                   .remote_addr = raddr,
+                   .rkey = rkey,
+                   .compare_add = add};
+    if (x) x->posted(wr);
+    posted.push_back(wr);
+    return post_one(ep.qp(), wr);
+  }
+  // With --explain, a send WR's completion: a Send's or Write's, and any that failed (a Read's
+  // or atomic's success the receive engine reports itself, as the response lands).
+  void explain_completion(const ibv_wc& wc) {
+    if (posted.empty()) return;
+    const OneWr wr = posted.front();
+    posted.pop_front();
+    const bool by_engine = wr.op == IBV_WR_RDMA_READ || wr.op == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+                           wr.op == IBV_WR_ATOMIC_CMP_AND_SWP;
+    if (x && (wc.status != IBV_WC_SUCCESS || !by_engine)) x->completed(wr, wc);
   }
   int recv(void* p, std::uint32_t n, std::uint32_t lkey) {
     return post_one_recv(ep.qp(), p, n, lkey);
@@ -75,6 +95,7 @@ struct Side {
       say("  ! " + wc.error());
       return std::nullopt;
     }
+    if (cq == ep.send_cq()) explain_completion(*wc);
     return *wc;
   }
 };
@@ -86,6 +107,7 @@ int run_server(const DemoOptions& o) {
   std::uint64_t counter = 41;
   ibv_mr *msg_mr = nullptr, *buf_mr = nullptr, *inval_mr = nullptr, *ctr_mr = nullptr;
   auto eo = endpoint_options(o.app);
+  const auto explainer = make_explainer(o.explain, eo, "");  // the parent labels the lines
   eo.private_data = Bytes{'w', 'e', 'l', 'c', 'o', 'm', 'e'};
   eo.on_qp_created = [&](Endpoint& ep) {
     Side s{ep};
@@ -97,7 +119,7 @@ int run_server(const DemoOptions& o) {
     s.recv(msg.data(), 256, msg_mr->lkey);
   };
   Endpoint ep(eo);
-  Side s{ep};
+  Side s{ep, explainer.get()};
   auto port = ep.listen("127.0.0.1", static_cast<std::uint16_t>(o.port));
   if (!port) return say("cannot listen: " + port.error()), 1;
   if (!o.port_file.empty()) {
@@ -162,6 +184,7 @@ int run_client(const DemoOptions& o) {
   std::uint64_t atomic_result = 0;
   ibv_mr *msg_mr = nullptr, *mine_mr = nullptr, *read_mr = nullptr, *res_mr = nullptr;
   auto eo = endpoint_options(o.app);
+  const auto explainer = make_explainer(o.explain, eo, "");  // the parent labels the lines
   eo.private_data = Bytes{'h', 'e', 'l', 'l', 'o'};
   eo.on_qp_created = [&](Endpoint& ep) {
     Side s{ep};
@@ -173,7 +196,7 @@ int run_client(const DemoOptions& o) {
     res_mr = s.mr(&atomic_result, 8, IBV_ACCESS_LOCAL_WRITE);
   };
   Endpoint ep(eo);
-  Side s{ep};
+  Side s{ep, explainer.get()};
   if (auto c = ep.connect("127.0.0.1", static_cast<std::uint16_t>(o.port)); !c)
     return say(c.error()), 1;
   say(fmt::format("connected; the server's private data: \"{}\"",
@@ -228,7 +251,10 @@ int run_client(const DemoOptions& o) {
   auto ev = ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
   say(fmt::format("   connection ended: {}", ev ? ev->detail : ev.error()));
   ibv_wc f;
-  while (ibv_poll_cq(ep.send_cq(), 1, &f) == 1) say("   send WR completion: " + show(f));
+  while (ibv_poll_cq(ep.send_cq(), 1, &f) == 1) {
+    say("   send WR completion: " + show(f));
+    s.explain_completion(f);
+  }
   say("   (an iWARP Send or Write completes once TCP has taken it, as with siw: the peer's "
       "Terminate");
   say("    is how the failed Write is reported, and it ends the connection)");
@@ -263,6 +289,7 @@ int run_parent(const DemoOptions& o, const std::string& self) {
     std::vector<std::string> a{
         self,    "demo",    "--role",    role,         "--mpa-rev", std::to_string(o.app.mpa_rev),
         "--crc", o.app.crc, "--markers", o.app.markers};
+    if (o.explain) a.push_back("--explain");
     if (!o.pcap_dir.empty()) {
       a.push_back("--pcap");
       a.push_back((std::filesystem::path(o.pcap_dir) / fmt::format("demo-{}.pcap", role)).string());
@@ -325,15 +352,20 @@ int run_parent(const DemoOptions& o, const std::string& self) {
       if (!(p.revents & (POLLIN | POLLHUP))) continue;
       auto& s =
           *std::find_if(streams.begin(), streams.end(), [&](auto& x) { return x.fd == p.fd; });
-      char b[4096];
-      ssize_t n = read(s.fd, b, sizeof b);
+      // All that is waiting, not a fixed 4 KiB: a child writes an event and its "why:" line in
+      // one write (atomic on a pipe), and reading it whole keeps the two together, with no line
+      // of the other side between them. The pipe holds at most 64 KiB by default.
+      int avail = 0;
+      if (ioctl(s.fd, FIONREAD, &avail) != 0 || avail < 4096) avail = 4096;
+      std::string b(static_cast<std::size_t>(std::min(avail, 1 << 20)), '\0');
+      ssize_t n = read(s.fd, b.data(), b.size());
       if (n <= 0) {
         if (!s.buf.empty()) emit(s, s.buf);
         close(s.fd);
         s.fd = -1;
         continue;
       }
-      s.buf.append(b, static_cast<std::size_t>(n));
+      s.buf.append(b.data(), static_cast<std::size_t>(n));
       for (std::size_t nl; (nl = s.buf.find('\n')) != std::string::npos;) {
         emit(s, s.buf.substr(0, nl));
         s.buf.erase(0, nl + 1);
@@ -374,6 +406,11 @@ Runner add_demo_command(CLI::App& app) {
       ->group("");
   sub->add_option("--pcap-dir", o->pcap_dir, "Write each side's capture into this directory");
   sub->add_flag("!--no-color", o->color, "Plain labels, no colours");
+  sub->add_flag("--explain", o->explain,
+                "After each step, print what each side posted, its completion, and every event\n"
+                "its receive engine reported (placements, completions, doorbells, the\n"
+                "Terminate), each followed by an indented sentence \"why: ...\" saying what it\n"
+                "means in RDMA terms and the RFC rule behind it; lines keep their side's label");
   add_app_options(*sub, o->app);
   return [o]() -> int {
     if (o->role == "server") return run_server(*o);

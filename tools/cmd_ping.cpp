@@ -13,6 +13,7 @@
 #include "common/log.hpp"
 #include "tools/app_options.hpp"
 #include "tools/commands.hpp"
+#include "tools/explain_printer.hpp"
 
 namespace iwarp::tools {
 
@@ -30,6 +31,7 @@ struct PingOptions {
   std::size_t max_size = std::size_t{16} << 20;
   bool verbose = false;
   bool quiet = false;
+  bool explain = false;
   std::string fault;
   AppOptions app;
 };
@@ -51,9 +53,14 @@ Advert decode(const std::uint8_t* p) {
   return {load_be64(p), load_be32(p + 8), load_be32(p + 12)};
 }
 
-// Waits for one completion and checks it; on failure says what and where.
-std::expected<ibv_wc, std::string> expect_wc(Endpoint& ep, ibv_cq* cq, const char* what) {
+// Waits for one completion and checks it; on failure says what and where. With --explain, the
+// completion of a Send or Write `wr` is explained (a Read's completion the receive engine
+// reports itself, when the last Read Response lands).
+std::expected<ibv_wc, std::string> expect_wc(Endpoint& ep, ibv_cq* cq, const char* what,
+                                             ExplainPrinter* x = nullptr,
+                                             const OneWr* wr = nullptr) {
   auto wc = ep.wait(cq);
+  if (wc && x && wr && wr->op != IBV_WR_RDMA_READ) x->completed(*wr, *wc);
   if (!wc) {
     std::string why = wc.error();
     if (ep.qp() && !ep.qp()->qp->error_reason().empty())
@@ -73,15 +80,14 @@ struct PostFailed : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-void post1(Endpoint& ep, ibv_wr_opcode op, ibv_mr* mr, void* addr, std::uint32_t len,
-           std::uint64_t raddr = 0, std::uint32_t rkey = 0) {
-  if (post_one(ep.qp(), {.op = op,
-                         .addr = addr,
-                         .len = len,
-                         .lkey = mr->lkey,
-                         .remote_addr = raddr,
-                         .rkey = rkey}) != 0)
-    throw PostFailed(ibv_last_error());
+// Posts one work request (explained first with --explain) and returns it.
+OneWr post1(Endpoint& ep, ExplainPrinter* x, ibv_wr_opcode op, ibv_mr* mr, void* addr,
+            std::uint32_t len, std::uint64_t raddr = 0, std::uint32_t rkey = 0) {
+  const OneWr wr{
+      .op = op, .addr = addr, .len = len, .lkey = mr->lkey, .remote_addr = raddr, .rkey = rkey};
+  if (x) x->posted(wr);
+  if (post_one(ep.qp(), wr) != 0) throw PostFailed(ibv_last_error());
+  return wr;
 }
 
 void post_recv1(Endpoint& ep, ibv_mr* mr, void* addr, std::uint32_t len) {
@@ -89,19 +95,19 @@ void post_recv1(Endpoint& ep, ibv_mr* mr, void* addr, std::uint32_t len) {
 }
 
 int fail_with(const std::string& side, const std::string& msg) {
-  std::cerr << "rnic ping " << side << ": " << msg << "\n";
+  print_lines("rnic ping " + side + ": " + msg, std::cerr);
   return 1;
 }
 
 // --fault no-recv (server): no receive is posted for the client's sink advertisement, so its
 // Send must be answered with a Terminate (DDP untagged 0x02, no buffer) and both sides end.
 int suffer_fault(Endpoint& ep) {
-  std::cout << "fault: no receive posted for the client's next Send" << std::endl;
+  print_lines("fault: no receive posted for the client's next Send");
   auto ev = ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
   if (!ev) return fail_with("server", "the connection did not end: " + ev.error());
   const std::string why = ep.qp()->qp->error_reason();
   const bool err = ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR;
-  std::cout << "QP " << (err ? "ERROR" : "not in ERROR") << ": " << why << std::endl;
+  print_lines(fmt::format("QP {}: {}", err ? "ERROR" : "not in ERROR", why));
   return err && why.starts_with("sent Terminate") ? 0 : 1;
 }
 
@@ -109,6 +115,8 @@ int run_server(const PingOptions& o) {
   std::vector<std::uint8_t> recv_buf(kAdvertSize), send_buf(kAdvertSize), rdma_buf(o.size);
   ibv_mr *recv_mr = nullptr, *send_mr = nullptr, *rdma_mr = nullptr;
   auto eo = endpoint_options(o.app);
+  const auto explainer = make_explainer(o.explain, eo, "server");
+  ExplainPrinter* x = explainer.get();
   eo.on_qp_created = [&](Endpoint& ep) {
     recv_mr = ep.reg(recv_buf.data(), recv_buf.size(), IBV_ACCESS_LOCAL_WRITE);
     send_mr = ep.reg(send_buf.data(), send_buf.size(), 0);
@@ -120,12 +128,11 @@ int run_server(const PingOptions& o) {
   Endpoint ep(eo);
   auto port = ep.listen(o.bind, static_cast<std::uint16_t>(o.port));
   if (!port) return fail_with("server", *&port.error());
-  if (!o.quiet) std::cout << fmt::format("server listening on {}:{}", o.bind, *port) << std::endl;
+  if (!o.quiet) print_lines(fmt::format("server listening on {}:{}", o.bind, *port));
   if (auto a = ep.accept_one(); !a) return fail_with("server", a.error());
   if (!o.quiet)
-    std::cout << fmt::format("connection from {}: {}", ep.id()->cm->peer(),
-                             describe_params(*ep.params()))
-              << std::endl;
+    print_lines(
+        fmt::format("connection from {}: {}", ep.id()->cm->peer(), describe_params(*ep.params())));
   int pings = 0;
   for (;;) {
     auto wc = ep.wait(ep.recv_cq());
@@ -152,66 +159,64 @@ int run_server(const PingOptions& o) {
         return fail_with("server",
                          fmt::format("cannot register {} octets for the client's pings", src.size));
       if (!o.quiet)
-        std::cout << fmt::format("server: buffer grown to {} octets for the client's pings",
-                                 src.size)
-                  << std::endl;
+        print_lines(
+            fmt::format("server: buffer grown to {} octets for the client's pings", src.size));
     }
-    post1(ep, IBV_WR_RDMA_READ, rdma_mr, rdma_buf.data(), src.size, src.addr, src.rkey);
+    post1(ep, x, IBV_WR_RDMA_READ, rdma_mr, rdma_buf.data(), src.size, src.addr, src.rkey);
     if (auto r = expect_wc(ep, ep.send_cq(), "RDMA Read of the client's buffer"); !r)
       return fail_with("server", r.error());
     if (o.verbose)
-      std::cout << "server ping data: "
-                << std::string(reinterpret_cast<char*>(rdma_buf.data()),
-                               strnlen(reinterpret_cast<char*>(rdma_buf.data()), src.size))
-                << std::endl;
+      print_lines("server ping data: " +
+                  std::string(reinterpret_cast<char*>(rdma_buf.data()),
+                              strnlen(reinterpret_cast<char*>(rdma_buf.data()), src.size)));
     if (o.fault != "no-recv") post_recv1(ep, recv_mr, recv_buf.data(), kAdvertSize);
     encode({reinterpret_cast<std::uint64_t>(rdma_buf.data()), rdma_mr->rkey, src.size},
            send_buf.data());
-    post1(ep, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
-    if (auto r = expect_wc(ep, ep.send_cq(), "go-ahead Send"); !r)
+    const auto go1 = post1(ep, x, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
+    if (auto r = expect_wc(ep, ep.send_cq(), "go-ahead Send", x, &go1); !r)
       return fail_with("server", r.error());
     if (o.fault == "no-recv") return suffer_fault(ep);
     if (auto r = expect_wc(ep, ep.recv_cq(), "the client's sink advertisement"); !r)
       return fail_with("server", r.error());
     Advert sink = decode(recv_buf.data());
     post_recv1(ep, recv_mr, recv_buf.data(), kAdvertSize);
-    post1(ep, IBV_WR_RDMA_WRITE, rdma_mr, rdma_buf.data(), std::min(sink.size, src.size), sink.addr,
-          sink.rkey);
-    if (auto r = expect_wc(ep, ep.send_cq(), "RDMA Write into the client's sink"); !r)
+    const auto wrt = post1(ep, x, IBV_WR_RDMA_WRITE, rdma_mr, rdma_buf.data(),
+                           std::min(sink.size, src.size), sink.addr, sink.rkey);
+    if (auto r = expect_wc(ep, ep.send_cq(), "RDMA Write into the client's sink", x, &wrt); !r)
       return fail_with("server", r.error());
-    post1(ep, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
-    if (auto r = expect_wc(ep, ep.send_cq(), "go-ahead Send"); !r)
+    const auto go2 = post1(ep, x, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
+    if (auto r = expect_wc(ep, ep.send_cq(), "go-ahead Send", x, &go2); !r)
       return fail_with("server", r.error());
     ++pings;
   }
-  if (auto s = describe_segment_path(o.app, ep); !s.empty())
-    std::cout << "server: " << s << std::endl;
-  if (!o.quiet) std::cout << fmt::format("server done: {} pings served", pings) << std::endl;
+  if (auto s = describe_segment_path(o.app, ep); !s.empty()) print_lines("server: " + s);
+  if (!o.quiet) print_lines(fmt::format("server done: {} pings served", pings));
   return pings > 0 ? 0 : 1;
 }
 
 // --fault unknown-stag: an RDMA Write to an STag the server never advertised (rping's server
 // advertises none), then a Send behind it. The server must answer with a Terminate (DDP tagged
 // invalid STag) and both sides end in ERROR; this side reports what it received.
-int commit_fault(Endpoint& ep, ibv_mr* mr, void* buf) {
-  std::cout << "fault: RDMA Write of 16 octets to STag 0x00dead00, never advertised" << std::endl;
-  post1(ep, IBV_WR_RDMA_WRITE, mr, buf, 16, 0, 0x00dead00u);
-  post1(ep, IBV_WR_SEND, mr, buf, 16);
+int commit_fault(Endpoint& ep, ExplainPrinter* x, ibv_mr* mr, void* buf) {
+  print_lines("fault: RDMA Write of 16 octets to STag 0x00dead00, never advertised");
+  const OneWr posted[] = {post1(ep, x, IBV_WR_RDMA_WRITE, mr, buf, 16, 0, 0x00dead00u),
+                          post1(ep, x, IBV_WR_SEND, mr, buf, 16)};
   auto ev = ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
   if (!ev) return fail_with("client", "the connection did not end: " + ev.error());
-  std::cout << "DISCONNECTED: " << ev->detail << std::endl;
+  print_lines("DISCONNECTED: " + ev->detail);
   ibv_wc wc;
-  while (ibv_poll_cq(ep.send_cq(), 1, &wc) == 1)
-    std::cout << fmt::format("send WR completion {} ({}){}", ibv_wc_status_str(wc.status),
-                             ibv_wc_opcode_str(wc.opcode),
-                             wc.vendor_err
-                                 ? fmt::format(" Terminate {}/{}/0x{:02x}", wc.vendor_err >> 16,
-                                               (wc.vendor_err >> 8) & 0xff, wc.vendor_err & 0xff)
-                                 : "")
-              << std::endl;
+  for (std::size_t n = 0; ibv_poll_cq(ep.send_cq(), 1, &wc) == 1; ++n) {
+    print_lines(fmt::format(
+        "send WR completion {} ({}){}", ibv_wc_status_str(wc.status), ibv_wc_opcode_str(wc.opcode),
+        wc.vendor_err ? fmt::format(" Terminate {}/{}/0x{:02x}", wc.vendor_err >> 16,
+                                    (wc.vendor_err >> 8) & 0xff, wc.vendor_err & 0xff)
+                      : ""));
+    // In post order (RFC 5040 §5.3): the n-th completion is the n-th work request's.
+    if (x && n < std::size(posted)) x->completed(posted[n], wc);
+  }
   const std::string why = ep.qp()->qp->error_reason();
   const bool err = ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR;
-  std::cout << "QP " << (err ? "ERROR" : "not in ERROR") << ": " << why << std::endl;
+  print_lines(fmt::format("QP {}: {}", err ? "ERROR" : "not in ERROR", why));
   return err && why.starts_with("peer sent Terminate") ? 0 : 1;
 }
 
@@ -220,6 +225,8 @@ int run_client(const PingOptions& o) {
       rdma_buf(o.size);
   ibv_mr *recv_mr = nullptr, *send_mr = nullptr, *start_mr = nullptr, *rdma_mr = nullptr;
   auto eo = endpoint_options(o.app);
+  const auto explainer = make_explainer(o.explain, eo, "client");
+  ExplainPrinter* x = explainer.get();
   eo.on_qp_created = [&](Endpoint& ep) {
     recv_mr = ep.reg(recv_buf.data(), recv_buf.size(), IBV_ACCESS_LOCAL_WRITE);
     send_mr = ep.reg(send_buf.data(), send_buf.size(), 0);
@@ -231,10 +238,9 @@ int run_client(const PingOptions& o) {
   if (auto c = ep.connect(o.client, static_cast<std::uint16_t>(o.port)); !c)
     return fail_with("client", fmt::format("connecting to {}:{}: {}", o.client, o.port, c.error()));
   if (!o.quiet)
-    std::cout << fmt::format("connected to {}: {}", ep.id()->cm->peer(),
-                             describe_params(*ep.params()))
-              << std::endl;
-  if (o.fault == "unknown-stag") return commit_fault(ep, send_mr, send_buf.data());
+    print_lines(
+        fmt::format("connected to {}: {}", ep.id()->cm->peer(), describe_params(*ep.params())));
+  if (o.fault == "unknown-stag") return commit_fault(ep, x, send_mr, send_buf.data());
   double total_us = 0;
   for (int i = 0; i < o.count; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -249,8 +255,8 @@ int run_client(const PingOptions& o) {
     encode({reinterpret_cast<std::uint64_t>(start_buf.data()), start_mr->rkey,
             static_cast<std::uint32_t>(o.size)},
            send_buf.data());
-    post1(ep, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
-    if (auto r = expect_wc(ep, ep.send_cq(), "Send of the source advertisement"); !r)
+    const auto src_ad = post1(ep, x, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
+    if (auto r = expect_wc(ep, ep.send_cq(), "Send of the source advertisement", x, &src_ad); !r)
       return fail_with("client", r.error());
     if (auto r = expect_wc(ep, ep.recv_cq(), "the server's go-ahead after its Read"); !r)
       return fail_with("client", r.error());
@@ -258,8 +264,8 @@ int run_client(const PingOptions& o) {
     encode({reinterpret_cast<std::uint64_t>(rdma_buf.data()), rdma_mr->rkey,
             static_cast<std::uint32_t>(o.size)},
            send_buf.data());
-    post1(ep, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
-    if (auto r = expect_wc(ep, ep.send_cq(), "Send of the sink advertisement"); !r)
+    const auto sink_ad = post1(ep, x, IBV_WR_SEND, send_mr, send_buf.data(), kAdvertSize);
+    if (auto r = expect_wc(ep, ep.send_cq(), "Send of the sink advertisement", x, &sink_ad); !r)
       return fail_with("client", r.error());
     if (auto r = expect_wc(ep, ep.recv_cq(), "the server's go-ahead after its Write"); !r)
       return fail_with("client", r.error());
@@ -272,18 +278,16 @@ int run_client(const PingOptions& o) {
     total_us +=
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     if (o.verbose)
-      std::cout << "ping data: "
-                << std::string(reinterpret_cast<char*>(start_buf.data()),
-                               strnlen(reinterpret_cast<char*>(start_buf.data()), o.size))
-                << std::endl;
+      print_lines("ping data: " +
+                  std::string(reinterpret_cast<char*>(start_buf.data()),
+                              strnlen(reinterpret_cast<char*>(start_buf.data()), o.size)));
   }
   if (!o.quiet)
-    std::cout << fmt::format(
-                     "{} pings of {} octets verified, {:.1f} us average round trip "
-                     "(Send, Read, Send, Write, Send)",
-                     o.count, o.size, o.count ? total_us / o.count : 0.0)
-              << std::endl;
-  if (auto s = describe_segment_path(o.app, ep); !s.empty()) std::cout << s << std::endl;
+    print_lines(
+        fmt::format("{} pings of {} octets verified, {:.1f} us average round trip "
+                    "(Send, Read, Send, Write, Send)",
+                    o.count, o.size, o.count ? total_us / o.count : 0.0));
+  if (auto s = describe_segment_path(o.app, ep); !s.empty()) print_lines(s);
   rdma_disconnect(ep.id());
   ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
   return 0;
@@ -315,6 +319,13 @@ Runner add_ping_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--verbose,-v", o->verbose, "Print each ping's data");
   sub->add_flag("--quiet,-q", o->quiet, "Print only errors");
+  sub->add_flag("--explain", o->explain,
+                "Print each event as it happens: the Sends, RDMA Reads and Writes this side\n"
+                "posts and their completions, and what its receive engine reports (placements,\n"
+                "completions, doorbells, Terminates), each line starting \"server:\" or\n"
+                "\"client:\" and followed by an indented sentence \"why: ...\" saying what it\n"
+                "means in RDMA terms and the RFC rule behind it (some 15 events a ping on each\n"
+                "side: use a small --count)");
   sub->add_option("--fault", o->fault,
                   "A protection error on purpose:\n"
                   "  unknown-stag (client): an RDMA Write to an STag the server never advertised\n"

@@ -20,10 +20,10 @@
 #include <thread>
 
 #include "common/log.hpp"
-#include "replay/replay_explain.hpp"
 #include "replay/replayer.hpp"
 #include "tools/app_options.hpp"
 #include "tools/commands.hpp"
+#include "tools/explain_printer.hpp"
 
 namespace iwarp::tools {
 
@@ -149,34 +149,13 @@ struct XferOptions {
   AppOptions app;
 };
 
-// rnic xfer --explain: each event the receive engine reports, as it happens (engine thread),
-// followed by its sentence (replay/replay_explain.hpp).
-class ExplainPrinter : public rnic::RxObserver {
- public:
-  explicit ExplainPrinter(const char* side) : side_(side) {}
-  void on_event(const rnic::RxEvent& e) override {
-    std::string what(replay::event_name(e.kind));
-    if (e.beyond_hole && e.kind != rnic::RxEvent::Kind::Deferred &&
-        e.kind != rnic::RxEvent::Kind::DeferredError)
-      what += " beyond-hole";
-    std::lock_guard l(mu_);
-    std::cout << fmt::format("{}: rx {} {}\n{:>{}}why: {}", side_, what, e.text, "",
-                             std::string_view(side_).size() + 4, replay::explain_event(e))
-              << std::endl;
-  }
-
- private:
-  const char* side_;
-  std::mutex mu_;
-};
-
 // With --explain, every QP the endpoint starts reports to a printer for `side`.
 void add_explainer(const XferOptions& o, EndpointOptions& eo, const char* side) {
-  if (o.explain) eo.cm.rx_observer = std::make_shared<ExplainPrinter>(side);
+  make_explainer(o.explain, eo, side);
 }
 
 int say_fail(const char* side, const std::string& s) {
-  std::cout << side << ": FAIL " << s << std::endl;
+  print_lines(fmt::format("{}: FAIL {}", side, s));
   return 1;
 }
 
@@ -345,9 +324,8 @@ void arm_fault(ServerConnection& sc, const std::string& fault) {
   sc.reply(0, "armed");
   // The connection must now end: wait for that, not for a command.
   auto ev = sc.ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
-  std::cout << "server: "
-            << (ev ? "DISCONNECTED: " + ev->detail : "the connection did not end: " + ev.error())
-            << std::endl;
+  print_lines("server: " +
+              (ev ? "DISCONNECTED: " + ev->detail : "the connection did not end: " + ev.error()));
 }
 
 // After a fault: the receive completions the connection's end produced, and the QP's state.
@@ -355,29 +333,27 @@ void report_fault_end(Endpoint& ep) {
   for (;;) {
     ibv_wc wc;
     if (ibv_poll_cq(ep.recv_cq(), 1, &wc) != 1) break;
-    std::cout << fmt::format("server: receive WR completion {}, {} octets{}",
-                             ibv_wc_status_str(wc.status), wc.byte_len,
-                             wc.wc_flags & IBV_WC_WITH_INV
-                                 ? fmt::format(" (Send with Invalidate: STag 0x{:08x} invalidated)",
-                                               wc.invalidated_rkey)
-                                 : "")
-              << std::endl;
+    print_lines(fmt::format(
+        "server: receive WR completion {}, {} octets{}", ibv_wc_status_str(wc.status), wc.byte_len,
+        wc.wc_flags & IBV_WC_WITH_INV
+            ? fmt::format(" (Send with Invalidate: STag 0x{:08x} invalidated)", wc.invalidated_rkey)
+            : ""));
   }
-  std::cout << "server: QP "
-            << (ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? "ERROR" : "not in ERROR") << ": "
-            << ep.qp()->qp->error_reason() << std::endl;
+  print_lines(fmt::format("server: QP {}: {}",
+                          ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? "ERROR" : "not in ERROR",
+                          ep.qp()->qp->error_reason()));
 }
 
 // The guard pages, and for a Write the server must have refused, its target region.
 bool report_regions(const ServerRegions& r, const std::string& fault) {
   const bool guards = r.guards_intact();
-  std::cout << "server: guard pages " << (guards ? "intact" : "CHANGED") << std::endl;
+  print_lines(fmt::format("server: guard pages {}", guards ? "intact" : "CHANGED"));
   if (fault == "write-no-remote-write" || fault == "pd-mismatch") {
     const std::uint8_t* target = fault == "pd-mismatch" ? r.otherpd.data() : r.noremote.data();
     const bool untouched =
         check(target, 0, 0) < 0 &&
         std::all_of(target, target + 4096, [](std::uint8_t b) { return b == kGuard; });
-    std::cout << "server: target region " << (untouched ? "untouched" : "CHANGED") << std::endl;
+    print_lines(fmt::format("server: target region {}", untouched ? "untouched" : "CHANGED"));
   }
   return guards;
 }
@@ -410,7 +386,7 @@ std::expected<std::pair<std::string, int>, int> serve_commands(const XferOptions
     if (!v) return std::unexpected(say_fail("server", v.error()));
     sc.r.post_whole_slot(sc.ep);
     if (v->result) ++failures;
-    if (o.verbose || v->result) std::cout << "server: " << v->text << std::endl;
+    if (o.verbose || v->result) print_lines("server: " + v->text);
     if (!sc.reply(v->result, v->text))
       return std::unexpected(say_fail("server", "reply failed: " + sc.ep.qp()->qp->error_reason()));
   }
@@ -436,13 +412,13 @@ int run_server(const XferOptions& o) {
   } release{regions.otherpd_mr, regions.pd2};
   auto port = ep.listen(o.bind, static_cast<std::uint16_t>(o.port));
   if (!port) return say_fail("server", port.error());
-  std::cout << fmt::format("server: listening on {}:{}", o.bind, *port) << std::endl;
+  print_lines(fmt::format("server: listening on {}:{}", o.bind, *port));
   if (!o.port_file.empty()) {
     std::ofstream(o.port_file + ".tmp") << *port << "\n";
     std::rename((o.port_file + ".tmp").c_str(), o.port_file.c_str());
   }
   if (auto a = ep.accept_one(); !a) return say_fail("server", a.error());
-  std::cout << "server: connected, " << describe_params(*ep.params()) << std::endl;
+  print_lines("server: connected, " + describe_params(*ep.params()));
 
   ServerConnection sc{regions, ep};
   auto served = serve_commands(o, sc);
@@ -454,9 +430,8 @@ int run_server(const XferOptions& o) {
     ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
   if (!report_regions(regions, fault)) return 1;
   if (!fault.empty()) return ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? 0 : 1;
-  if (auto s = describe_segment_path(o.app, ep); !s.empty())
-    std::cout << "server: " << s << std::endl;
-  std::cout << (failures ? "server: FAIL" : "server: all checks passed") << std::endl;
+  if (auto s = describe_segment_path(o.app, ep); !s.empty()) print_lines("server: " + s);
+  print_lines(failures ? "server: FAIL" : "server: all checks passed");
   return failures ? 1 : 0;
 }
 
@@ -485,7 +460,7 @@ struct Client {
                                .flags = flags,
                                .wr_id = static_cast<std::uint64_t>(op),
                                .imm = imm});
-    if (r) std::cout << "client: " << ibv_last_error() << std::endl;
+    if (r) print_lines(fmt::format("client: {}", ibv_last_error()));
     return r;
   }
   std::expected<ibv_wc, std::string> done(ibv_cq* cq, const char* what) {
@@ -602,7 +577,7 @@ int run_fault(Client& c, const std::string& fault) {
   const auto& good = c.regions["good"];
   const auto& data = c.data;
   (void)data;
-  std::cout << "client: committing fault '" << fault << "': " << kFaults.at(fault) << std::endl;
+  print_lines(fmt::format("client: committing fault '{}': {}", fault, kFaults.at(fault)));
   auto* buf = c.data.data();
   const auto lkey = c.data_mr->lkey;
   if (fault == "write-no-remote-write")
@@ -628,7 +603,7 @@ int run_fault(Client& c, const std::string& fault) {
   c.post(IBV_WR_SEND, c.ctl_out.data(), 16, c.out_mr->lkey);
   auto ev = c.ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
   if (!ev) return say_fail("client", "expected the connection to end: " + ev.error());
-  std::cout << "client: DISCONNECTED: " << ev->detail << std::endl;
+  print_lines("client: DISCONNECTED: " + ev->detail);
   int n = 0, flushed = 0, ok = 0;
   for (;;) {
     ibv_wc wc;
@@ -636,17 +611,16 @@ int run_fault(Client& c, const std::string& fault) {
     ++n;
     if (wc.status == IBV_WC_WR_FLUSH_ERR) ++flushed;
     if (wc.status == IBV_WC_SUCCESS) ++ok;
-    std::cout << fmt::format("client: send WR completion {} ({}){}", ibv_wc_status_str(wc.status),
-                             ibv_wc_opcode_str(wc.opcode),
-                             wc.vendor_err
-                                 ? fmt::format(" Terminate {}/{}/0x{:02x}", wc.vendor_err >> 16,
-                                               (wc.vendor_err >> 8) & 0xff, wc.vendor_err & 0xff)
-                                 : "")
-              << std::endl;
+    print_lines(fmt::format("client: send WR completion {} ({}){}", ibv_wc_status_str(wc.status),
+                            ibv_wc_opcode_str(wc.opcode),
+                            wc.vendor_err
+                                ? fmt::format(" Terminate {}/{}/0x{:02x}", wc.vendor_err >> 16,
+                                              (wc.vendor_err >> 8) & 0xff, wc.vendor_err & 0xff)
+                                : ""));
   }
-  std::cout << "client: QP "
-            << (ibv_query_qp_state(c.ep.qp()) == IBV_QPS_ERR ? "ERROR" : "not in ERROR") << ": "
-            << c.ep.qp()->qp->error_reason() << std::endl;
+  print_lines(fmt::format("client: QP {}: {}",
+                          ibv_query_qp_state(c.ep.qp()) == IBV_QPS_ERR ? "ERROR" : "not in ERROR",
+                          c.ep.qp()->qp->error_reason()));
   return ibv_query_qp_state(c.ep.qp()) == IBV_QPS_ERR ? 0 : 1;
 }
 
@@ -667,7 +641,7 @@ int run_client(const XferOptions& o) {
   Endpoint ep(eo);
   if (auto r = ep.connect(o.client, static_cast<std::uint16_t>(o.port)); !r)
     return say_fail("client", fmt::format("connecting to {}:{}: {}", o.client, o.port, r.error()));
-  std::cout << "client: connected, " << describe_params(*ep.params()) << std::endl;
+  print_lines("client: connected, " + describe_params(*ep.params()));
   Client c(o, ep);
   c.ctl_in.swap(ctl_in);
   c.ctl_out.swap(ctl_out);
@@ -697,14 +671,12 @@ int run_client(const XferOptions& o) {
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (!res) {
         ++failures;
-        std::cout << fmt::format("client: {:<10} {:>9} octets  FAIL {}", opname, n, res.error())
-                  << std::endl;
+        print_lines(fmt::format("client: {:<10} {:>9} octets  FAIL {}", opname, n, res.error()));
         if (ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR) return 1;
       } else {
         ++passed;
         if (o.verbose)
-          std::cout << fmt::format("client: {:<10} {:>9} octets  ok  {:.2f} ms", opname, n, ms)
-                    << std::endl;
+          print_lines(fmt::format("client: {:<10} {:>9} octets  ok  {:.2f} ms", opname, n, ms));
       }
     }
   }
@@ -724,20 +696,17 @@ int run_client(const XferOptions& o) {
         return say_fail("client", ibv_wc_status_str(wc->status));
     }
     if (flushed) {
-      std::cout << fmt::format("client: connection lost ({}); {} outstanding WRs flushed",
-                               ep.qp()->qp->error_reason(), flushed)
-                << std::endl;
+      print_lines(fmt::format("client: connection lost ({}); {} outstanding WRs flushed",
+                              ep.qp()->qp->error_reason(), flushed));
       return 3;
     }
-    if (i == 0) std::cout << "client: write loop running" << std::endl;
+    if (i == 0) print_lines("client: write loop running");
   }
-  if (auto s = describe_segment_path(o.app, ep); !s.empty())
-    std::cout << "client: " << s << std::endl;
+  if (auto s = describe_segment_path(o.app, ep); !s.empty()) print_lines("client: " + s);
   auto bye = c.command({kBye, 0, 0, 0, 0, {}});
   rdma_disconnect(ep.id());
   ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
-  std::cout << fmt::format("client: {} operations verified, {} failed", passed, failures)
-            << std::endl;
+  print_lines(fmt::format("client: {} operations verified, {} failed", passed, failures));
   return failures ? 1 : 0;
 }
 

@@ -191,22 +191,102 @@ std::string atomic_response_text(const Facts& f) {
       f.h.msn.value());
 }
 
-using Sentence = std::string (*)(const Facts&);
+// A work request this side posted, going out as one RDMAP message (rnic ping/demo --explain).
+std::string write_posted(const PostedWork& w) {
+  return fmt::format(
+      "RDMA Write posted: {} octets go out as tagged DDP segments to TO 0x{:x} of the peer's "
+      "STag 0x{:08x}, which the peer must have advertised with remote write access; its RNIC "
+      "places them directly, with no receive WQE and no completion on its side, and answers an "
+      "STag it does not grant with a Terminate (RFC 5040 §4.3, RFC 5041 §5.2, §7.2)",
+      w.length, w.to, w.stag);
+}
 
-// Indexed by RDMAP opcode (RFC 5040 §4.2, RFC 7306 §4): one sentence per opcode.
-constexpr std::array<Sentence, rdmap::kMaxOpcode + 1> kSegmentSentences{{
-    write_text,            // 0x0 RDMA Write
-    read_request_text,     // 0x1 RDMA Read Request
-    read_response_text,    // 0x2 RDMA Read Response
-    send_text,             // 0x3 Send
-    send_inv_text,         // 0x4 Send with Invalidate
-    send_se_text,          // 0x5 Send with SE
-    send_se_inv_text,      // 0x6 Send with SE and Invalidate
-    terminate_text,        // 0x7 Terminate
-    immediate_text,        // 0x8 Immediate Data
-    immediate_se_text,     // 0x9 Immediate Data with SE
-    atomic_request_text,   // 0xA Atomic Request
-    atomic_response_text,  // 0xB Atomic Response
+std::string read_posted(const PostedWork& w) {
+  return fmt::format(
+      "RDMA Read posted: an RDMA Read Request on queue 1 asks the peer for {} octets from its "
+      "STag 0x{:08x} at TO 0x{:x}; it counts against this side's ORD until the last Read "
+      "Response has placed the data here, which completes it (RFC 5040 §4.4, §6.3)",
+      w.length, w.stag, w.to);
+}
+
+std::string send_posted(const PostedWork& w) {
+  const auto* info = rdmap::opcode_info(w.opcode);
+  return fmt::format(
+      "{} posted: {} octets go out as an untagged message on queue 0 with this side's next MSN; "
+      "at the peer it consumes the next receive WQE, which must be posted before it arrives, "
+      "else the peer ends the stream with a Terminate{}{} (RFC 5040 §4.6{}, RFC 5041 §5.3, §7.2)",
+      info->name, w.length,
+      info->invalidate
+          ? fmt::format("; the peer invalidates its STag 0x{:08x} before completing that receive",
+                        w.stag)
+          : "",
+      info->solicited ? "; the SE bit wakes a consumer waiting for solicited events" : "",
+      info->invalidate ? ", §5.4" : "");
+}
+
+std::string immediate_posted(const PostedWork& w) {
+  return fmt::format(
+      "{} posted: an untagged message on queue 0 with no payload carries the immediate value; at "
+      "the peer it consumes the next receive WQE and completes it with that value{} (RFC 7306 "
+      "§4.3)",
+      rdmap::opcode_name(w.opcode),
+      rdmap::opcode_info(w.opcode)->solicited
+          ? ", and the SE bit wakes a consumer waiting for solicited events"
+          : "");
+}
+
+std::string atomic_posted(const PostedWork& w) {
+  return fmt::format(
+      "atomic posted: an Atomic Request on queue 1 operates on the 8 octets at TO 0x{:x} of the "
+      "peer's STag 0x{:08x}; it counts against ORD like a Read and completes when the Atomic "
+      "Response returns the value the target held before (RFC 7306 §4.2.1, §4.2.2)",
+      w.to, w.stag);
+}
+
+// RFC 5040 §5 (siw does the same): a Send or Write completes once the LLP (TCP) has taken it.
+std::string handed_to_tcp(const PostedWork& w) {
+  return fmt::format(
+      "the {} work request completes on this side once TCP has taken all of it: an iWARP Send "
+      "or Write completes when the LLP accepts it, not when the peer places it, so an error the "
+      "peer finds later comes back as a Terminate (RFC 5040 §5)",
+      rdmap::opcode_name(w.opcode));
+}
+
+std::string read_completed(const PostedWork&) {
+  return "the RDMA Read work request completes: the last Read Response segment has placed all "
+         "the data it asked for (RFC 5040 §4.5)";
+}
+
+std::string atomic_completed(const PostedWork&) {
+  return "the atomic work request completes with the original value the Atomic Response "
+         "returned (RFC 7306 §4.2.2)";
+}
+
+using Sentence = std::string (*)(const Facts&);
+using WorkSentence = std::string (*)(const PostedWork&);
+
+// Per RDMAP opcode: what a segment of it means to its receiver, and (for the messages a
+// consumer's work request goes out as) what posting it does and what its local completion says.
+struct OpcodeSentences {
+  Sentence segment;
+  WorkSentence posted = nullptr;     // null: the RNIC sends it itself, nobody posts it
+  WorkSentence completed = nullptr;  // on the poster's send CQ
+};
+
+// Indexed by RDMAP opcode (RFC 5040 §4.2, RFC 7306 §4): one row per opcode.
+constexpr std::array<OpcodeSentences, rdmap::kMaxOpcode + 1> kOpcodeSentences{{
+    {write_text, write_posted, handed_to_tcp},               // 0x0 RDMA Write
+    {read_request_text, read_posted, read_completed},        // 0x1 RDMA Read Request
+    {read_response_text},                                    // 0x2 RDMA Read Response
+    {send_text, send_posted, handed_to_tcp},                 // 0x3 Send
+    {send_inv_text, send_posted, handed_to_tcp},             // 0x4 Send with Invalidate
+    {send_se_text, send_posted, handed_to_tcp},              // 0x5 Send with SE
+    {send_se_inv_text, send_posted, handed_to_tcp},          // 0x6 Send with SE and Invalidate
+    {terminate_text},                                        // 0x7 Terminate
+    {immediate_text, immediate_posted, handed_to_tcp},       // 0x8 Immediate Data
+    {immediate_se_text, immediate_posted, handed_to_tcp},    // 0x9 Immediate Data with SE
+    {atomic_request_text, atomic_posted, atomic_completed},  // 0xA Atomic Request
+    {atomic_response_text},                                  // 0xB Atomic Response
 }};
 
 // Indexed by Errc (common/wire_error.hpp): the rule each Terminate code reports as broken.
@@ -295,7 +375,31 @@ std::string explain_segment(const ddp::DdpHeader& h, const SegmentBody* body, st
         "{} in {} DDP segment: RFC 5040 §4.2 sends it {}, so the receiver cannot place it and "
         "ends the stream with a Terminate (RFC 5040 §7.4.1)",
         info->name, h.tagged ? "a tagged" : "an untagged", info->tagged ? "tagged" : "untagged");
-  return kSegmentSentences[h.opcode](Facts{h, body, payload, place});
+  return kOpcodeSentences[h.opcode].segment(Facts{h, body, payload, place});
+}
+
+std::string explain_posted(const PostedWork& w) {
+  const auto* row = w.opcode <= rdmap::kMaxOpcode ? &kOpcodeSentences[w.opcode] : nullptr;
+  if (!row || !row->posted)
+    return fmt::format(
+        "opcode 0x{:x} is no work request a consumer posts: the RNIC sends it itself "
+        "(RFC 5040 §4.2)",
+        w.opcode);
+  return row->posted(w);
+}
+
+std::string explain_work_completion(const PostedWork& w, bool ok) {
+  // RFC 5040 §4.8: once a Terminate is sent or received the queue pair is in Error, and what
+  // was still outstanding completes in error (flushed).
+  if (!ok)
+    return fmt::format(
+        "the {} work request completes in error: the queue pair is in Error (after a Terminate "
+        "or a lost connection), so it and every work request still outstanding are flushed "
+        "(RFC 5040 §4.8)",
+        rdmap::opcode_name(w.opcode));
+  const auto* row = w.opcode <= rdmap::kMaxOpcode ? &kOpcodeSentences[w.opcode] : nullptr;
+  if (!row || !row->completed) return explain_posted(w);
+  return row->completed(w);
 }
 
 std::string_view terminate_rule(Errc e) {

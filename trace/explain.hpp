@@ -51,6 +51,22 @@ std::string explain_mpa_frame(const mpa::MpaFrame& f);
 // A violation the decoder found: the rule broken and the Terminate a receiver would send.
 std::string explain_error(const WireError& e);
 
+// A work request this endpoint's consumer posted (rnic ping and demo --explain say what their
+// own side does): the RDMAP opcode of the message it goes out as (0x0 Write, 0x1 Read Request,
+// 0x3-0x6 the Send family, 0x8 Immediate Data, 0xA Atomic Request) and its values.
+struct PostedWork {
+  std::uint8_t opcode = 0;
+  std::uint32_t length = 0;  // octets of data (an atomic: 8)
+  std::uint32_t stag = 0;    // the peer's STag (Write sink, Read source, atomic target), or the
+                             // STag a Send with Invalidate names
+  std::uint64_t to = 0;      // the TO at the peer (Write, Read, atomic)
+};
+
+// What posting it does on the wire and at the peer, and the rule behind it.
+std::string explain_posted(const PostedWork& w);
+// What its completion on this side's send CQ means (`ok`: success; else flushed or failed).
+std::string explain_work_completion(const PostedWork& w, bool ok);
+
 // Explains the records of rnic decode one by one, in the order they come; it counts each
 // message's segments (per connection, direction and message) to say which segment this is.
 class RecordExplainer {
