@@ -55,12 +55,14 @@ json hole_json(const HoleInfo& h) {
   if (h.read_responses) what.push_back(fmt::format("{} Read completion(s)", h.read_responses));
   if (h.read_requests) what.push_back(fmt::format("{} Read Request(s) to answer", h.read_requests));
   if (h.deferred_errors) what.push_back(fmt::format("{} Terminate(s)", h.deferred_errors));
-  return {{"begin", h.hole.begin},
-          {"end", h.hole.end},
-          {"missing_octets", h.hole.end - h.hole.begin},
-          {"waiting", w},
-          {"summary", what.empty() ? std::string("nothing waits (placed Writes only)")
-                                   : fmt::format("{}", fmt::join(what, ", "))}};
+  return {
+      {"begin", h.hole.begin},
+      {"end", h.hole.end},
+      {"missing_octets", h.hole.end - h.hole.begin},
+      {"waiting", w},
+      {"summary", fmt::format("{} FPDU(s) placed beyond it; {}", h.placed_fpdus,
+                              what.empty() ? std::string("nothing held back")
+                                           : fmt::format("held back: {}", fmt::join(what, ", ")))}};
 }
 
 json counters_json(const QpLiveState& q) {

@@ -23,6 +23,7 @@
 #include "rnic/device.hpp"
 #include "rnic/stat_client.hpp"
 #include "rnic/stat_server.hpp"
+#include "rx_harness.hpp"
 #include "verbs_shim/verbs.hpp"
 
 namespace iwarp {
@@ -150,6 +151,53 @@ TEST(Stat, ConnectedPairShowsItsQpRegionAndCountersThatMove) {
       << text.output();
   EXPECT_NE(text.output().find(fmt::format("MR STag 0x{:x}", rmr->rkey)), std::string::npos)
       << text.output();
+}
+
+// Sends beyond a TCP hole (segments fed in a scripted order): the hole is listed with its
+// offsets and the receive WRs whose completions wait for it; once it closes, none is open and
+// the deferred completions show as released. An unanswered Read shows in ORD use.
+TEST(Stat, OpenHolesListWhatWaitsOnThem) {
+  rnic::rx_harness::Harness h;
+  for (std::uint64_t i = 0; i < 4; ++i) h.post_recv(200 + i, i * 8192, 8192);
+  const Bytes m1(10, 1), m2(5000, 2), m3(1, 3), m4(8192, 4);
+  const auto s0 = h.send(1, m1);
+  const auto s1 = h.send(2, ByteSpan(m2).first(1400), 0, false);
+  const auto s2 = h.send(2, ByteSpan(m2).subspan(1400), 1400, true);
+  const auto s3 = h.send(3, m3);
+  const auto s4 = h.send(4, m4);
+  h.inject_all({s4, s2, s3, s1});
+  const auto report = h.qp->hole_report();
+  ASSERT_EQ(report.size(), 1u);
+  const std::string name = h.dev.stat_address();
+  const json j = ask(name);
+  ASSERT_EQ(j.at("queue_pairs").size(), 1u) << j.dump(2);
+  const json& q = j["queue_pairs"][0];
+  ASSERT_EQ(q.at("holes").size(), 1u) << q.dump(2);
+  const json& hole = q["holes"][0];
+  EXPECT_EQ(hole.at("begin"), report[0].hole.begin);
+  EXPECT_EQ(hole.at("end"), report[0].hole.end);
+  EXPECT_EQ(hole.at("waiting").at("sends"), 3);
+  EXPECT_EQ(hole.at("waiting").at("send_wr_ids"), json({201, 202, 203}));
+  EXPECT_NE(hole.at("summary").get<std::string>().find("held back: 3 Send completion(s)"),
+            std::string::npos)
+      << hole.dump();
+  EXPECT_EQ(counter(q, "ddp", "placed_beyond_hole"), 4u);
+  EXPECT_GE(counter(q, "tcp", "holes_opened"), 1u);
+  EXPECT_EQ(counter(q, "tcp", "out_of_order_segments"), 4u);
+  EXPECT_EQ(j.at("engine").at("totals").at("open_holes"), 1);
+  EXPECT_EQ(q.at("recv_queue").at("used"), 4);  // the WQEs stay posted until their CQEs go
+  h.inject_all({s0});
+  const json after = ask(name);
+  const json& q2 = after.at("queue_pairs").at(0);
+  EXPECT_TRUE(q2.at("holes").empty()) << q2.dump(2);
+  EXPECT_EQ(counter(q2, "tcp", "holes_closed"), counter(q2, "tcp", "holes_opened"));
+  EXPECT_EQ(counter(q2, "ddp", "deferred_released"), 4u);
+  // An RDMA Read the peer has not answered uses one of the negotiated ORD (8).
+  EXPECT_EQ(q2.at("ord"), json({{"limit", 8}, {"in_use", 0}}));
+  h.post_read(300, 0, 64, STag{0x1234}, 0);
+  h.settle();
+  const json reading = ask(name);
+  EXPECT_EQ(reading.at("queue_pairs").at(0).at("ord"), json({{"limit", 8}, {"in_use", 1}}));
 }
 
 // A protection error: the side that found it counts the Terminate it sent and says why it left

@@ -93,7 +93,7 @@ void print_text(const json& d, std::ostream& os) {
         c.at("engine").at("doorbells").get<std::uint64_t>(),
         c.at("engine").at("posted_inline_batches").get<std::uint64_t>());
     for (const auto& h : q.at("holes"))
-      os << fmt::format("    hole [{}, {}) ({} octets missing): waiting {}\n",
+      os << fmt::format("    hole [{}, {}) ({} octets missing): {}\n",
                         h.at("begin").get<std::uint64_t>(), h.at("end").get<std::uint64_t>(),
                         h.at("missing_octets").get<std::uint64_t>(),
                         h.at("summary").get<std::string>());
