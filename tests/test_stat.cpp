@@ -14,12 +14,14 @@
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "endpoint_pair.hpp"
 #include "process_support.hpp"
+#include "raw_peer.hpp"
 #include "rnic/device.hpp"
 #include "rnic/stat_client.hpp"
 #include "rnic/stat_server.hpp"
@@ -238,6 +240,48 @@ TEST(Stat, TerminatesAreCountedWithTheReason) {
   EXPECT_EQ(server.at("engine").at("totals").at("terminates_sent"), 1);
 }
 
+// RFC 5044 §6: an FPDU whose CRC does not match ends the stream with a Terminate; the MPA
+// layer counts the CRC error, RDMAP the Terminate.
+TEST(Stat, CrcErrorsAreCounted) {
+  verbs::EndpointOptions so;
+  std::vector<std::uint8_t> rbuf(64);
+  so.on_qp_created = [&](verbs::Endpoint& ep) {
+    auto* mr = ep.reg(rbuf.data(), rbuf.size(), IBV_ACCESS_LOCAL_WRITE);
+    verbs::post_one_recv(ep.qp(), rbuf.data(), 64, mr->lkey, 1);
+  };
+  verbs::Endpoint server(so);
+  auto port = server.listen("127.0.0.1", 0);
+  ASSERT_TRUE(port) << port.error();
+  std::expected<void, std::string> accepted;
+  std::thread t([&] { accepted = server.accept_one(); });
+  mpa::Policy pol;
+  pol.crc = mpa::CrcPolicy::Required;
+  testing::RawPeer peer(*port, pol);
+  t.join();
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(accepted) << accepted.error();
+  ddp::Segment seg;
+  seg.hdr = ddp::untagged_header(rdmap::Opcode::Send, QueueNumber{0}, Msn{1}, MessageOffset{0});
+  const Bytes payload(32, 0x33);
+  seg.payload = payload;
+  Bytes wire = peer.fpdu(seg);
+  wire.back() ^= 0x01;
+  ASSERT_TRUE(peer.write(wire));
+  json j;
+  for (int i = 0; i < 200; ++i) {
+    j = ask(address_of(server));
+    if (!j.at("queue_pairs").empty() &&
+        counter(j["queue_pairs"][0], "rdmap", "terminates_sent") > 0)
+      break;
+    std::this_thread::sleep_for(10ms);
+  }
+  const json& q = j.at("queue_pairs").at(0);
+  EXPECT_EQ(counter(q, "mpa", "crc_errors"), 1u) << q.dump(2);
+  EXPECT_EQ(counter(q, "rdmap", "terminates_sent"), 1u);
+  EXPECT_EQ(q.at("mpa").at("crc"), true);
+  EXPECT_EQ(j.at("engine").at("totals").at("crc_errors"), 1);
+}
+
 TEST(Stat, ProcessWithoutAnRnicIsOneLineAndExit2) {
   pid_t sleeper = -1;
   char arg0[] = "sleep", arg1[] = "30";
@@ -351,7 +395,17 @@ TEST(Stat, PingProcessesAnswerWhileTheyRun) {
   const json c = query(cli.pid());
   ASSERT_FALSE(c["devices"][0]["queue_pairs"].empty()) << c.dump(2);
   EXPECT_EQ(c["devices"][0]["queue_pairs"][0].at("role"), "initiator");
+  // --watch asks again until the process ends, then exits 0.
+  Process watch({"stat", std::to_string(cli.pid()), "--watch", "0.1", "--json", "--compact"},
+                "stat_watch");
+  std::this_thread::sleep_for(500ms);
   cli.kill();
+  EXPECT_EQ(watch.wait(30s), 0) << watch.output();
+  int documents = 0;
+  std::istringstream lines(watch.output());
+  for (std::string line; std::getline(lines, line);)
+    documents += !json::parse(line, nullptr, false).is_discarded();
+  EXPECT_GE(documents, 2) << watch.output();
   srv.kill();
 }
 
