@@ -107,6 +107,11 @@ bool CompletionQueue::overflowed() const {
   return overflow_;
 }
 
+std::size_t CompletionQueue::used() const {
+  std::lock_guard l(mu_);
+  return static_cast<std::size_t>(tail_ - head_);
+}
+
 bool CompletionQueue::push(const Wc& wc, bool solicited) {
   return push(std::span<const Wc>(&wc, 1), solicited) == 1;
 }

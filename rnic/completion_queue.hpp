@@ -86,6 +86,8 @@ class CompletionQueue {
   }
   std::size_t depth() const { return ring_.size(); }
   bool overflowed() const;
+  // Completions in the ring not yet polled (`rnic stat`).
+  std::size_t used() const;
 
  private:
   friend class CompletionChannel;

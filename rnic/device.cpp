@@ -1,6 +1,7 @@
 #include "rnic/device.hpp"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
@@ -9,6 +10,8 @@
 #include <random>
 
 #include "common/log.hpp"
+#include "rnic/queue_pair.hpp"
+#include "rnic/stat_server.hpp"
 
 namespace iwarp::rnic {
 
@@ -16,6 +19,19 @@ Device::Device(std::string name, std::uint64_t seed)
     : name_(std::move(name)),
       work_(boost::asio::make_work_guard(io_)),
       memory_(seed ? seed : std::random_device{}()) {
+  // The stat server listens before the engine runs (docs/stat.md). Each device of the process
+  // has its own index; a failure costs only `rnic stat`.
+  if (stat_enabled()) {
+    static std::atomic<int> next_index{0};
+    const std::string address = stat_socket_name(::getpid(), next_index++);
+    std::string why;
+    stat_ = StatServer::listen(*this, address, &why);
+    if (stat_)
+      stat_address_ = address;
+    else
+      log::layer("rnic").info("{}: rnic stat cannot reach this device: @{}: {}", name_, address,
+                              why);
+  }
   engine_ = std::thread([this] {
     try {
       io_.run();
@@ -112,13 +128,40 @@ bool Device::stop(std::chrono::milliseconds bound) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (engine_running_) return false;
   if (engine_.joinable()) engine_.join();
+  // Nothing answers on the engine any more: `rnic stat` finds no RNIC here.
+  stat_.reset();
   return true;
+}
+
+void Device::track(std::weak_ptr<QueuePair> qp) {
+  std::lock_guard l(qps_mu_);
+  std::erase_if(qps_, [](const auto& w) { return w.expired(); });
+  qps_.push_back(std::move(qp));
+}
+
+std::vector<std::shared_ptr<QueuePair>> Device::queue_pairs() {
+  std::vector<std::shared_ptr<QueuePair>> out;
+  {
+    std::lock_guard l(qps_mu_);
+    for (const auto& w : qps_)
+      if (auto p = w.lock()) out.push_back(std::move(p));
+  }
+  {
+    std::lock_guard l(users_mu_);
+    for (const auto& w : users_)
+      if (auto p = std::dynamic_pointer_cast<QueuePair>(w.lock())) out.push_back(std::move(p));
+  }
+  std::ranges::sort(out);
+  const auto dup = std::ranges::unique(out);
+  out.erase(dup.begin(), dup.end());
+  return out;
 }
 
 Device::~Device() {
   work_.reset();
   io_.stop();
   if (engine_.joinable()) engine_.join();
+  stat_.reset();
 }
 
 }  // namespace iwarp::rnic

@@ -33,6 +33,9 @@ struct DeviceLimits {
 // pair: the FPDU being placed, a receive WR in use, queued Read Responses, the unsent rest of a
 // batch). Device::deregister() calls revoke() on the engine thread before it returns, and from
 // then on the user no longer reads or writes that region.
+class QueuePair;
+class StatServer;
+
 class MemoryUser {
  public:
   virtual ~MemoryUser() = default;
@@ -76,6 +79,16 @@ class Device {
   bool stop(std::chrono::milliseconds bound);
   bool engine_running() const { return engine_running_; }
 
+  // The queue pairs `rnic stat` lists (rnic/live_state.hpp): those made through the verbs
+  // APIs, which track() them once made, and every connected one (a memory user). Any thread;
+  // held weakly.
+  void track(std::weak_ptr<QueuePair> qp);
+  std::vector<std::shared_ptr<QueuePair>> queue_pairs();
+  // The abstract socket `rnic stat` reaches this device on ("rnic-stat-<pid>-<index>", no
+  // leading NUL; rnic/stat_server.hpp), empty when it does not listen (RNIC_STAT=0, or the
+  // socket could not be had). Closed by stop().
+  const std::string& stat_address() const { return stat_address_; }
+
  private:
   std::string name_;
   boost::asio::io_context io_;
@@ -86,6 +99,10 @@ class Device {
   std::mutex users_mu_;
   std::vector<std::weak_ptr<MemoryUser>> users_;
   std::atomic<bool> engine_running_{true};
+  std::mutex qps_mu_;
+  std::vector<std::weak_ptr<QueuePair>> qps_;
+  std::string stat_address_;
+  std::unique_ptr<StatServer> stat_;  // uses io_: destroyed before it
   bool revoke_now(STag stag);
   std::thread engine_;
   // The engine thread's id, set once by the constructor: stop()'s join() clears engine_'s while

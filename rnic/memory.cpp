@@ -1,5 +1,7 @@
 #include "rnic/memory.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace iwarp::rnic {
@@ -138,6 +140,17 @@ std::uint64_t MemoryTable::registered_bytes() const {
   std::uint64_t n = 0;
   for (const auto& [i, mr] : by_index_) n += mr.length;
   return n;
+}
+
+std::vector<MemoryRegion> MemoryTable::list() const {
+  std::vector<MemoryRegion> out;
+  {
+    std::lock_guard l(mu_);
+    out.reserve(by_index_.size());
+    for (const auto& [i, mr] : by_index_) out.push_back(mr);
+  }
+  std::ranges::sort(out, {}, [](const MemoryRegion& r) { return r.stag.value() >> 8; });
+  return out;
 }
 
 }  // namespace iwarp::rnic

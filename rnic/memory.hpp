@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <unordered_map>
+#include <vector>
 
 #include "common/strong_types.hpp"
 #include "common/wire_error.hpp"
@@ -73,6 +74,8 @@ class MemoryTable {
 
   std::size_t regions() const;
   std::uint64_t registered_bytes() const;
+  // Every region registered now, by STag index (`rnic stat`).
+  std::vector<MemoryRegion> list() const;
 
  private:
   mutable std::mutex mu_;

@@ -40,6 +40,8 @@ void QueuePair::fatal(const WireError& e, ByteSpan ddp_hdr, ByteSpan rdmap_hdr,
   {
     std::lock_guard l(mu_);
     error_reason_ = reason;
+    ++stats_.terminates_sent;
+    if (e.code == Errc::MpaCrcError) ++stats_.crc_errors;
   }
   rx_event(RxEvent{.kind = RxEvent::Kind::TerminateSent,
                    .offset = rx_.segments ? rx_.segments->in_order() : 0,
@@ -189,6 +191,7 @@ void QueuePair::rx_terminate_received(const rdmap::Terminate& t) {
   {
     std::lock_guard l(mu_);
     error_reason_ = reason;
+    ++stats_.terminates_received;
   }
   rx_event(RxEvent{.kind = RxEvent::Kind::TerminateReceived,
                    .offset = rx_.segments ? rx_.segments->in_order() : 0,

@@ -41,6 +41,8 @@
 
 namespace iwarp::rnic {
 
+struct QpLiveState;  // rnic/live_state.hpp
+
 class SharedReceiveQueue {
  public:
   SharedReceiveQueue(PdHandle pd, std::uint32_t max_wr, std::uint32_t max_sge)
@@ -186,8 +188,11 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
     // rest once there was room).
     std::uint64_t posted_inline_batches = 0, posted_inline_wrs = 0, inline_handoffs = 0;
     std::uint64_t ooo_placed = 0, released = 0;
+    std::uint64_t crc_errors = 0, terminates_sent = 0, terminates_received = 0;
   };
   Stats stats() const;
+  // What it holds now, for `rnic stat` (engine thread; qp_stat.cpp).
+  QpLiveState live_state() const;
 
   // Engine thread, from Device::deregister(): `r` is leaving the memory table. Whatever this QP
   // still holds of it stops being used before this returns (see MemoryUser).

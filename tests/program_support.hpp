@@ -202,6 +202,7 @@ class Program {
   Program& operator=(const Program&) = delete;
 
   const std::string& name() const { return name_; }
+  pid_t pid() const { return pid_; }
   const std::vector<std::string>& argv() const { return argv_; }
   const std::string& stdout_file() const { return out_; }
   const std::string& stderr_file() const { return err_; }

@@ -136,7 +136,9 @@ Runner add_run_command(CLI::App& app) {
       "  RNIC_CRC, RNIC_MARKERS, RNIC_MPA_REV, RNIC_P2P (1/0), RNIC_RTR, RNIC_TIMEOUT_MS,\n"
       "  RNIC_RNR_WAIT_MS,\n"
       "  RNIC_FIRST_FPDU_DELAY_MS, RNIC_POLL_YIELD,\n"
-      "  RNIC_CAPTURE_DIR, RNIC_LOG, RNIC_DEVICE; RNIC_DROPIN_DIR says where the libraries are.\n"
+      "  RNIC_CAPTURE_DIR, RNIC_LOG, RNIC_DEVICE; RNIC_DROPIN_DIR says where the libraries are;\n"
+      "  RNIC_STAT=0 stops the process answering `rnic stat PID` (its live queue pairs,\n"
+      "  regions and counters; docs/stat.md).\n"
       "Not supported (a one-line message says so): UD/UC/XRC QPs, address handles, multicast,\n"
       "memory windows, on-demand paging, rsockets, perftest without -R (iWARP connects through\n"
       "the CM).");

@@ -11,8 +11,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "rnic - a userspace software iWARP RNIC (MPA/DDP/RDMAP over TCP).\n"
       "Run two emulated RNICs (rnic ping, rnic demo, rnic xfer), decode iWARP captures,\n"
-      "replay them through the stack (rnic replay), draw them as ladder diagrams (rnic ladder)\n"
-      "and generate sample traces."};
+      "replay them through the stack (rnic replay), draw them as ladder diagrams (rnic ladder),\n"
+      "show a running process's queue pairs and counters (rnic stat PID) and generate sample\n"
+      "traces."};
   app.require_subcommand(1);
   app.fallthrough();  // --log-level also after the subcommand
   app.set_version_flag("--version", "rnic 0.1.0");
@@ -39,14 +40,15 @@ int main(int argc, char** argv) {
   add(iwarp::tools::add_enlarge_bench_command);
   add(iwarp::tools::add_run_command);
   add(iwarp::tools::add_ladder_command);
+  add(iwarp::tools::add_stat_command);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // rnic enlarge-bench's and rnic ladder's usage errors are one line, "rnic NAME: --FLAG: why".
     for (auto* sub : app.get_subcommands())
-      if (e.get_exit_code() != 0 &&
-          (sub->get_name() == "enlarge-bench" || sub->get_name() == "ladder")) {
+      if (e.get_exit_code() != 0 && (sub->get_name() == "enlarge-bench" ||
+                                     sub->get_name() == "ladder" || sub->get_name() == "stat")) {
         std::cerr << "rnic " << sub->get_name() << ": " << e.what() << "\n";
         return 2;
       }

@@ -563,6 +563,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   auto* qp = new Qp;
   std::memset(&qp->pub, 0, sizeof qp->pub);
   qp->qp = std::make_shared<rnic::QueuePair>(dev(), init);
+  dev().track(qp->qp);  // rnic stat lists it from now on
   qp->pd = p;
   qp->send_cq = scq;
   qp->recv_cq = rcq;

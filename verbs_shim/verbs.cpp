@@ -253,6 +253,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   qp->recv_cq = attr->recv_cq;
   qp->srq = attr->srq;
   qp->qp = std::make_shared<rnic::QueuePair>(*pd->context->dev, init);
+  pd->context->dev->track(qp->qp);  // rnic stat lists it from now on
   qp->qp_num = qp->qp->qp_num();
   ++pd->users;
   ++attr->send_cq->qps;
