@@ -189,6 +189,15 @@ struct Endpoint {
   // Segments handed to the engine and not yet waited for (see inject).
   std::uint64_t queued_segments = 0, queued_octets = 0;
   Endpoint* peer = nullptr;  // the connection's other endpoint
+  // Declared last, so destroyed first: the engine thread stops before the queue pair, the CQs
+  // and the regions it may still touch are freed (an `rnic stat` query, docs/stat.md, runs on
+  // it and reads them), whichever way replay_connection() ends.
+  struct StopEngine {
+    rnic::Device* dev = nullptr;
+    ~StopEngine() {
+      if (dev) dev->stop(std::chrono::seconds(5));
+    }
+  } stop_engine;
 };
 
 void run_on_engine(rnic::Device& dev, const std::function<void()>& fn) {
@@ -231,6 +240,7 @@ void build_endpoint(Endpoint& e, const ConnectionPlan& plan, Side side, std::uin
   e.side = side;
   e.dev = std::make_unique<rnic::Device>(fmt::format("replay-c{}-{}", plan.flow, to_string(side)),
                                          seed);
+  e.stop_engine.dev = e.dev.get();
   auto& mem = e.dev->memory();
   e.pd = mem.alloc_pd();
   // Shadow memory at the capture's STags first (so no local registration takes their index).
