@@ -29,7 +29,7 @@ header { padding: 8px 16px; background: #263238; color: #eceff1; }
 header h1 { font-size: 16px; margin: 0 0 2px 0; }
 header .sub { font-size: 12px; color: #b0bec5; }
 #notes { margin: 4px 0 0 0; padding-left: 18px; color: #ffcc80; font-size: 12px; }
-main { display: flex; height: calc(100vh - 64px); }
+main { display: flex; height: calc(100vh - 80px); }
 #ladder { flex: 1 1 auto; overflow: auto; background: #fff; border-right: 1px solid #cfd8dc; }
 #ladder svg { width: 100%; height: auto; display: block; }
 #ladder [data-ev] { cursor: pointer; }
@@ -42,8 +42,10 @@ main { display: flex; height: calc(100vh - 64px); }
 #details h4 { font-size: 12px; margin: 8px 0 2px 0; font-weight: 600; font-family: monospace; }
 #details .meta { color: #607d8b; font-size: 12px; }
 #details table { border-collapse: collapse; font-family: monospace; font-size: 12px; }
-#details td { padding: 1px 8px 1px 0; vertical-align: top; }
+#details td { padding: 1px 6px 1px 0; vertical-align: top; }
+#details td.value { padding-right: 18px; }
 #details td.layer { color: #78909c; }
+#details pre.tl { white-space: pre-wrap; }
 #details pre { font-size: 11px; background: #eceff1; padding: 6px; margin: 0; overflow-x: auto; }
 #details .why { color: #33691e; margin: 2px 0 6px 0; }
 #details .more, #details .note { color: #bf360c; font-size: 12px; }
@@ -105,28 +107,23 @@ constexpr const char* kScript = R"JS(<script>
         box.appendChild(el('h4', null, 'frame ' + seg.frame + ' @' + seg.offset + ': ' + seg.summary));
       }
       if (seg.problem) box.appendChild(el('div', 'note', seg.problem));
-      var t = el('table');
-      seg.fields.forEach(function (f) {
-        var tr = el('tr');
+      var t = el('table'), tr = null;
+      seg.fields.forEach(function (f, i) {
+        if (i % 2 === 0) { tr = el('tr'); t.appendChild(tr); }
         tr.appendChild(el('td', 'layer', f[0]));
         tr.appendChild(el('td', null, f[1]));
         var v = el('td', 'value', f[2]);
         if (k === 0) v.setAttribute('data-f', f[0] + '.' + f[1]);
         tr.appendChild(v);
-        t.appendChild(tr);
       });
       box.appendChild(t);
     });
     if (ev.segments_more) s.appendChild(el('div', 'more', '... ' + ev.segments_more + ' more segment(s)'));
-    s = section('Bytes (first FPDUs as on the wire)');
-    if (ev.hex) s.appendChild(el('pre', 'hex', ev.hex));
-    if (ev.hex_more) s.appendChild(el('div', 'more', '... ' + ev.hex_more + ' more octet(s)'));
-    if (ev.hex_missing) s.appendChild(el('div', 'note', ev.hex_missing));
     if (ev.replay) {
       s = section('What the replay did');
       if (!ev.replay.length) s.appendChild(el('div', 'hint', 'no timeline event of the receiving side is about its octets'));
       ev.replay.forEach(function (r) {
-        s.appendChild(el('pre', null, r.text));
+        s.appendChild(el('pre', 'tl', r.text.trim()));
         s.appendChild(el('p', 'why', r.why));
       });
       if (ev.replay_more) s.appendChild(el('div', 'more', '... ' + ev.replay_more + ' more timeline event(s)'));
@@ -153,6 +150,10 @@ constexpr const char* kScript = R"JS(<script>
       if (m.shadow) d.appendChild(el('div', 'hint', m.shadow));
       s.appendChild(d);
     });
+    s = section('Bytes (first FPDUs as on the wire)');
+    if (ev.hex) s.appendChild(el('pre', 'hex', ev.hex));
+    if (ev.hex_more) s.appendChild(el('div', 'more', '... ' + ev.hex_more + ' more octet(s)'));
+    if (ev.hex_missing) s.appendChild(el('div', 'note', ev.hex_missing));
   }
   var groups = document.querySelectorAll('#ladder [data-ev]');
   Array.prototype.forEach.call(groups, function (g) {
@@ -208,6 +209,9 @@ std::string render_html(const View& v) {
   out += kStyle;
   out += "</head>\n<body>\n<header>\n";
   out += fmt::format("<h1>rnic replay --html: {}</h1>\n", ladder::xml_escape(file));
+  if (v.data.contains("order"))
+    out += fmt::format("<div class=\"sub\">replayed in {}</div>\n",
+                       ladder::xml_escape(v.data["order"].get<std::string>()));
   out += fmt::format(
       "<div class=\"sub\">{} iWARP connection(s), {} event(s). Click an arrow (or open "
       "#event=N) to see its headers, bytes, meaning, the queue pairs' state and the memory it "

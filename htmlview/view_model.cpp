@@ -138,11 +138,25 @@ struct SideState {
   std::map<std::uint64_t, std::uint64_t> holes;  // begin -> end
   std::uint64_t placed = 0, completions = 0, recv_done = 0, reads_done = 0, atomics_done = 0;
   std::uint64_t reads_posted = 0, atomics_posted = 0, deferred = 0, released = 0;
+  // [b, e) of the stream arrived: what is still missing of each hole stays open.
+  void fill(std::uint64_t b, std::uint64_t e) {
+    std::map<std::uint64_t, std::uint64_t> left;
+    for (auto [hb, he] : holes) {
+      if (he <= b || hb >= e) {
+        left[hb] = he;
+        continue;
+      }
+      if (hb < b) left[hb] = b;
+      if (he > e) left[e] = he;
+    }
+    holes = std::move(left);
+  }
   void apply(const rnic::RxEvent& e, std::uint64_t frame) {
     using K = rnic::RxEvent::Kind;
     switch (e.kind) {
       case K::Placed:
         ++placed;
+        fill(e.offset, e.end);  // octets placed in order fill the front of a hole too
         break;
       case K::Deferred:
         ++deferred;
@@ -150,20 +164,9 @@ struct SideState {
       case K::HoleOpened:
         holes[e.offset] = e.end;
         break;
-      case K::HoleClosed: {
-        // The range that arrived may close a hole in part: keep what is still missing.
-        std::map<std::uint64_t, std::uint64_t> left;
-        for (auto [b, en] : holes) {
-          if (en <= e.offset || b >= e.end) {
-            left[b] = en;
-            continue;
-          }
-          if (b < e.offset) left[b] = e.offset;
-          if (en > e.end) left[e.end] = en;
-        }
-        holes = std::move(left);
+      case K::HoleClosed:
+        fill(e.offset, e.end);
         break;
-      }
       case K::Released:
         released += e.sends + e.read_responses + e.read_requests + e.writes;
         break;
@@ -258,7 +261,7 @@ std::string hex_dump(const std::uint8_t* p, std::size_t n) {
 
 std::expected<View, std::string> build_view(const std::string& path, const replay::Plan& plan,
                                             const replay::ReplayResult& result,
-                                            const ViewLimits& limits) {
+                                            const std::string& order, const ViewLimits& limits) {
   auto model = ladder::build_model(path, ladder::Filter{}, limits.max_events);
   if (!model) return std::unexpected(model.error());
   ladder::LayoutOptions lo;
@@ -428,6 +431,7 @@ std::expected<View, std::string> build_view(const std::string& path, const repla
   // The data.
   json& d = v.data;
   d["file"] = path;
+  d["order"] = order;
   d["notes"] = model->notes;
   for (const auto& p : plan.problems) d["notes"].push_back(p);
   json conns = json::array();

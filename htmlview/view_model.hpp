@@ -37,8 +37,10 @@ struct View {
 
 // Builds the view of the capture `path` from its replay. Errors (the capture cannot be decoded
 // again, the ladder cannot be laid out) are one line.
+// `order` says how it was replayed ("capture order", a permutation's description).
 std::expected<View, std::string> build_view(const std::string& path, const replay::Plan& plan,
                                             const replay::ReplayResult& result,
+                                            const std::string& order,
                                             const ViewLimits& limits = {});
 
 // A hex dump: offset, 16 octets in hex, and the printable ASCII ones ('.' for the others).

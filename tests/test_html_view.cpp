@@ -14,7 +14,11 @@
 #include <string>
 
 #include "htmlview/html_writer.hpp"
+#include "htmlview/view_model.hpp"
 #include "program_support.hpp"
+#include "replay/replay_plan.hpp"
+#include "replay/replayer.hpp"
+#include "trace/pcap_reader.hpp"
 
 namespace {
 
@@ -273,6 +277,130 @@ TEST(HtmlView, BadHtmlPathIsOneLine) {
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
     EXPECT_NE(r.err.find("--html " + out + ": cannot write"), std::string::npos) << r.err;
   }
+}
+
+}  // namespace
+
+namespace {
+
+nlohmann::json embedded(const std::string& html) {
+  const std::string open = "<script type=\"application/json\" id=\"view-data\">";
+  const auto a = html.find(open);
+  const auto b = html.find("</script>", a);
+  if (a == std::string::npos || b == std::string::npos) return {};
+  return nlohmann::json::parse(html.substr(a + open.size(), b - a - open.size()));
+}
+
+std::string replay_html(const std::string& pcap, std::vector<std::string> extra,
+                        const std::string& tag) {
+  const auto html = (scratch(tag) / "view.html").string();
+  std::vector<std::string> argv{IWARP_RNIC_BIN, "replay", pcap, "--quiet", "--html", html};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto r = run("rnic replay", argv);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return slurp(html);
+}
+
+// The RDMA Reads outstanding after each event are those rnic decode shows requested by that
+// side and not yet answered by a last Read Response segment (RFC 5040 §4.4).
+TEST(HtmlView, ReadsOutstandingFollowTheCapture) {
+  const std::string pcap = kTraces + "mpa2_p2p_read_crc.pcap";
+  const auto view = embedded(replay_html(pcap, {}, "reads"));
+  ASSERT_TRUE(view.contains("events"));
+  auto d = run("rnic decode", {IWARP_RNIC_BIN, "decode", "--json", pcap});
+  ASSERT_EQ(d.code, 0) << d.err;
+  const auto records = nlohmann::json::parse(d.out)["records"];
+  int checked = 0, nonzero = 0;
+  for (const auto& ev : view["events"]) {
+    const auto upto = ev["last_frame"].get<std::uint64_t>();
+    ASSERT_EQ(ev["state"].size(), 2u);
+    for (int side = 0; side < 2; ++side) {
+      // Side I issues Reads on i2r (except the RTR's zero-length Read, RFC 6581 §4, no
+      // posted work) and gets their responses on r2i.
+      const std::string req_dir = side == 0 ? "i2r" : "r2i", resp_dir = side == 0 ? "r2i" : "i2r";
+      std::uint64_t issued = 0, done = 0;
+      for (const auto& x : records) {
+        if (x["kind"] != "fpdu" || x["frame"].get<std::uint64_t>() > upto) continue;
+        if (x["direction"] == req_dir && x["opcode"] == 1 &&
+            x["summary"].get<std::string>().find("size 0 ") == std::string::npos)
+          ++issued;
+        if (x["direction"] == resp_dir && x["opcode"] == 2 && x["last"] == true &&
+            x["payload_length"] != 0)
+          ++done;
+      }
+      const auto want = std::to_string(issued) + " issued, " + std::to_string(done) +
+                        " completed, " + std::to_string(issued - done) + " outstanding";
+      EXPECT_EQ(ev["state"][side]["reads"], want) << "event " << ev["id"] << " side " << side;
+      ++checked;
+      nonzero += issued != done;
+    }
+  }
+  EXPECT_GT(checked, 20);
+  EXPECT_GT(nonzero, 0) << "no event with a Read outstanding: the test checks nothing";
+}
+
+// In a seeded disorder, a hole an event leaves open is one the replay's timeline opened on
+// that side (rnic replay --json), and is listed while open.
+TEST(HtmlView, HolesOpenAreTheReplaysHoles) {
+  const std::string pcap = kTraces + "mpa2_p2p_read_crc.pcap";
+  const auto view = embedded(replay_html(pcap, {"--permute", "1"}, "holes"));
+  auto j = run("rnic replay", {IWARP_RNIC_BIN, "replay", pcap, "--permute", "1", "--json"});
+  const auto timeline = nlohmann::json::parse(j.out)["connections"][0]["timeline"];
+  std::size_t listed = 0;
+  for (const auto& ev : view["events"])
+    for (int side = 0; side < 2; ++side)
+      for (const auto& h : ev["state"][side]["holes"]) {
+        std::smatch m;
+        const auto s = h.get<std::string>();
+        ASSERT_TRUE(std::regex_search(s, m, std::regex(R"(\[(\d+), (\d+)\))"))) << s;
+        const auto b = std::stoull(m[1].str()), e = std::stoull(m[2].str());
+        bool opened = false;
+        for (const auto& t : timeline)
+          opened |= t["event"] == "hole-opened" && t["endpoint"] == (side ? "R" : "I") &&
+                    t["offset"].get<std::uint64_t>() <= b && t["end"].get<std::uint64_t>() >= e;
+        EXPECT_TRUE(opened) << s << " at event " << ev["id"];
+        ++listed;
+      }
+  EXPECT_GT(listed, 0u) << "the disorder left no hole open after any event";
+}
+
+// Past the view's limits (events, octets per event, segments, the data's size) the view is cut
+// and says so.
+TEST(HtmlView, LimitsCutTheViewWithANote) {
+  const std::string pcap = kTraces + "mpa2_p2p_read_crc.pcap";
+  auto cap = iwarp::trace::read_capture(pcap);
+  ASSERT_TRUE(cap) << cap.error();
+  auto plan = iwarp::replay::make_plan(std::move(*cap));
+  ASSERT_TRUE(plan) << plan.error();
+  iwarp::replay::ReplayOptions ro;
+  const auto result = iwarp::replay::replay(*plan, ro);
+  iwarp::htmlview::ViewLimits lim;
+  lim.max_events = 16;
+  lim.max_bytes_per_event = 32;
+  lim.max_segments_per_event = 1;
+  auto v = iwarp::htmlview::build_view(pcap, *plan, result, "capture order", lim);
+  ASSERT_TRUE(v) << v.error();
+  const auto& d = v->data;
+  EXPECT_LE(d["events"].size(), 16u);
+  EXPECT_FALSE(d["notes"].empty()) << "no note says events were left out";
+  bool hex_cut = false, seg_cut = false;
+  for (const auto& ev : d["events"]) {
+    if (ev.contains("hex")) {
+      EXPECT_LE(ev["hex"].get<std::string>().size(), 3u * 80u);  // two 16-octet lines
+    }
+    hex_cut |= ev.contains("hex_more");
+    seg_cut |= ev.contains("segments_more");
+    EXPECT_LE(ev["segments"].size(), 1u);
+  }
+  EXPECT_TRUE(hex_cut);
+  EXPECT_TRUE(seg_cut);
+  lim.max_json_bytes = 6000;
+  auto small = iwarp::htmlview::build_view(pcap, *plan, result, "capture order", lim);
+  ASSERT_TRUE(small);
+  EXPECT_LE(iwarp::htmlview::embed_json(small->data).size(), 6000u + 2000u);
+  EXPECT_TRUE(small->data["events"].back().contains("cut"));
+  EXPECT_NE(small->data["notes"].back().get<std::string>().find("limited to 6000 octets"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -140,7 +140,9 @@ int run_replay(const ReplayOpts& o) {
   pb.clear();
 
   if (!o.html.empty()) {
-    auto view = htmlview::build_view(o.file, *plan, result);
+    auto view = htmlview::build_view(
+        o.file, *plan, result,
+        perm ? "a seeded disorder: " + perm->describe() : std::string("capture order"));
     if (!view) {
       fmt::print(stderr, "rnic replay: --html: {}\n", view.error());
       return 2;
