@@ -404,3 +404,33 @@ TEST(HtmlView, LimitsCutTheViewWithANote) {
 }
 
 }  // namespace
+
+namespace {
+
+// The committed views next to the sample traces are what the commands docs/html-view.md shows
+// make today (run from the repository's root, as the doc says).
+TEST(HtmlView, CommittedViewsAreUpToDate) {
+  const auto dir = scratch("committed");
+  const std::string src = IWARP_SOURCE_DIR;
+  struct Case {
+    std::string name, extra;
+  };
+  for (const auto& c : {Case{"mpa2_p2p_read_crc", ""}, Case{"mpa1_crc_markers", ""},
+                        Case{"mpa2_p2p_read_crc.permute1", "--permute 1"}}) {
+    SCOPED_TRACE(c.name);
+    const std::string pcap =
+        "pcap_traces/generated/" + c.name.substr(0, c.name.find('.')) + ".pcap";
+    const auto out = (dir / (c.name + ".html")).string();
+    auto r = run("bash", {"bash", "-c",
+                          "cd '" + src + "' && '" + IWARP_RNIC_BIN + "' replay " + pcap + " " +
+                              c.extra + " --quiet --html '" + out + "' >/dev/null"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto committed = slurp(src + "/pcap_traces/generated/" + c.name + ".html");
+    ASSERT_FALSE(committed.empty());
+    EXPECT_TRUE(slurp(out) == committed)
+        << "pcap_traces/generated/" << c.name
+        << ".html is stale: remake it with the command in docs/html-view.md";
+  }
+}
+
+}  // namespace
