@@ -193,11 +193,9 @@ struct SideState {
         break;
     }
   }
-  json to_json(const replay::EndpointPlan& ep, bool connecting) const {
+  json to_json(const replay::EndpointPlan& ep, const char* phase) const {
     json j;
-    j["state"] = connecting ? "connecting (MPA exchange, RFC 5044 §7.1)"
-                 : ended    ? *ended
-                            : "RTS (Full Operation)";
+    j["state"] = phase ? std::string(phase) : ended ? *ended : std::string("RTS (Full Operation)");
     const std::uint64_t posted = ep.recvs.size();
     j["receives"] = fmt::format("{} posted, {} completed, {} left", posted, recv_done,
                                 posted > recv_done ? posted - recv_done : 0);
@@ -413,9 +411,16 @@ std::expected<View, std::string> build_view(const std::string& path, const repla
       for (; t < cr->timeline.size() && cr->timeline[t].frame <= upto; ++t)
         st[replay::index(cr->timeline[t].side)].apply(cr->timeline[t].event, cr->timeline[t].frame);
       json j = json::array();
-      const bool connecting = evs[i].e->kind == ladder::Event::Kind::Mpa;
+      // Before the MPA Reply both sides are still connecting; an accepting Reply moves them to
+      // Full Operation, a rejecting one ends the connection (RFC 5044 §7.1).
+      const auto* f = evs[i].e->kind == ladder::Event::Kind::Mpa ? &*evs[i].e->mpa : nullptr;
+      const char* phase = !f ? nullptr
+                          : f->kind == mpa::FrameKind::Request
+                              ? "connecting (MPA exchange, RFC 5044 §7.1)"
+                          : f->reject ? "rejected by the MPA Reply (R=1, RFC 5044 §7.1)"
+                                      : nullptr;
       for (auto side : {replay::Side::Initiator, replay::Side::Responder}) {
-        json one = st[replay::index(side)].to_json(cp->ep[replay::index(side)], connecting);
+        json one = st[replay::index(side)].to_json(cp->ep[replay::index(side)], phase);
         one["side"] = side == replay::Side::Initiator ? "initiator (I)" : "responder (R)";
         if (upto > kept_until)
           one["note"] = fmt::format(
