@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "ladder/svg_writer.hpp"
@@ -231,9 +232,14 @@ std::string render_html(const View& v) {
 }
 
 std::expected<void, std::string> check_writable(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
+  // Opened for appending, so that an existing file is kept as it is until the page is written,
+  // and a file made only for this check is removed again.
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(path, ec);
+  std::FILE* f = std::fopen(path.c_str(), "ab");
   if (!f) return std::unexpected(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
   std::fclose(f);
+  if (!existed) std::filesystem::remove(path, ec);
   return {};
 }
 

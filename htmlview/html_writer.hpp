@@ -18,7 +18,8 @@ std::string render_html(const View& v);
 // The JSON text as embedded: dumped, invalid UTF-8 replaced, '<' '>' '&' escaped.
 std::string embed_json(const nlohmann::json& j);
 
-// Checks that `path` can be written (creates or truncates it), before the replay runs.
+// Checks that `path` can be written, before the replay runs (leaves no file behind, and an
+// existing one unchanged).
 std::expected<void, std::string> check_writable(const std::string& path);
 std::expected<void, std::string> write_file(const std::string& path, const std::string& text);
 

@@ -277,6 +277,12 @@ TEST(HtmlView, BadHtmlPathIsOneLine) {
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
     EXPECT_NE(r.err.find("--html " + out + ": cannot write"), std::string::npos) << r.err;
   }
+  // A capture that cannot be replayed leaves no page (and no empty file) behind.
+  const auto out = (dir / "x.html").string();
+  auto r = run("rnic replay", {IWARP_RNIC_BIN, "replay",
+                               std::string(IWARP_SOURCE_DIR) + "/README.md", "--html", out});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_FALSE(fs::exists(out));
 }
 
 }  // namespace
