@@ -21,8 +21,9 @@ declare -A allowed=(
   [enlarge]="common mpa ddp rnic verbs_shim"
   [replay]="common mpa ddp trace rnic sim"
   [ladder]="common mpa ddp trace"
+  [htmlview]="common mpa ddp trace rnic sim replay ladder"
   [bench]="common mpa ddp trace rnic sim capture verbs_shim enlarge replay"
-  [tools]="common mpa ddp trace rnic sim capture verbs_shim enlarge replay bench ladder"
+  [tools]="common mpa ddp trace rnic sim capture verbs_shim enlarge replay bench ladder htmlview"
   [fuzz]="common mpa ddp trace rnic sim capture verbs_shim enlarge replay"
 )
 

@@ -27,6 +27,7 @@ PKGS=(
   iproute2 util-linux                # ip, unshare: tests in network namespaces of their own
   jq                                 # the README examples pipe --json output through it
   gdb                                # backtraces of a real program a test kills at its deadline
+  chromium fonts-dejavu-core         # headless browser test of rnic replay --html (tests/test_html_view.cpp)
   librsvg2-bin libxml2-utils         # rsvg-convert: rnic ladder --png; xmllint checks its SVG
   ccache                             # shared compile cache across the plain, sanitizer and fuzz builds
   clang-19 libclang-rt-19-dev        # libFuzzer targets (fuzz/, scripts/fuzz.sh)

@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <new>
 
+#include "htmlview/html_writer.hpp"
+#include "htmlview/view_model.hpp"
 #include "replay/replay_explain.hpp"
 #include "replay/replay_plan.hpp"
 #include "replay/replay_report.hpp"
@@ -51,9 +54,17 @@ struct ReplayOpts {
   std::vector<std::uint64_t> drop;
   double reorder = 0.25, dup = 0.1, split = 0.1;
   unsigned delay = 4;
+  std::string html;  // --html OUT.html
 };
 
 int run_replay(const ReplayOpts& o) {
+  // A path that cannot be written is said before the replay runs.
+  if (!o.html.empty()) {
+    if (auto w = htmlview::check_writable(o.html); !w) {
+      fmt::print(stderr, "rnic replay: --html {}\n", w.error());
+      return 2;
+    }
+  }
   auto cap = trace::read_capture(o.file);
   if (!cap) {
     fmt::print(stderr, "rnic replay: {}\n", cap.error());
@@ -102,6 +113,8 @@ int run_replay(const ReplayOpts& o) {
       ro.timeline_keep = o.quiet ? 0 : SIZE_MAX;
     else if (!o.timeline)
       ro.timeline_keep = o.quiet ? 0 : 40;
+    // The HTML view shows each event's timeline and the state it leads to.
+    if (!o.html.empty()) ro.timeline_keep = std::max(ro.timeline_keep, htmlview::kTimelineKeep);
     if (perm) {
       ro.keep_memory = true;
       auto base = replay::replay(*plan, ro);
@@ -125,6 +138,20 @@ int run_replay(const ReplayOpts& o) {
     return 2;
   }
   pb.clear();
+
+  if (!o.html.empty()) {
+    auto view = htmlview::build_view(
+        o.file, *plan, result,
+        perm ? "a seeded disorder: " + perm->describe() : std::string("capture order"));
+    if (!view) {
+      fmt::print(stderr, "rnic replay: --html: {}\n", view.error());
+      return 2;
+    }
+    if (auto w = htmlview::write_file(o.html, htmlview::render_html(*view)); !w) {
+      fmt::print(stderr, "rnic replay: --html {}\n", w.error());
+      return 2;
+    }
+  }
 
   if (o.json) {
     auto doc = replay::to_json(*plan, result, perm, check, !o.quiet);
@@ -214,6 +241,13 @@ Runner add_replay_command(CLI::App& app) {
                   "Leave capture frame N out, as if the network had lost it (repeatable, or a\n"
                   "comma-separated list): the replay then shows the hole it leaves")
       ->delimiter(',');
+  cmd->add_option("--html", o->html,
+                  "Also write OUT.html: one self-contained page (open it from disk, no server or\n"
+                  "network) with the ladder of each connection; clicking an arrow shows that\n"
+                  "event's decoded MPA/DDP/RDMAP headers, its first octets, what it means, both\n"
+                  "queue pairs' state after it (receives left, Reads outstanding, holes open) and\n"
+                  "the memory regions it touched. Details: docs/html-view.md")
+      ->type_name("OUT.html");
   auto* pg = cmd->add_flag("--progress", o->progress,
                            "Show a progress bar on stderr even when it is not a terminal");
   cmd->add_flag("--no-progress", o->no_progress, "Never show the progress bar")->excludes(pg);
