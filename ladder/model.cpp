@@ -197,6 +197,7 @@ class Builder {
       ++m.segments;
       m.length += r.payload_length;
       m.last_time_us = rel;
+      m.last_frame = r.frame;
       m.complete = h.last;
       if (r.error) {
         if (m.bad_segments++ == 0) m.problem = r.error->to_string();

@@ -3,14 +3,17 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <memory>
 #include <new>
 
+#include "ladder/png.hpp"
 #include "replay/replay_explain.hpp"
 #include "replay/replay_plan.hpp"
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
 #include "tools/commands.hpp"
+#include "tools/replay_ladder.hpp"
 #include "trace/pcap_reader.hpp"
 
 namespace iwarp::tools {
@@ -51,9 +54,19 @@ struct ReplayOpts {
   std::vector<std::uint64_t> drop;
   double reorder = 0.25, dup = 0.1, split = 0.1;
   unsigned delay = 4;
+  std::string ladder, ladder_png;  // --ladder OUT.svg, --ladder-png OUT.png
 };
 
 int run_replay(const ReplayOpts& o) {
+  // The ladder's file is opened first: a bad path is refused before the replay runs.
+  std::ofstream ladder_out;
+  if (!o.ladder.empty()) {
+    ladder_out.open(o.ladder, std::ios::binary | std::ios::trunc);
+    if (!ladder_out) {
+      fmt::print(stderr, "rnic replay: --ladder {}: cannot open for writing\n", o.ladder);
+      return 2;
+    }
+  }
   auto cap = trace::read_capture(o.file);
   if (!cap) {
     fmt::print(stderr, "rnic replay: {}\n", cap.error());
@@ -102,6 +115,7 @@ int run_replay(const ReplayOpts& o) {
       ro.timeline_keep = o.quiet ? 0 : SIZE_MAX;
     else if (!o.timeline)
       ro.timeline_keep = o.quiet ? 0 : 40;
+    if (!o.ladder.empty()) ro.timeline_keep = SIZE_MAX;  // the ladder draws every event
     if (perm) {
       ro.keep_memory = true;
       auto base = replay::replay(*plan, ro);
@@ -146,6 +160,25 @@ int run_replay(const ReplayOpts& o) {
     if (o.explain)
       ro.explain = [](const replay::TimelineEntry& t) { return replay::explain_event(t.event); };
     fmt::print("{}", replay::format_text(*plan, result, perm, check, ro));
+  }
+  if (!o.ladder.empty()) {
+    auto svg = replay_ladder_svg(
+        o.file, *plan, result,
+        fmt::format("{} as rnic replay{} ran it", o.file,
+                    perm ? fmt::format(" --permute {}", *o.permute) : std::string()));
+    if (!svg) {
+      fmt::print(stderr, "rnic replay: --ladder: {}\n", svg.error());
+      return 2;
+    }
+    ladder_out << *svg;
+    if (!ladder_out.flush()) {
+      fmt::print(stderr, "rnic replay: --ladder {}: write failed\n", o.ladder);
+      return 2;
+    }
+    ladder_out.close();
+    if (!o.ladder_png.empty())
+      if (auto png = ladder::svg_to_png(o.ladder, o.ladder_png); !png)
+        fmt::print(stderr, "rnic replay: {}\n", png.error());
   }
   return replay::exit_status(result, check);
 }
@@ -214,6 +247,18 @@ Runner add_replay_command(CLI::App& app) {
                   "Leave capture frame N out, as if the network had lost it (repeatable, or a\n"
                   "comma-separated list): the replay then shows the hole it leaves")
       ->delimiter(',');
+  auto* ladder_opt = cmd->add_option(
+      "--ladder", o->ladder,
+      "Also write the ladder (message sequence) diagram of what the replay did, as SVG: the\n"
+      "capture's messages as arrows (as rnic ladder draws them) and, beside each, on the column\n"
+      "of the endpoint that did it, the local events the emulated stack took: WQEs posted,\n"
+      "placements (beyond a TCP hole with --permute), holes opened and closed, deferred\n"
+      "completions released, CQEs, doorbells, Terminates; each numbered in the order it\n"
+      "happened (see docs/ladder.md)");
+  cmd->add_option("--ladder-png", o->ladder_png,
+                  "With --ladder: also convert it to this PNG (needs rsvg-convert, Debian's "
+                  "librsvg2-bin)")
+      ->needs(ladder_opt);
   auto* pg = cmd->add_flag("--progress", o->progress,
                            "Show a progress bar on stderr even when it is not a terminal");
   cmd->add_flag("--no-progress", o->no_progress, "Never show the progress bar")->excludes(pg);

@@ -1,0 +1,104 @@
+#include "ladder/local_events.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace iwarp::ladder {
+
+namespace {
+
+bool matches(const Message& m, const MessageKey& k) {
+  if (m.tagged != k.tagged) return false;
+  if (k.tagged) return m.stag == k.stag && k.to >= m.to && (k.to < m.next_to || k.to == m.to);
+  return m.qn == k.qn && m.msn == k.msn;
+}
+
+// The index of the event `x` belongs to in `ev`, or SIZE_MAX.
+std::size_t message_of(const std::vector<Event>& ev, const LocalInput& x) {
+  std::size_t found = SIZE_MAX;
+  for (std::size_t i = ev.size(); i-- > 0;) {
+    const auto& e = ev[i];
+    if (e.kind != Event::Kind::Message || e.dir != x.message_dir) continue;
+    if (e.frame > x.frame || e.msg.last_frame < x.frame) continue;
+    if (!x.key) return i;  // the latest message the frame carries
+    if (matches(e.msg, *x.key)) return i;
+    if (found == SIZE_MAX) found = i;
+  }
+  return found;
+}
+
+// The last event at or before `frame` (0 when none).
+std::size_t anchor_by_frame(const std::vector<Event>& ev, std::uint64_t frame) {
+  std::size_t a = 0;
+  for (std::size_t i = 0; i < ev.size(); ++i)
+    if (ev[i].frame <= frame) a = i;
+  return a;
+}
+
+}  // namespace
+
+bool merges(const std::string& category) {
+  return category == "placed" || category == "duplicate" || category == "placed-beyond-hole";
+}
+
+std::size_t attach_local_events(Model& m, std::size_t index, const std::vector<LocalInput>& in,
+                                std::size_t max_events) {
+  auto conn = std::find_if(m.connections.begin(), m.connections.end(),
+                           [&](const Connection& c) { return c.index == index; });
+  if (conn == m.connections.end() || conn->events.empty()) return 0;
+  std::size_t total = 0;
+  for (const auto& c : m.connections) total += c.events.size();
+
+  auto& ev = conn->events;
+  // Per original event, the local events drawn after it.
+  std::vector<std::vector<Event>> after(ev.size());
+  std::size_t added = 0, dropped = 0;
+  for (const auto& x : in) {
+    const std::size_t msg = message_of(ev, x);
+    const std::size_t at = msg != SIZE_MAX ? msg : anchor_by_frame(ev, x.frame);
+    auto& list = after[at];
+    if (!list.empty() && merges(x.category) && list.back().local.category == x.category &&
+        list.back().text == x.text && list.back().local.at_initiator == x.at_initiator) {
+      ++list.back().local.count;
+      ++added;
+      continue;
+    }
+    if (total >= max_events) {
+      ++dropped;
+      continue;
+    }
+    ++total;
+    ++added;
+    Event e;
+    e.kind = Event::Kind::Local;
+    e.dir = x.message_dir;
+    e.frame = ev[at].frame;
+    e.time_us = ev[at].time_us;
+    e.text = x.text;
+    e.local = Local{.at_initiator = x.at_initiator,
+                    .category = x.category,
+                    .seq = x.seq,
+                    .at_frame = x.frame,
+                    .of_event = msg};  // re-indexed below
+    list.push_back(std::move(e));
+  }
+  std::vector<Event> out;
+  out.reserve(ev.size() + added);
+  for (std::size_t i = 0; i < ev.size(); ++i) {
+    const std::size_t here = out.size();
+    out.push_back(std::move(ev[i]));
+    for (auto& l : after[i]) {
+      if (l.local.of_event != SIZE_MAX) l.local.of_event = here;
+      out.push_back(std::move(l));
+    }
+  }
+  ev = std::move(out);
+  if (dropped > 0)
+    m.notes.push_back(
+        fmt::format("{} local event(s) of c{} not drawn: a ladder holds at most {} events", dropped,
+                    index, max_events));
+  return added;
+}
+
+}  // namespace iwarp::ladder
