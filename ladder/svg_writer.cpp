@@ -355,10 +355,11 @@ class Writer {
                           m.opcode == static_cast<std::uint8_t>(rdmap::Opcode::Terminate);
         out_ += fmt::format(
             "<g class=\"msg {}{}{}{}\" data-opcode=\"{}\" data-repeat=\"{}\" data-segments=\"{}\" "
-            "data-frame=\"{}\" data-last-frame=\"{}\" data-dir=\"{}\">\n",
+            "data-frame=\"{}\" data-last-frame=\"{}\" data-to=\"{}\">\n",
             s.cls, term ? " terminate" : "", m.complete ? "" : " incomplete",
             m.bad_segments ? " error" : "", xml_escape(opcode_label(m.opcode)), r.repeat,
-            m.segments, e.frame, m.last_frame, e.dir == Direction::FromInitiator ? "I>R" : "R>I");
+            m.segments, e.frame, m.last_frame,
+            e.dir == Direction::FromInitiator ? "responder" : "initiator");
         const auto detail = message_detail(r);
         out_ +=
             fmt::format("<title>{}</title>\n",
