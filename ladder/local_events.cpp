@@ -28,9 +28,15 @@ std::size_t message_of(const std::vector<Event>& ev, const LocalInput& x) {
   return found;
 }
 
-// The last event at or before `frame` (0 when none).
+// The last event at or before `frame` (0 when none); frame 0 (before any message, such as the
+// receive WQEs posted at the start): the last MPA frame before the first message.
 std::size_t anchor_by_frame(const std::vector<Event>& ev, std::uint64_t frame) {
   std::size_t a = 0;
+  if (frame == 0) {
+    for (std::size_t i = 0; i < ev.size() && ev[i].kind != Event::Kind::Message; ++i)
+      if (ev[i].kind == Event::Kind::Mpa) a = i;
+    return a;
+  }
   for (std::size_t i = 0; i < ev.size(); ++i)
     if (ev[i].frame <= frame) a = i;
   return a;

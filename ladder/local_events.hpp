@@ -37,8 +37,8 @@ bool merges(const std::string& category);
 // Adds `in` (in the order they happened) to connection `index` of `m` (cN): each after the
 // message of `message_dir` whose segments span `frame` (matching `key` when given), after the
 // local events already there; one whose message is not in the model goes after the last event
-// at or before its frame. Beyond `max_events` events in the model they are counted in a note.
-// Returns how many were added (merged ones included).
+// at or before its frame (frame 0: after the MPA exchange). Beyond `max_events` events in the model
+// they are counted in a note. Returns how many were added (merged ones included).
 std::size_t attach_local_events(Model& m, std::size_t index, const std::vector<LocalInput>& in,
                                 std::size_t max_events = kMaxEvents);
 

@@ -251,6 +251,27 @@ class Writer {
       text(x + 27, 57, name, fmt::format("font-size=\"11\" fill=\"{}\"", s.colour));
       x += 27 + 7.0 * std::string_view(name).size() + 18;
     }
+    // Local events (rnic replay --ladder): their marks' colours.
+    const bool locals = std::any_of(p_.rows.begin(), p_.rows.end(), [](const Row& r) {
+      return r.event && r.event->kind == Event::Kind::Local;
+    });
+    if (!locals) return;
+    x += 12;
+    const std::pair<const char*, const char*> marks[] = {{"hole-opened", "hole, beyond it"},
+                                                         {"released", "closed, released"},
+                                                         {"cqe", "CQE"},
+                                                         {"wqe-posted", "WQE"},
+                                                         {"placed", "other"}};
+    for (const auto& [cat, name] : marks) {
+      const char* colour = local_colour(cat);
+      out_ += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"49\" width=\"8\" height=\"8\" fill=\"{}\" "
+          "transform=\"rotate(45 {:.1f} 53)\"/>\n",
+          x, colour, x + 4);
+      text(x + 14, 57, name, fmt::format("font-size=\"11\" fill=\"{}\"", colour));
+      x += 14 + 6.5 * std::string_view(name).size() + 16;
+    }
+    text(x, 57, "#N: order done", "font-size=\"11\" fill=\"#616161\"");
   }
 
   // Lifelines: from each connection header to the next header (or the page's end).

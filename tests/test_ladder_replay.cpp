@@ -180,4 +180,36 @@ TEST(LadderReplay, BadLadderPathIsOneLineAndExitStatus2) {
   EXPECT_EQ(r.out, "");  // refused before the replay ran
 }
 
+// The reordered replay's ladder committed next to the traces (docs/ladder.md) is what the
+// command draws today (all but the title line, which names the capture as it was given), and
+// shows a hole, a placement beyond it and completions released on the receiver's side.
+TEST(LadderReplay, CommittedReorderedLadderIsCurrent) {
+  const std::string base =
+      std::string(IWARP_SOURCE_DIR) + "/pcap_traces/generated/mpa2_p2p_read_crc";
+  const auto svg = temp("reordered.svg");
+  const auto r = replay({base + ".pcap", "--permute", "1", "--quiet", "--ladder", svg});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto body = [](const std::string& x) {
+    std::vector<std::string> lines;
+    std::size_t at = 0;
+    while (at < x.size()) {
+      const auto nl = x.find('\n', at);
+      std::string line = x.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+      if (line.find("rnic ladder: ") == std::string::npos) lines.push_back(std::move(line));
+      at = nl == std::string::npos ? x.size() : nl + 1;
+    }
+    return lines;
+  };
+  const auto committed = slurp(base + ".reordered.svg");
+  const auto now = slurp(svg);
+  fs::remove(svg);
+  EXPECT_EQ(body(committed), body(now))
+      << "regenerate it as docs/ladder.md says (rnic replay --ladder changed)";
+  const auto locals = groups(committed, "local");
+  EXPECT_GT(drawn(locals, "hole-opened"), 0u);
+  EXPECT_GT(drawn(locals, "placed-beyond-hole"), 0u);
+  EXPECT_GT(drawn(locals, "released"), 0u);
+  EXPECT_TRUE(fs::exists(base + ".reordered.png"));
+}
+
 }  // namespace
