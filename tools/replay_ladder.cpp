@@ -95,26 +95,28 @@ std::vector<ladder::LocalInput> replay_local_events(const replay::ConnectionPlan
                      .category = "wqe-posted",
                      .text = "WQE posted: atomic"});
   }
-  for (const auto& t : r.timeline) {
-    const bool ini = t.side == Side::Initiator;
-    auto [category, text] = describe(t.event);
-    ladder::LocalInput x{.at_initiator = ini,
-                         // The endpoint reports what it received.
-                         .message_dir = ini ? Direction::FromResponder : Direction::FromInitiator,
-                         .frame = t.frame,
-                         .key = {},
-                         .category = std::move(category),
-                         .text = std::move(text),
-                         .seq = ++seq};
-    if (const auto& h = t.event.hdr)
-      x.key = ladder::MessageKey{.tagged = h->tagged,
-                                 .stag = h->stag.value(),
-                                 .to = h->to.value(),
-                                 .qn = h->qn.value(),
-                                 .msn = h->msn.value()};
-    out.push_back(std::move(x));
-  }
+  for (const auto& t : r.timeline) out.push_back(replay_local_input(t, ++seq));
   return out;
+}
+
+ladder::LocalInput replay_local_input(const replay::TimelineEntry& t, std::uint64_t seq) {
+  const bool ini = t.side == Side::Initiator;
+  auto [category, text] = describe(t.event);
+  ladder::LocalInput x{.at_initiator = ini,
+                       // The endpoint reports what it received.
+                       .message_dir = ini ? Direction::FromResponder : Direction::FromInitiator,
+                       .frame = t.frame,
+                       .key = {},
+                       .category = std::move(category),
+                       .text = std::move(text),
+                       .seq = seq};
+  if (const auto& h = t.event.hdr)
+    x.key = ladder::MessageKey{.tagged = h->tagged,
+                               .stag = h->stag.value(),
+                               .to = h->to.value(),
+                               .qn = h->qn.value(),
+                               .msn = h->msn.value()};
+  return x;
 }
 
 std::expected<std::string, std::string> replay_ladder_svg(const std::string& capture,

@@ -17,6 +17,9 @@ namespace iwarp::tools {
 std::vector<ladder::LocalInput> replay_local_events(const replay::ConnectionPlan& plan,
                                                     const replay::ConnectionResult& r);
 
+// One timeline event as a local event (its category and short text), numbered `seq`.
+ladder::LocalInput replay_local_input(const replay::TimelineEntry& t, std::uint64_t seq);
+
 // The ladder of `capture` (one page) with the replay's local events, as SVG text. Errors (the
 // capture cannot be drawn) are one line.
 std::expected<std::string, std::string> replay_ladder_svg(const std::string& capture,
