@@ -15,7 +15,15 @@ bool matches(const Message& m, const MessageKey& k) {
 }
 
 // The index of the event `x` belongs to in `ev`, or SIZE_MAX.
-std::size_t message_of(const std::vector<Event>& ev, const LocalInput& x) {
+std::size_t message_of(const std::vector<Event>& ev, const LocalInput& x,
+                       std::optional<std::uint64_t> offset) {
+  if (offset)
+    for (std::size_t i = 0; i < ev.size(); ++i) {
+      const auto& e = ev[i];
+      if (e.kind == Event::Kind::Message && e.dir == x.message_dir && e.msg.offset <= *offset &&
+          *offset < e.msg.end_offset)
+        return i;
+    }
   std::size_t found = SIZE_MAX;
   for (std::size_t i = ev.size(); i-- > 0;) {
     const auto& e = ev[i];
@@ -25,7 +33,16 @@ std::size_t message_of(const std::vector<Event>& ev, const LocalInput& x) {
     if (matches(e.msg, *x.key)) return i;
     if (found == SIZE_MAX) found = i;
   }
-  return found;
+  if (found != SIZE_MAX || !x.key) return found;
+  // A frame the decoder did not end a segment in (TCP data out of order: the decoder takes
+  // it when the stream reaches it): the latest message before it with the key.
+  for (std::size_t i = ev.size(); i-- > 0;) {
+    const auto& e = ev[i];
+    if (e.kind == Event::Kind::Message && e.dir == x.message_dir && e.frame <= x.frame &&
+        matches(e.msg, *x.key))
+      return i;
+  }
+  return SIZE_MAX;
 }
 
 // The last event at or before `frame` (0 when none); frame 0 (before any message, such as the
@@ -61,7 +78,9 @@ std::size_t attach_local_events(Model& m, std::size_t index, const std::vector<L
   std::vector<std::vector<Event>> after(ev.size());
   std::size_t added = 0, dropped = 0;
   for (const auto& x : in) {
-    const std::size_t msg = message_of(ev, x);
+    std::optional<std::uint64_t> offset;
+    if (x.stream_offset) offset = *x.stream_offset + conn->mpa_end[static_cast<int>(x.message_dir)];
+    const std::size_t msg = message_of(ev, x, offset);
     const std::size_t at = msg != SIZE_MAX ? msg : anchor_by_frame(ev, x.frame);
     auto& list = after[at];
     if (!list.empty() && merges(x.category) && list.back().local.category == x.category &&
@@ -86,7 +105,8 @@ std::size_t attach_local_events(Model& m, std::size_t index, const std::vector<L
                     .category = x.category,
                     .seq = x.seq,
                     .at_frame = x.frame,
-                    .of_event = msg};  // re-indexed below
+                    .of_event = msg,  // re-indexed below
+                    .offset = offset};
     list.push_back(std::move(e));
   }
   std::vector<Event> out;

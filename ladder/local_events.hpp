@@ -27,7 +27,10 @@ struct LocalInput {
   mpa::Direction message_dir{};   // direction of the message it belongs to
   std::uint64_t frame = 0;        // a capture frame carrying (part of) that message
   std::optional<MessageKey> key;  // picks among messages sharing the frame
-  std::string category, text;     // see Local
+  // The stream offset it is about, counted as the receive engine does (from the end of the
+  // MPA frame): when given, the message holding that octet, whatever the frame.
+  std::optional<std::uint64_t> stream_offset;
+  std::string category, text;  // see Local
   std::uint64_t seq = 0;
 };
 
@@ -35,7 +38,8 @@ struct LocalInput {
 bool merges(const std::string& category);
 
 // Adds `in` (in the order they happened) to connection `index` of `m` (cN): each after the
-// message of `message_dir` whose segments span `frame` (matching `key` when given), after the
+// message of `message_dir` holding `stream_offset`, or else whose segments span `frame`
+// (matching `key` when given), or else the last one before `frame` matching `key`, after the
 // local events already there; one whose message is not in the model goes after the last event
 // at or before its frame (frame 0: after the MPA exchange). Beyond `max_events` events in the model
 // they are counted in a note. Returns how many were added (merged ones included).

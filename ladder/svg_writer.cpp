@@ -376,10 +376,11 @@ class Writer {
                           m.opcode == static_cast<std::uint8_t>(rdmap::Opcode::Terminate);
         out_ += fmt::format(
             "<g class=\"msg {}{}{}{}\" data-opcode=\"{}\" data-repeat=\"{}\" data-segments=\"{}\" "
-            "data-frame=\"{}\" data-last-frame=\"{}\" data-to=\"{}\">\n",
+            "data-frame=\"{}\" data-last-frame=\"{}\" data-offset=\"{}\" data-end=\"{}\" "
+            "data-to=\"{}\">\n",
             s.cls, term ? " terminate" : "", m.complete ? "" : " incomplete",
             m.bad_segments ? " error" : "", xml_escape(opcode_label(m.opcode)), r.repeat,
-            m.segments, e.frame, m.last_frame,
+            m.segments, e.frame, m.last_frame, m.offset, m.end_offset,
             e.dir == Direction::FromInitiator ? "responder" : "initiator");
         const auto detail = message_detail(r);
         out_ +=
@@ -434,11 +435,13 @@ class Writer {
     const std::string of = l.of_event != SIZE_MAX ? fmt::format(" data-of-frame=\"{}\"",
                                                                 r.conn->events[l.of_event].frame)
                                                   : std::string();
+    const std::string off =
+        l.offset ? fmt::format(" data-offset=\"{}\"", *l.offset) : std::string();
     out_ += fmt::format(
         "<g class=\"local {}\" data-side=\"{}\" data-frame=\"{}\" data-count=\"{}\" "
-        "data-seq=\"{}\"{}>\n<title>{}</title>\n",
+        "data-seq=\"{}\"{}{}>\n<title>{}</title>\n",
         xml_escape(l.category), l.at_initiator ? "initiator" : "responder", l.at_frame,
-        l.count * r.repeat, l.seq, of, xml_escape(e.text));
+        l.count * r.repeat, l.seq, of, off, xml_escape(e.text));
     const double x = l.at_initiator ? kInitiatorX : kResponderX;
     const double y = r.y + 8;
     out_ += fmt::format(

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <new>
@@ -115,7 +116,8 @@ int run_replay(const ReplayOpts& o) {
       ro.timeline_keep = o.quiet ? 0 : SIZE_MAX;
     else if (!o.timeline)
       ro.timeline_keep = o.quiet ? 0 : 40;
-    if (!o.ladder.empty()) ro.timeline_keep = SIZE_MAX;  // the ladder draws every event
+    // The ladder draws the events, up to what a ladder model holds.
+    if (!o.ladder.empty()) ro.timeline_keep = std::max(ro.timeline_keep, ladder::kMaxEvents);
     if (perm) {
       ro.keep_memory = true;
       auto base = replay::replay(*plan, ro);

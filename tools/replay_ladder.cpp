@@ -75,6 +75,7 @@ std::vector<ladder::LocalInput> replay_local_events(const replay::ConnectionPlan
                      .message_dir = sent,
                      .frame = 0,
                      .key = {},
+                     .stream_offset = {},
                      .category = "wqe-posted",
                      .text = fmt::format("{} receive WQE(s) posted, one per Send the capture holds",
                                          ep.recvs.size())});
@@ -84,6 +85,7 @@ std::vector<ladder::LocalInput> replay_local_events(const replay::ConnectionPlan
                      .message_dir = sent,
                      .frame = rd.frame,
                      .key = ladder::MessageKey{.tagged = false, .qn = 1, .msn = rd.msn},
+                     .stream_offset = {},
                      .category = "wqe-posted",
                      .text = fmt::format("WQE posted: RDMA Read MSN {}{}", rd.msn,
                                          rd.rebuilt ? " (rebuilt from its response)" : "")});
@@ -92,6 +94,7 @@ std::vector<ladder::LocalInput> replay_local_events(const replay::ConnectionPlan
                      .message_dir = sent,
                      .frame = at.frame,
                      .key = {},
+                     .stream_offset = {},
                      .category = "wqe-posted",
                      .text = "WQE posted: atomic"});
   }
@@ -107,9 +110,27 @@ ladder::LocalInput replay_local_input(const replay::TimelineEntry& t, std::uint6
                        .message_dir = ini ? Direction::FromResponder : Direction::FromInitiator,
                        .frame = t.frame,
                        .key = {},
+                       .stream_offset = {},
                        .category = std::move(category),
                        .text = std::move(text),
                        .seq = seq};
+  // The octet the event is about, where the engine says: a placement's or duplicate's FPDU, a
+  // hole's data beyond it (HoleOpened: its end) or the data closing it (RFC 5041 §5.4).
+  switch (t.event.kind) {
+    case K::Placed:
+    case K::Deferred:
+    case K::DeferredError:
+    case K::HoleClosed:
+    case K::Released:
+    case K::Duplicate:
+      x.stream_offset = t.event.offset;
+      break;
+    case K::HoleOpened:
+      x.stream_offset = t.event.end;
+      break;
+    default:
+      break;
+  }
   if (const auto& h = t.event.hdr)
     x.key = ladder::MessageKey{.tagged = h->tagged,
                                .stag = h->stag.value(),
@@ -129,6 +150,10 @@ std::expected<std::string, std::string> replay_ladder_svg(const std::string& cap
   for (std::size_t i = 0; i < result.connections.size() && i < plan.connections.size(); ++i) {
     const auto& r = result.connections[i];
     ladder::attach_local_events(*model, r.flow, replay_local_events(plan.connections[i], r));
+    if (r.timeline_events > r.timeline.size())
+      model->notes.push_back(
+          fmt::format("c{}: {} later engine event(s) not drawn (a ladder holds at most {})", r.flow,
+                      r.timeline_events - r.timeline.size(), ladder::kMaxEvents));
   }
   // One page: the replay's ladder is read from top to bottom, repeated exchanges collapsed.
   auto page = ladder::layout(*model, {.collapse = true, .max_rows = 0, .page = 1});
