@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 
 namespace iwarp::ladder {
 
@@ -14,50 +15,64 @@ bool matches(const Message& m, const MessageKey& k) {
   return m.qn == k.qn && m.msn == k.msn;
 }
 
-// The index of the event `x` belongs to in `ev`, or SIZE_MAX.
-std::size_t message_of(const std::vector<Event>& ev, const LocalInput& x,
-                       std::optional<std::uint64_t> offset) {
-  if (offset)
-    for (std::size_t i = 0; i < ev.size(); ++i) {
-      const auto& e = ev[i];
-      if (e.kind == Event::Kind::Message && e.dir == x.message_dir && e.msg.offset <= *offset &&
-          *offset < e.msg.end_offset)
-        return i;
-    }
-  std::size_t found = SIZE_MAX;
-  for (std::size_t i = ev.size(); i-- > 0;) {
-    const auto& e = ev[i];
-    if (e.kind != Event::Kind::Message || e.dir != x.message_dir) continue;
-    if (e.frame > x.frame || e.msg.last_frame < x.frame) continue;
-    if (!x.key) return i;  // the latest message the frame carries
-    if (matches(e.msg, *x.key)) return i;
-    if (found == SIZE_MAX) found = i;
-  }
-  if (found != SIZE_MAX || !x.key) return found;
-  // A frame the decoder did not end a segment in (TCP data out of order: the decoder takes
-  // it when the stream reaches it): the latest message before it with the key.
-  for (std::size_t i = ev.size(); i-- > 0;) {
-    const auto& e = ev[i];
-    if (e.kind == Event::Kind::Message && e.dir == x.message_dir && e.frame <= x.frame &&
-        matches(e.msg, *x.key))
-      return i;
-  }
-  return SIZE_MAX;
-}
+// The messages of each direction, in capture order (which is also stream order: the decoder
+// takes a direction's FPDUs as its stream reaches them), for binary searches.
+struct Index {
+  const std::vector<Event>& ev;
+  std::vector<std::size_t> msgs[2];
 
-// The last event at or before `frame` (0 when none); frame 0 (before any message, such as the
-// receive WQEs posted at the start): the last MPA frame before the first message.
-std::size_t anchor_by_frame(const std::vector<Event>& ev, std::uint64_t frame) {
-  std::size_t a = 0;
-  if (frame == 0) {
-    for (std::size_t i = 0; i < ev.size() && ev[i].kind != Event::Kind::Message; ++i)
-      if (ev[i].kind == Event::Kind::Mpa) a = i;
-    return a;
+  explicit Index(const std::vector<Event>& events) : ev(events) {
+    for (std::size_t i = 0; i < ev.size(); ++i)
+      if (ev[i].kind == Event::Kind::Message) msgs[static_cast<int>(ev[i].dir)].push_back(i);
   }
-  for (std::size_t i = 0; i < ev.size(); ++i)
-    if (ev[i].frame <= frame) a = i;
-  return a;
-}
+
+  // How far back from a frame a search looks (messages of one direction).
+  static constexpr std::size_t kSpanScan = 64, kKeyScan = 4096;
+
+  // The index of the event `x` belongs to, or SIZE_MAX.
+  std::size_t message_of(const LocalInput& x, std::optional<std::uint64_t> offset) const {
+    const auto& m = msgs[static_cast<int>(x.message_dir)];
+    if (offset) {
+      auto it = std::upper_bound(m.begin(), m.end(), *offset, [&](std::uint64_t v, std::size_t i) {
+        return v < ev[i].msg.offset;
+      });
+      if (it != m.begin() && *offset < ev[*std::prev(it)].msg.end_offset) return *std::prev(it);
+    }
+    // The messages that started at or before the frame, latest first.
+    const auto upto =
+        std::upper_bound(m.begin(), m.end(), x.frame,
+                         [&](std::uint64_t v, std::size_t i) { return v < ev[i].frame; });
+    const std::size_t n = static_cast<std::size_t>(upto - m.begin());
+    std::size_t found = SIZE_MAX;
+    for (std::size_t k = 0; k < n && k < kSpanScan; ++k) {
+      const auto i = m[n - 1 - k];
+      if (ev[i].msg.last_frame < x.frame) continue;
+      if (!x.key) return i;  // the latest message the frame carries
+      if (matches(ev[i].msg, *x.key)) return i;
+      if (found == SIZE_MAX) found = i;
+    }
+    if (found != SIZE_MAX || !x.key) return found;
+    // A frame the decoder did not end a segment in (TCP data out of order: the decoder takes
+    // it when the stream reaches it): the latest message before it with the key.
+    for (std::size_t k = 0; k < n && k < kKeyScan; ++k)
+      if (matches(ev[m[n - 1 - k]].msg, *x.key)) return m[n - 1 - k];
+    return SIZE_MAX;
+  }
+
+  // The last event at or before `frame` (0 when none); frame 0 (before any message, such as
+  // the receive WQEs posted at the start): the last MPA frame before the first message.
+  std::size_t anchor_by_frame(std::uint64_t frame) const {
+    std::size_t a = 0;
+    if (frame == 0) {
+      for (std::size_t i = 0; i < ev.size() && ev[i].kind != Event::Kind::Message; ++i)
+        if (ev[i].kind == Event::Kind::Mpa) a = i;
+      return a;
+    }
+    const auto it = std::upper_bound(ev.begin(), ev.end(), frame,
+                                     [](std::uint64_t v, const Event& e) { return v < e.frame; });
+    return it == ev.begin() ? 0 : static_cast<std::size_t>(it - ev.begin()) - 1;
+  }
+};
 
 }  // namespace
 
@@ -74,14 +89,15 @@ std::size_t attach_local_events(Model& m, std::size_t index, const std::vector<L
   for (const auto& c : m.connections) total += c.events.size();
 
   auto& ev = conn->events;
+  const Index messages(ev);
   // Per original event, the local events drawn after it.
   std::vector<std::vector<Event>> after(ev.size());
   std::size_t added = 0, dropped = 0;
   for (const auto& x : in) {
     std::optional<std::uint64_t> offset;
     if (x.stream_offset) offset = *x.stream_offset + conn->mpa_end[static_cast<int>(x.message_dir)];
-    const std::size_t msg = message_of(ev, x, offset);
-    const std::size_t at = msg != SIZE_MAX ? msg : anchor_by_frame(ev, x.frame);
+    const std::size_t msg = messages.message_of(x, offset);
+    const std::size_t at = msg != SIZE_MAX ? msg : messages.anchor_by_frame(x.frame);
     auto& list = after[at];
     if (!list.empty() && merges(x.category) && list.back().local.category == x.category &&
         list.back().text == x.text && list.back().local.at_initiator == x.at_initiator) {
