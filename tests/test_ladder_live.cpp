@@ -82,6 +82,43 @@ TEST(LadderLive, XferClientLadderShowsWhatItsEngineDidBesideEachMessage) {
   EXPECT_EQ(cqes, completing);
 }
 
+// rnic ping --ladder on both sides: each side's ladder draws the same messages and only its own
+// engine's events, on its own column, one placement per FPDU it received.
+TEST(LadderLive, PingLadderOfEachSideShowsItsOwnEngine) {
+  const auto dir = fs::temp_directory_path() / ("ladder_ping_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto server_svg = (dir / "server.svg").string(), client_svg = (dir / "client.svg").string();
+  Process server({"ping", "--server", "--port", "0", "--ladder", server_svg}, "ladder_ping_server");
+  ASSERT_TRUE(server.wait_for_output("listening on")) << server.output();
+  const std::regex port_re(R"(listening on [0-9.]+:(\d+))");
+  std::smatch pm;
+  const auto so = server.output();
+  ASSERT_TRUE(std::regex_search(so, pm, port_re)) << so;
+  Process client(
+      {"ping", "--client", "127.0.0.1", "--port", pm[1], "--count", "3", "--ladder", client_svg},
+      "ladder_ping_client");
+  ASSERT_EQ(client.wait(60s), 0) << client.output();
+  ASSERT_EQ(server.wait(30s), 0) << server.output();
+  for (const auto& [svg, column] : {std::pair{client_svg, std::string("initiator")},
+                                    std::pair{server_svg, std::string("responder")}}) {
+    const auto text = slurp(svg);
+    std::uint64_t fpdus = 0, placed = 0;
+    for (const auto& m : groups(text, "msg"))
+      if (m.at("data-to") == column)
+        fpdus += std::stoull(m.at("data-repeat")) * std::stoull(m.at("data-segments"));
+    const auto locals = groups(text, "local");
+    EXPECT_FALSE(locals.empty()) << svg;
+    for (const auto& l : locals) {
+      EXPECT_EQ(l.at("data-side"), column) << svg;
+      EXPECT_TRUE(l.contains("data-of-frame")) << svg << ": " << l.at("class");
+      if (l.at("class") == "local placed") placed += std::stoull(l.at("data-count"));
+    }
+    EXPECT_GT(fpdus, 0u) << svg;
+    EXPECT_EQ(placed, fpdus) << svg;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(LadderLive, XferBadLadderPathIsOneLineAndExitStatus2) {
   Process client(
       {"xfer", "--client", "127.0.0.1", "--port", "1", "--ladder", "/nonexistent-dir/x.svg"},

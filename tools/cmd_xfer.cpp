@@ -12,7 +12,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -766,27 +765,8 @@ Runner add_xfer_command(CLI::App& app) {
     }
     try {
       if (o->ladder.empty()) return o->server ? run_server(*o) : run_client(*o);
-      // --ladder: the run's own capture (a temporary one without --pcap) and its engine events.
-      if (!std::ofstream(o->ladder, std::ios::binary | std::ios::trunc)) {
-        std::cerr << "rnic xfer: --ladder " << o->ladder << ": cannot open for writing\n";
-        return 2;
-      }
-      const bool temp = o->app.pcap.empty();
-      if (temp)
-        o->app.pcap = (std::filesystem::temp_directory_path() /
-                       fmt::format("rnic-xfer-ladder-{}.pcap", ::getpid()))
-                          .string();
-      o->recorder = std::make_shared<LadderRecorder>();
-      const int rc = o->server ? run_server(*o) : run_client(*o);
-      auto w = o->recorder->write(o->app.pcap, !o->server, o->ladder,
-                                  fmt::format("rnic xfer {} (this side's engine events)",
-                                              o->server ? "--server" : "--client"));
-      if (temp) std::filesystem::remove(o->app.pcap);
-      if (!w) {
-        std::cerr << "rnic xfer: " << w.error() << "\n";
-        return rc ? rc : 2;
-      }
-      return rc;
+      return run_with_ladder("xfer", o->ladder, o->server, o->app, o->recorder,
+                             [&] { return o->server ? run_server(*o) : run_client(*o); });
     } catch (const std::exception& e) {
       std::cerr << "rnic xfer: " << e.what() << "\n";
       return 2;

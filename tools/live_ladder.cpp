@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 
 #include "ladder/layout.hpp"
@@ -100,6 +104,34 @@ std::expected<void, std::string> LadderRecorder::write(const std::string& captur
   f << ladder::render_svg(*model, *page);
   if (!f.flush()) return std::unexpected(fmt::format("--ladder {}: write failed", svg));
   return {};
+}
+
+int run_with_ladder(const std::string& program, const std::string& svg, bool server,
+                    AppOptions& app, std::shared_ptr<LadderRecorder>& recorder,
+                    const std::function<int()>& run) {
+  if (!std::ofstream(svg, std::ios::binary | std::ios::trunc)) {
+    std::cerr << "rnic " << program << ": --ladder " << svg << ": cannot open for writing\n";
+    return 2;
+  }
+  const bool temp = app.pcap.empty();
+  if (temp)
+    app.pcap = (std::filesystem::temp_directory_path() /
+                fmt::format("rnic-{}-ladder-{}.pcap", program, ::getpid()))
+                   .string();
+  recorder = std::make_shared<LadderRecorder>();
+  const int rc = run();
+  auto w = recorder->write(app.pcap, !server, svg,
+                           fmt::format("rnic {} {} (this side's engine events)", program,
+                                       server ? "--server" : "--client"));
+  if (temp) {
+    std::error_code ec;
+    std::filesystem::remove(app.pcap, ec);
+  }
+  if (!w) {
+    std::cerr << "rnic " << program << ": " << w.error() << "\n";
+    return rc ? rc : 2;
+  }
+  return rc;
 }
 
 }  // namespace iwarp::tools

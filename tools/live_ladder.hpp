@@ -4,12 +4,14 @@
 #pragma once
 
 #include <expected>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "rnic/rx_observer.hpp"
+#include "tools/app_options.hpp"
 #include "verbs_shim/endpoint.hpp"
 
 namespace iwarp::tools {
@@ -36,5 +38,14 @@ class LadderRecorder : public rnic::RxObserver {
   std::uint64_t dropped_ = 0;
   std::shared_ptr<rnic::RxObserver> next_;
 };
+
+// `rnic PROGRAM ... --ladder svg`: refuses a path it cannot write (one line, exit status 2),
+// records the run to a temporary capture when `app.pcap` is empty, gives `run` a recorder to
+// attach to its endpoint (in `recorder`), then writes the ladder of the run as this side
+// (`server`: the MPA responder) saw it. Returns run's status (2 when the ladder could not be
+// written and the run succeeded).
+int run_with_ladder(const std::string& program, const std::string& svg, bool server,
+                    AppOptions& app, std::shared_ptr<LadderRecorder>& recorder,
+                    const std::function<int()>& run);
 
 }  // namespace iwarp::tools
