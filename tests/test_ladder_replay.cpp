@@ -204,6 +204,15 @@ TEST(LadderReplay, BadLadderPathIsOneLineAndExitStatus2) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find("--ladder /nonexistent-dir/x.svg"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");  // refused before the replay ran
+  // Nor a PNG it could not write.
+  const auto svg = temp("png_fails.svg");
+  const auto p =
+      replay({kTrace, "--quiet", "--ladder", svg, "--ladder-png", "/nonexistent-dir/x.png"});
+  EXPECT_EQ(p.code, 2);
+  EXPECT_EQ(std::count(p.err.begin(), p.err.end(), '\n'), 1) << p.err;
+  EXPECT_NE(p.err.find("--ladder-png /nonexistent-dir/x.png"), std::string::npos) << p.err;
+  EXPECT_EQ(p.out, "");
+  fs::remove(svg);
 }
 
 // The reordered replay's ladder committed next to the traces (docs/ladder.md) is what the

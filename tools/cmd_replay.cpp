@@ -68,6 +68,10 @@ int run_replay(const ReplayOpts& o) {
       return 2;
     }
   }
+  if (!o.ladder_png.empty() && !std::ofstream(o.ladder_png, std::ios::binary | std::ios::trunc)) {
+    fmt::print(stderr, "rnic replay: --ladder-png {}: cannot open for writing\n", o.ladder_png);
+    return 2;
+  }
   auto cap = trace::read_capture(o.file);
   if (!cap) {
     fmt::print(stderr, "rnic replay: {}\n", cap.error());
@@ -179,8 +183,10 @@ int run_replay(const ReplayOpts& o) {
     }
     ladder_out.close();
     if (!o.ladder_png.empty())
-      if (auto png = ladder::svg_to_png(o.ladder, o.ladder_png); !png)
-        fmt::print(stderr, "rnic replay: {}\n", png.error());
+      if (auto png = ladder::svg_to_png(o.ladder, o.ladder_png); !png) {
+        fmt::print(stderr, "rnic replay: {}\n", png.error());  // as rnic ladder --png
+        return 2;
+      }
   }
   return replay::exit_status(result, check);
 }
