@@ -118,15 +118,19 @@ int run_with_ladder(const std::string& program, const std::string& svg, bool ser
     app.pcap = (std::filesystem::temp_directory_path() /
                 fmt::format("rnic-{}-ladder-{}.pcap", program, ::getpid()))
                    .string();
+  // The temporary capture goes however the run ends (a program may throw its failure).
+  struct Remove {
+    std::string path;
+    ~Remove() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove(path, ec);
+    }
+  } cleanup{temp ? app.pcap : std::string()};
   recorder = std::make_shared<LadderRecorder>();
   const int rc = run();
   auto w = recorder->write(app.pcap, !server, svg,
                            fmt::format("rnic {} {} (this side's engine events)", program,
                                        server ? "--server" : "--client"));
-  if (temp) {
-    std::error_code ec;
-    std::filesystem::remove(app.pcap, ec);
-  }
   if (!w) {
     std::cerr << "rnic " << program << ": " << w.error() << "\n";
     return rc ? rc : 2;
