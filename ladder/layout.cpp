@@ -15,6 +15,7 @@ struct Unit {
 };
 
 double row_height(const Event& e) {
+  if (e.kind == Event::Kind::Local) return kLocalRowHeight;
   return e.kind == Event::Kind::Mpa || e.kind == Event::Kind::Message ? kArrowRowHeight
                                                                       : kTextRowHeight;
 }
@@ -62,7 +63,23 @@ std::size_t unit_rows(const Unit& u) {
 
 }  // namespace
 
+namespace {
+
+// Text without its digits: local events of repeated exchanges differ only in MSNs, offsets
+// and order numbers.
+std::string shape(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    if (c < '0' || c > '9') out += c;
+  return out;
+}
+
+}  // namespace
+
 bool same_step(const Event& a, const Event& b) {
+  if (a.kind == Event::Kind::Local && b.kind == Event::Kind::Local)
+    return a.local.at_initiator == b.local.at_initiator && a.local.category == b.local.category &&
+           a.local.count == b.local.count && shape(a.text) == shape(b.text);
   if (a.kind != Event::Kind::Message || b.kind != Event::Kind::Message) return false;
   const auto &x = a.msg, &y = b.msg;
   if (a.dir != b.dir || x.opcode != y.opcode || x.tagged != y.tagged || x.length != y.length ||

@@ -21,6 +21,7 @@ inline constexpr double kTop = 64;             // below the page title
 inline constexpr double kHeaderHeight = 96;    // connection title, parameters, endpoint boxes
 inline constexpr double kArrowRowHeight = 46;  // MPA frame or RDMAP message
 inline constexpr double kTextRowHeight = 24;   // violation or note
+inline constexpr double kLocalRowHeight = 16;  // a local event beside a message
 inline constexpr double kBottom = 30;
 
 struct Row {

@@ -91,6 +91,7 @@ class Builder {
     const std::uint64_t rel = r.time_us - std::min(r.time_us, t0_);
     switch (r.kind) {
       case trace::Record::Kind::MpaFrame:
+        st.conn.mpa_end[static_cast<int>(r.dir)] = r.offset + r.length;
         if (filter_.mpa && filter_.keeps_time(rel)) {
           Event e = base(Event::Kind::Mpa, r, rel);
           e.mpa = r.mpa;
@@ -183,6 +184,7 @@ class Builder {
         m.qn = h.qn.value();
         m.msn = h.msn.value();
         m.mo = h.mo.value();
+        m.offset = r.offset;
         m.detail = body_detail(r);
         if (h.opcode == static_cast<std::uint8_t>(rdmap::Opcode::Terminate))
           m.terminate = parse_terminate(r.summary);
@@ -197,6 +199,8 @@ class Builder {
       ++m.segments;
       m.length += r.payload_length;
       m.last_time_us = rel;
+      m.last_frame = r.frame;
+      m.end_offset = r.offset + r.length;
       m.complete = h.last;
       if (r.error) {
         if (m.bad_segments++ == 0) m.problem = r.error->to_string();

@@ -39,24 +39,46 @@ struct Message {
   std::string problem;
   std::uint32_t bad_segments = 0;
   std::uint64_t last_time_us = 0;
-  std::uint64_t next_to = 0;  // tagged: where the next segment of this message starts
+  std::uint64_t next_to = 0;     // tagged: where the next segment of this message starts
+  std::uint64_t last_frame = 0;  // capture frame of its last segment seen
+  // Stream octets of its FPDUs in its direction, [offset, end_offset), as rnic decode counts
+  // them (from the start of the stream, the MPA frame included).
+  std::uint64_t offset = 0, end_offset = 0;
+};
+
+// Something an endpoint's stack did locally (no wire message of its own), drawn beside the
+// message it belongs to on that endpoint's column: a WQE posted, a placement, a hole opened
+// or closed, deferred completions released, a CQE, a doorbell, a Terminate (rnic replay
+// --ladder fills these in from the replay's timeline; see ladder/local_events.hpp).
+struct Local {
+  bool at_initiator = false;            // whose column (the initiator's or the responder's)
+  std::string category;                 // short class name: "hole-opened", "cqe", "wqe-posted", ...
+  std::uint64_t seq = 0;                // order in which it happened (1-based; 0: not known)
+  std::uint64_t at_frame = 0;           // capture frame being handled when it happened
+  std::uint32_t count = 1;              // consecutive identical events drawn as one (×N)
+  std::size_t of_event = SIZE_MAX;      // index of the message event it belongs to (or none)
+  std::optional<std::uint64_t> offset;  // stream offset it is about (as Message::offset)
 };
 
 struct Event {
-  enum class Kind : std::uint8_t { Mpa, Message, Violation, Note };
+  enum class Kind : std::uint8_t { Mpa, Message, Violation, Note, Local };
   Kind kind = Kind::Note;
   mpa::Direction dir = mpa::Direction::FromInitiator;
   std::uint64_t frame = 0;    // capture frame of the first segment (or of the MPA frame)
   std::uint64_t time_us = 0;  // relative to the model's t0
   std::optional<mpa::MpaFrame> mpa;
   Message msg;
-  std::string text;  // Violation / Note
+  std::string text;  // Violation / Note / Local
+  Local local;       // Kind::Local
 };
 
 struct Connection {
   std::size_t index = 0;  // as `rnic decode` numbers it (cN)
   std::string initiator, responder;
   std::optional<mpa::ConnectionParams> params;
+  // Per direction (Direction's value): where the MPA frame ends in the stream, i.e. where its
+  // FPDUs start (RFC 5044 §7.1); 0 when the frame is not in the capture.
+  std::uint64_t mpa_end[2] = {0, 0};
   std::vector<Event> events;  // in capture order (a message at its first segment)
 };
 

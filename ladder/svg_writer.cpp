@@ -17,6 +17,22 @@ constexpr double kDetailChars = 88;  // 11 px monospace between the lifelines
 constexpr double kWideChars = 150;   // 11 px monospace across the page (notes)
 constexpr std::size_t kMaxTicks = 40;
 constexpr double kMidX = (kInitiatorX + kResponderX) / 2;
+constexpr double kLocalChars = 95;  // 10.5 px between the lifelines
+
+// Local events: holes and what they hold back stand out (orange/purple), Terminates and
+// violations red, the ordinary flow (placements, CQEs, posts) quiet.
+constexpr const char* kLocalAlert = "#c62828";
+const char* local_colour(std::string_view category) {
+  if (category == "hole-opened" || category == "placed-beyond-hole" || category == "deferred")
+    return "#ef6c00";
+  if (category == "hole-closed" || category == "released") return "#6a1b9a";
+  if (category == "terminate-sent" || category == "terminate-received" || category == "violation" ||
+      category == "deferred-error")
+    return kLocalAlert;
+  if (category == "cqe") return "#1565c0";
+  if (category == "wqe-posted") return "#2e7d32";
+  return "#757575";
+}
 
 struct Style {
   const char* cls;
@@ -235,6 +251,27 @@ class Writer {
       text(x + 27, 57, name, fmt::format("font-size=\"11\" fill=\"{}\"", s.colour));
       x += 27 + 7.0 * std::string_view(name).size() + 18;
     }
+    // Local events (rnic replay --ladder): their marks' colours.
+    const bool locals = std::any_of(p_.rows.begin(), p_.rows.end(), [](const Row& r) {
+      return r.event && r.event->kind == Event::Kind::Local;
+    });
+    if (!locals) return;
+    x += 12;
+    const std::pair<const char*, const char*> marks[] = {{"hole-opened", "hole, beyond it"},
+                                                         {"released", "closed, released"},
+                                                         {"cqe", "CQE"},
+                                                         {"wqe-posted", "WQE"},
+                                                         {"placed", "other"}};
+    for (const auto& [cat, name] : marks) {
+      const char* colour = local_colour(cat);
+      out_ += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"49\" width=\"8\" height=\"8\" fill=\"{}\" "
+          "transform=\"rotate(45 {:.1f} 53)\"/>\n",
+          x, colour, x + 4);
+      text(x + 14, 57, name, fmt::format("font-size=\"11\" fill=\"{}\"", colour));
+      x += 14 + 6.5 * std::string_view(name).size() + 16;
+    }
+    text(x, 57, "#N: order done", "font-size=\"11\" fill=\"#616161\"");
   }
 
   // Lifelines: from each connection header to the next header (or the page's end).
@@ -339,10 +376,12 @@ class Writer {
                           m.opcode == static_cast<std::uint8_t>(rdmap::Opcode::Terminate);
         out_ += fmt::format(
             "<g class=\"msg {}{}{}{}\" data-opcode=\"{}\" data-repeat=\"{}\" data-segments=\"{}\" "
-            "data-frame=\"{}\">\n",
+            "data-frame=\"{}\" data-last-frame=\"{}\" data-offset=\"{}\" data-end=\"{}\" "
+            "data-to=\"{}\">\n",
             s.cls, term ? " terminate" : "", m.complete ? "" : " incomplete",
             m.bad_segments ? " error" : "", xml_escape(opcode_label(m.opcode)), r.repeat,
-            m.segments, e.frame);
+            m.segments, e.frame, m.last_frame, m.offset, m.end_offset,
+            e.dir == Direction::FromInitiator ? "responder" : "initiator");
         const auto detail = message_detail(r);
         out_ +=
             fmt::format("<title>{}</title>\n",
@@ -382,7 +421,40 @@ class Writer {
         out_ += "</g>\n";
         return;
       }
+      case Event::Kind::Local:
+        return local_row(r);
     }
+  }
+
+  // A local event: a small mark on its endpoint's lifeline and its text beside it, inside the
+  // lane between the lifelines, under the message it belongs to.
+  void local_row(const Row& r) {
+    const auto& e = *r.event;
+    const auto& l = e.local;
+    const char* colour = local_colour(l.category);
+    const std::string of = l.of_event != SIZE_MAX ? fmt::format(" data-of-frame=\"{}\"",
+                                                                r.conn->events[l.of_event].frame)
+                                                  : std::string();
+    const std::string off =
+        l.offset ? fmt::format(" data-offset=\"{}\"", *l.offset) : std::string();
+    out_ += fmt::format(
+        "<g class=\"local {}\" data-side=\"{}\" data-frame=\"{}\" data-count=\"{}\" "
+        "data-seq=\"{}\"{}{}>\n<title>{}</title>\n",
+        xml_escape(l.category), l.at_initiator ? "initiator" : "responder", l.at_frame,
+        l.count * r.repeat, l.seq, of, off, xml_escape(e.text));
+    const double x = l.at_initiator ? kInitiatorX : kResponderX;
+    const double y = r.y + 8;
+    out_ += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"8\" height=\"8\" fill=\"{}\" "
+        "transform=\"rotate(45 {:.1f} {:.1f})\"/>\n",
+        x - 4, y - 4, colour, x, y);
+    std::string t = l.seq ? fmt::format("#{} {}", l.seq, e.text) : e.text;
+    if (l.count > 1) t += fmt::format("  \u00d7{}", l.count);
+    text(l.at_initiator ? x + 10 : x - 10, y + 4, fit(t, kLocalChars),
+         fmt::format("font-size=\"10.5\" fill=\"{}\"{}{}", colour,
+                     l.at_initiator ? "" : " text-anchor=\"end\"",
+                     std::string_view(colour) == kLocalAlert ? " font-weight=\"bold\"" : ""));
+    out_ += "</g>\n";
   }
 
   // One small tick per DDP segment along the message's arrow (capped).

@@ -1,11 +1,15 @@
 // The ladder library on its own over the committed captures: the model's limit on what it
-// holds, message grouping across DDP segments, opcode names, XML escaping.
+// holds, message grouping across DDP segments, opcode names, XML escaping, local events
+// attached beside their message.
 #include <gtest/gtest.h>
+
+#include <fmt/format.h>
 
 #include <string>
 
 #include "ladder/filter.hpp"
 #include "ladder/layout.hpp"
+#include "ladder/local_events.hpp"
 #include "ladder/model.hpp"
 #include "ladder/svg_writer.hpp"
 
@@ -78,6 +82,89 @@ TEST(LadderModel, OpcodeNamesShortOrAsDecodePrintsThem) {
 
 TEST(LadderModel, XmlEscapeCoversTheFiveSpecialCharactersAndControls) {
   EXPECT_EQ(xml_escape("a<b>&\"c'\x01"), "a&lt;b&gt;&amp;&quot;c&apos;?");
+}
+
+}  // namespace
+
+namespace {
+
+// Local events go after the message whose segments span their frame (the DDP key picking
+// among messages of that frame), consecutive placements merge, frame 0 goes after the MPA
+// exchange, and the model's limit holds for them too.
+TEST(LadderModel, LocalEventsGoBesideTheirMessage) {
+  const auto path = kTraces + "generated/mpa2_p2p_write.pcap";
+  auto m = build_model(path, Filter{});
+  ASSERT_TRUE(m) << m.error();
+  ASSERT_FALSE(m->connections.empty());
+  auto& c = m->connections[0];
+  // A message of several segments, from the capture.
+  const Event* multi = nullptr;
+  for (const auto& e : c.events)
+    if (e.kind == Event::Kind::Message && e.msg.segments > 1 && !e.msg.tagged) {
+      multi = &e;
+      break;
+    }
+  ASSERT_NE(multi, nullptr);
+  const auto msg_frame = multi->frame, last = multi->msg.last_frame;
+  ASSERT_GT(last, msg_frame);
+  const bool to_initiator = multi->dir == iwarp::mpa::Direction::FromResponder;
+  const MessageKey key{.tagged = false, .qn = multi->msg.qn, .msn = multi->msg.msn};
+  std::vector<LocalInput> in;
+  for (int i = 0; i < 2; ++i)
+    in.push_back({.at_initiator = to_initiator,
+                  .message_dir = multi->dir,
+                  .frame = last,
+                  .key = key,
+                  .stream_offset = {},
+                  .category = "placed",
+                  .text = "placed in order"});
+  in.push_back({.at_initiator = to_initiator,
+                .message_dir = multi->dir,
+                .frame = last,
+                .key = key,
+                .stream_offset = {},
+                .category = "hole-closed",
+                .text = "hole closed"});
+  in.push_back({.at_initiator = true,
+                .message_dir = iwarp::mpa::Direction::FromInitiator,
+                .frame = 0,
+                .key = {},
+                .stream_offset = {},
+                .category = "wqe-posted",
+                .text = "receive WQEs posted"});
+  const auto before = c.events.size();
+  EXPECT_EQ(attach_local_events(*m, c.index, in), 4u);
+  ASSERT_EQ(c.events.size(), before + 3);  // the two placements drawn once
+  std::size_t at = SIZE_MAX, posted = SIZE_MAX, first_msg = SIZE_MAX;
+  for (std::size_t i = 0; i < c.events.size(); ++i) {
+    const auto& e = c.events[i];
+    if (e.kind == Event::Kind::Message && first_msg == SIZE_MAX) first_msg = i;
+    if (e.kind == Event::Kind::Message && e.frame == msg_frame && e.dir == multi->dir) at = i;
+    if (e.kind == Event::Kind::Local && e.local.category == "wqe-posted") posted = i;
+  }
+  ASSERT_NE(at, SIZE_MAX);
+  ASSERT_LT(at + 2, c.events.size());
+  EXPECT_EQ(c.events[at + 1].local.category, "placed");
+  EXPECT_EQ(c.events[at + 1].local.count, 2u);
+  EXPECT_EQ(c.events[at + 1].local.of_event, at);
+  EXPECT_EQ(c.events[at + 2].local.category, "hole-closed");
+  EXPECT_EQ(c.events[at + 2].local.at_initiator, to_initiator);
+  EXPECT_EQ(posted + 1, first_msg);  // after the MPA Reply, before the first message
+  EXPECT_EQ(c.events[posted - 1].kind, Event::Kind::Mpa);
+  // Drawn: one local group per local event, tied to the message's frame.
+  auto page = layout(*m, {.collapse = false, .max_rows = 0, .page = 1});
+  ASSERT_TRUE(page);
+  const auto svg = render_svg(*m, *page);
+  EXPECT_NE(svg.find(fmt::format("<g class=\"local placed\" data-side=\"{}\" data-frame=\"{}\" "
+                                 "data-count=\"2\" data-seq=\"0\" data-of-frame=\"{}\">",
+                                 to_initiator ? "initiator" : "responder", last, msg_frame)),
+            std::string::npos);
+  // The limit: a model that is full takes none and says so.
+  auto full = build_model(path, Filter{});
+  ASSERT_TRUE(full);
+  EXPECT_EQ(attach_local_events(*full, full->connections[0].index, in, events(*full)), 0u);
+  ASSERT_EQ(full->notes.size(), 1u);
+  EXPECT_NE(full->notes[0].find("4 local event(s) of c0 not drawn"), std::string::npos);
 }
 
 }  // namespace

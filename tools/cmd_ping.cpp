@@ -14,6 +14,7 @@
 #include "tools/app_options.hpp"
 #include "tools/commands.hpp"
 #include "tools/explain_printer.hpp"
+#include "tools/live_ladder.hpp"
 
 namespace iwarp::tools {
 
@@ -33,6 +34,8 @@ struct PingOptions {
   bool quiet = false;
   bool explain = false;
   std::string fault;
+  std::string ladder;  // --ladder OUT.svg
+  std::shared_ptr<LadderRecorder> recorder;
   AppOptions app;
 };
 
@@ -116,6 +119,7 @@ int run_server(const PingOptions& o) {
   ibv_mr *recv_mr = nullptr, *send_mr = nullptr, *rdma_mr = nullptr;
   auto eo = endpoint_options(o.app);
   const auto explainer = make_explainer(o.explain, eo, "server");
+  if (o.recorder) o.recorder->attach(eo);  // --ladder
   ExplainPrinter* x = explainer.get();
   eo.on_qp_created = [&](Endpoint& ep) {
     recv_mr = ep.reg(recv_buf.data(), recv_buf.size(), IBV_ACCESS_LOCAL_WRITE);
@@ -226,6 +230,7 @@ int run_client(const PingOptions& o) {
   ibv_mr *recv_mr = nullptr, *send_mr = nullptr, *start_mr = nullptr, *rdma_mr = nullptr;
   auto eo = endpoint_options(o.app);
   const auto explainer = make_explainer(o.explain, eo, "client");
+  if (o.recorder) o.recorder->attach(eo);  // --ladder
   ExplainPrinter* x = explainer.get();
   eo.on_qp_created = [&](Endpoint& ep) {
     recv_mr = ep.reg(recv_buf.data(), recv_buf.size(), IBV_ACCESS_LOCAL_WRITE);
@@ -331,6 +336,11 @@ Runner add_ping_command(CLI::App& app) {
                   "  unknown-stag (client): an RDMA Write to an STag the server never advertised\n"
                   "  no-recv (server): no receive posted for the client's second Send")
       ->check(CLI::IsMember({"unknown-stag", "no-recv"}));
+  sub->add_option("--ladder", o->ladder,
+                  "Write the ladder (message sequence) diagram of the run as SVG: the messages of\n"
+                  "this side's capture (--pcap, or a temporary one) and, beside them on this\n"
+                  "side's column, what its receive engine did (placements, CQEs, doorbells,\n"
+                  "Terminates), numbered in order (docs/ladder.md)");
   add_app_options(*sub, o->app);
   return [o, sub]() -> int {
     if (!o->server && o->client.empty()) {
@@ -344,7 +354,9 @@ Runner add_ping_command(CLI::App& app) {
       return 2;
     }
     try {
-      return o->server ? run_server(*o) : run_client(*o);
+      if (o->ladder.empty()) return o->server ? run_server(*o) : run_client(*o);
+      return run_with_ladder("ping", o->ladder, o->server, o->app, o->recorder,
+                             [&] { return o->server ? run_server(*o) : run_client(*o); });
     } catch (const PostFailed& e) {
       return fail_with(o->server ? "server" : "client", e.what());
     }

@@ -4,16 +4,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <new>
 
 #include "htmlview/html_writer.hpp"
 #include "htmlview/view_model.hpp"
+#include "ladder/png.hpp"
 #include "replay/replay_explain.hpp"
 #include "replay/replay_plan.hpp"
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
 #include "tools/commands.hpp"
+#include "tools/replay_ladder.hpp"
 #include "trace/pcap_reader.hpp"
 
 namespace iwarp::tools {
@@ -54,7 +57,8 @@ struct ReplayOpts {
   std::vector<std::uint64_t> drop;
   double reorder = 0.25, dup = 0.1, split = 0.1;
   unsigned delay = 4;
-  std::string html;  // --html OUT.html
+  std::string html;                // --html OUT.html
+  std::string ladder, ladder_png;  // --ladder OUT.svg, --ladder-png OUT.png
 };
 
 int run_replay(const ReplayOpts& o) {
@@ -64,6 +68,19 @@ int run_replay(const ReplayOpts& o) {
       fmt::print(stderr, "rnic replay: --html {}\n", w.error());
       return 2;
     }
+  }
+  // The ladder's file is opened first: a bad path is refused before the replay runs.
+  std::ofstream ladder_out;
+  if (!o.ladder.empty()) {
+    ladder_out.open(o.ladder, std::ios::binary | std::ios::trunc);
+    if (!ladder_out) {
+      fmt::print(stderr, "rnic replay: --ladder {}: cannot open for writing\n", o.ladder);
+      return 2;
+    }
+  }
+  if (!o.ladder_png.empty() && !std::ofstream(o.ladder_png, std::ios::binary | std::ios::trunc)) {
+    fmt::print(stderr, "rnic replay: --ladder-png {}: cannot open for writing\n", o.ladder_png);
+    return 2;
   }
   auto cap = trace::read_capture(o.file);
   if (!cap) {
@@ -115,6 +132,8 @@ int run_replay(const ReplayOpts& o) {
       ro.timeline_keep = o.quiet ? 0 : 40;
     // The HTML view shows each event's timeline and the state it leads to.
     if (!o.html.empty()) ro.timeline_keep = std::max(ro.timeline_keep, htmlview::kTimelineKeep);
+    // The ladder draws the events, up to what a ladder model holds.
+    if (!o.ladder.empty()) ro.timeline_keep = std::max(ro.timeline_keep, ladder::kMaxEvents);
     if (perm) {
       ro.keep_memory = true;
       auto base = replay::replay(*plan, ro);
@@ -173,6 +192,27 @@ int run_replay(const ReplayOpts& o) {
     if (o.explain)
       ro.explain = [](const replay::TimelineEntry& t) { return replay::explain_event(t.event); };
     fmt::print("{}", replay::format_text(*plan, result, perm, check, ro));
+  }
+  if (!o.ladder.empty()) {
+    auto svg = replay_ladder_svg(
+        o.file, *plan, result,
+        fmt::format("{} as rnic replay{} ran it", o.file,
+                    perm ? fmt::format(" --permute {}", *o.permute) : std::string()));
+    if (!svg) {
+      fmt::print(stderr, "rnic replay: --ladder: {}\n", svg.error());
+      return 2;
+    }
+    ladder_out << *svg;
+    if (!ladder_out.flush()) {
+      fmt::print(stderr, "rnic replay: --ladder {}: write failed\n", o.ladder);
+      return 2;
+    }
+    ladder_out.close();
+    if (!o.ladder_png.empty())
+      if (auto png = ladder::svg_to_png(o.ladder, o.ladder_png); !png) {
+        fmt::print(stderr, "rnic replay: {}\n", png.error());  // as rnic ladder --png
+        return 2;
+      }
   }
   return replay::exit_status(result, check);
 }
@@ -248,6 +288,18 @@ Runner add_replay_command(CLI::App& app) {
                   "queue pairs' state after it (receives left, Reads outstanding, holes open) and\n"
                   "the memory regions it touched. Details: docs/html-view.md")
       ->type_name("OUT.html");
+  auto* ladder_opt = cmd->add_option(
+      "--ladder", o->ladder,
+      "Also write the ladder (message sequence) diagram of what the replay did, as SVG: the\n"
+      "capture's messages as arrows (as rnic ladder draws them) and, beside each, on the column\n"
+      "of the endpoint that did it, the local events the emulated stack took: WQEs posted,\n"
+      "placements (beyond a TCP hole with --permute), holes opened and closed, deferred\n"
+      "completions released, CQEs, doorbells, Terminates; each numbered in the order it\n"
+      "happened (see docs/ladder.md)");
+  cmd->add_option("--ladder-png", o->ladder_png,
+                  "With --ladder: also convert it to this PNG (needs rsvg-convert, Debian's "
+                  "librsvg2-bin)")
+      ->needs(ladder_opt);
   auto* pg = cmd->add_flag("--progress", o->progress,
                            "Show a progress bar on stderr even when it is not a terminal");
   cmd->add_flag("--no-progress", o->no_progress, "Never show the progress bar")->excludes(pg);

@@ -24,6 +24,7 @@
 #include "tools/app_options.hpp"
 #include "tools/commands.hpp"
 #include "tools/explain_printer.hpp"
+#include "tools/live_ladder.hpp"
 
 namespace iwarp::tools {
 
@@ -146,12 +147,15 @@ struct XferOptions {
   int loop = 0;  // client: then keep Writing this many MiB (for kill tests)
   bool verbose = false;
   bool explain = false;
+  std::string ladder;  // --ladder OUT.svg
+  std::shared_ptr<LadderRecorder> recorder;
   AppOptions app;
 };
 
 // With --explain, every QP the endpoint starts reports to a printer for `side`.
 void add_explainer(const XferOptions& o, EndpointOptions& eo, const char* side) {
   make_explainer(o.explain, eo, side);
+  if (o.recorder) o.recorder->attach(eo);  // --ladder
 }
 
 int say_fail(const char* side, const std::string& s) {
@@ -748,6 +752,11 @@ Runner add_xfer_command(CLI::App& app) {
                 "doorbells, holes with --wire, Terminates) as it happens, each followed by an\n"
                 "indented sentence starting \"why:\" saying what it means in RDMA terms and the\n"
                 "RFC rule behind it (one line per FPDU received: use small --sizes)");
+  sub->add_option("--ladder", o->ladder,
+                  "Write the ladder (message sequence) diagram of the run as SVG: the messages of\n"
+                  "this side's capture (--pcap, or a temporary one) and, beside them on this\n"
+                  "side's column, what its receive engine did (placements, holes with --wire,\n"
+                  "CQEs, doorbells, Terminates), numbered in order (docs/ladder.md)");
   add_app_options(*sub, o->app);
   return [o]() -> int {
     if (!o->server && o->client.empty()) {
@@ -755,7 +764,9 @@ Runner add_xfer_command(CLI::App& app) {
       return 2;
     }
     try {
-      return o->server ? run_server(*o) : run_client(*o);
+      if (o->ladder.empty()) return o->server ? run_server(*o) : run_client(*o);
+      return run_with_ladder("xfer", o->ladder, o->server, o->app, o->recorder,
+                             [&] { return o->server ? run_server(*o) : run_client(*o); });
     } catch (const std::exception& e) {
       std::cerr << "rnic xfer: " << e.what() << "\n";
       return 2;
