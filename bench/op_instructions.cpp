@@ -221,6 +221,11 @@ class Bench {
     a_ = make_qp(a_scq_, a_rcq_);
     b_ = make_qp(b_scq_, b_rcq_);
   }
+  // The engine stops before the CQs and buffers below are freed: the connected QPs hold
+  // themselves and refer to them (an `rnic stat` query on the engine would read them).
+  ~Bench() { dev_.stop(std::chrono::seconds(5)); }
+  Bench(const Bench&) = delete;
+  Bench& operator=(const Bench&) = delete;
 
   // Runs the warm-up and the counted operations on the engine thread; "" or what went wrong.
   std::string run() {

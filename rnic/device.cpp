@@ -157,6 +157,12 @@ std::vector<std::shared_ptr<QueuePair>> Device::queue_pairs() {
   return out;
 }
 
+void Device::forget_stat_in_forked_child() {
+  if (stat_) ::close(stat_->native_handle());
+  // The StatServer object is the parent's too (its memory was copied): left as it is.
+  (void)stat_.release();
+}
+
 Device::~Device() {
   work_.reset();
   io_.stop();

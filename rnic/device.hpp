@@ -88,6 +88,10 @@ class Device {
   // leading NUL; rnic/stat_server.hpp), empty when it does not listen (RNIC_STAT=0, or the
   // socket could not be had). Closed by stop().
   const std::string& stat_address() const { return stat_address_; }
+  // In a child forked from this process, whose copy of the device is never used: closes the
+  // child's copy of the stat listener, so the name is the parent's alone (a stat query reaches
+  // the process that has the engine) and ends with it. Nothing else is touched.
+  void forget_stat_in_forked_child();
 
  private:
   std::string name_;

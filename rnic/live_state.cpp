@@ -131,12 +131,13 @@ json qp_json(const QpLiveState& q, const std::map<const CompletionQueue*, std::s
 }  // namespace
 
 std::string live_state_json(Device& dev, std::uint64_t queries) {
-  const auto qps = dev.queue_pairs();
+  auto qps = dev.queue_pairs();
+  // The kMaxListed lowest QP numbers (the oldest), whatever order the device holds them in.
+  std::ranges::sort(qps, {}, [](const auto& q) { return q->qp_num(); });
   std::vector<QpLiveState> states;
   states.reserve(std::min(qps.size(), kMaxListed));
   for (std::size_t i = 0; i < qps.size() && i < kMaxListed; ++i)
     states.push_back(qps[i]->live_state());
-  std::ranges::sort(states, {}, &QpLiveState::qp_num);
 
   // The completion queues the queue pairs complete into, named cq0, cq1 ... in QP order.
   std::map<const CompletionQueue*, std::string> cq_ids;
@@ -215,7 +216,10 @@ std::string live_state_json(Device& dev, std::uint64_t queries) {
               {"queue_pairs", std::move(qj)},
               {"memory_regions", std::move(mrs)},
               {"completion_queues", std::move(cqs)}};
-  return doc.dump();
+  // Strings come from the process and the system (its name from /proc, which the kernel cuts
+  // at 15 octets, possibly inside a UTF-8 sequence; a device name; an error text): invalid
+  // UTF-8 is replaced, never thrown (an exception here would stop the engine).
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace iwarp::rnic

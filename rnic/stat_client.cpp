@@ -65,7 +65,8 @@ std::vector<std::string> stat_sockets(long pid) {
 }
 
 std::expected<std::string, StatError> query_stat_socket(const std::string& name,
-                                                        std::chrono::milliseconds bound) {
+                                                        std::chrono::milliseconds bound,
+                                                        long expected_pid) {
   const auto deadline = Clock::now() + bound;
   auto fail = [&](StatError::Kind k, std::string m) {
     return std::unexpected(StatError{k, std::move(m)});
@@ -91,6 +92,21 @@ std::expected<std::string, StatError> query_stat_socket(const std::string& name,
       return fail(StatError::Kind::Timeout,
                   fmt::format("@{}: busy, no answer within {} ms", name, bound.count()));
     return fail(StatError::Kind::NoAnswer, fmt::format("@{}: {}", name, std::strerror(errno)));
+  }
+  // An abstract name has no owner or permissions: any local process may take one, even before
+  // the process it names exists. The kernel says who listens (the process that called
+  // listen(), SO_PEERCRED); an answer from anyone else is refused.
+  if (expected_pid > 0) {
+    ucred cred{};
+    socklen_t clen = sizeof cred;
+    if (::getsockopt(s.fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0)
+      return fail(StatError::Kind::NoAnswer,
+                  fmt::format("@{}: who listens? {}", name, std::strerror(errno)));
+    if (cred.pid != expected_pid)
+      return fail(StatError::Kind::BadAnswer,
+                  fmt::format("@{}: held by process {}, not {}: another program took the name; "
+                              "its answer is not read",
+                              name, cred.pid, expected_pid));
   }
   const std::string request = "stat\n";
   std::size_t sent = 0;
@@ -144,7 +160,7 @@ std::expected<std::vector<std::string>, StatError> query_stat(long pid,
       fmt::format("no emulated RNIC in process {} (is it running under rnic run?)", pid)};
   std::vector<std::string> docs;
   for (const auto& n : names) {
-    auto d = query_stat_socket(n, std::chrono::milliseconds(std::max(ms_left(deadline), 1)));
+    auto d = query_stat_socket(n, std::chrono::milliseconds(std::max(ms_left(deadline), 1)), pid);
     if (d) {
       docs.push_back(std::move(*d));
       continue;

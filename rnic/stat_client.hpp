@@ -25,9 +25,11 @@ struct StatError {
 // /proc/net/unix, in device index order.
 std::vector<std::string> stat_sockets(long pid);
 
-// Asks one socket for its document (one JSON text); waits at most `bound` in all.
+// Asks one socket for its document (one JSON text); waits at most `bound` in all. With
+// `expected_pid`, a socket that process did not open (SO_PEERCRED) is refused unread.
 std::expected<std::string, StatError> query_stat_socket(const std::string& name,
-                                                        std::chrono::milliseconds bound);
+                                                        std::chrono::milliseconds bound,
+                                                        long expected_pid = 0);
 
 // The documents of every emulated RNIC of `pid`, in device index order; waits at most `bound`
 // in all.

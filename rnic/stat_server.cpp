@@ -9,7 +9,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <istream>
 #include <string_view>
 
@@ -95,10 +97,17 @@ struct StatServer::Impl {
       std::string line;
       std::getline(in, line);
       if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line == "stat")
-        reply = live_state_json(server.dev, ++server.queries);
-      else
-        reply = R"({"error":"unknown request; send \"stat\""})";
+      try {
+        if (line == "stat")
+          reply = live_state_json(server.dev, ++server.queries);
+        else
+          reply = R"({"error":"unknown request; send \"stat\""})";
+      } catch (const std::exception& e) {
+        // Whatever went wrong gathering the state, the engine goes on (an exception leaving
+        // this handler would stop it and every connection of the device).
+        log::layer("rnic").warn("rnic stat: cannot answer: {}", e.what());
+        reply = R"({"error":"the state could not be gathered; see the process's log"})";
+      }
       reply += '\n';
       arm(kStatWriteBound);
       boost::asio::async_write(sock, boost::asio::buffer(reply),
@@ -144,8 +153,15 @@ std::unique_ptr<StatServer> StatServer::listen(Device& dev, const std::string& n
                                                std::string* why) {
   auto impl = std::make_unique<Impl>(dev);
   boost::system::error_code ec;
-  impl->acceptor.open(stream_protocol(), ec);
-  if (!ec) close_on_exec(impl->acceptor.native_handle());
+  // Close-on-exec from the start: a thread of the program that forks and execs meanwhile
+  // must not hand the listener (and the name) to another program.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    if (why) *why = std::strerror(errno);
+    return nullptr;
+  }
+  impl->acceptor.assign(stream_protocol(), fd, ec);
+  if (ec) ::close(fd);
   if (!ec) impl->acceptor.bind(abstract_endpoint(name), ec);
   if (!ec) impl->acceptor.listen(kStatMaxClients, ec);
   if (ec) {
@@ -157,6 +173,10 @@ std::unique_ptr<StatServer> StatServer::listen(Device& dev, const std::string& n
 }
 
 StatServer::StatServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+int StatServer::native_handle() const {
+  return impl_->acceptor.native_handle();
+}
 
 StatServer::~StatServer() {
   boost::system::error_code ec;

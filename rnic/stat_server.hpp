@@ -40,6 +40,8 @@ class StatServer {
   ~StatServer();
   StatServer(const StatServer&) = delete;
   StatServer& operator=(const StatServer&) = delete;
+  // The listening descriptor (for a forked child to close its copy: rnic/device.hpp).
+  int native_handle() const;
 
   struct Impl;
 

@@ -305,6 +305,71 @@ TEST(Stat, ProcessWithoutAnRnicIsOneLineAndExit2) {
   EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 1) << said;
 }
 
+// A name that is not UTF-8 (a device named so, as a program's own name cut by the kernel at 15
+// octets can be) is answered with the bad octets replaced: gathering the state must never throw
+// on the engine thread, which would stop the engine and every connection of the device.
+TEST(Stat, NamesThatAreNotUtf8DoNotStopTheEngine) {
+  rnic::Device dev("rnic\xc3", 1);
+  ASSERT_FALSE(dev.stat_address().empty());
+  auto r = rnic::query_stat_socket(dev.stat_address(), 5000ms);
+  ASSERT_TRUE(r) << r.error().message;
+  auto j = json::parse(*r, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << *r;
+  EXPECT_EQ(j.at("device").get<std::string>(), "rnic\xef\xbf\xbd");  // U+FFFD
+  // The engine still runs: a second query is answered and work posted to it runs.
+  EXPECT_TRUE(dev.engine_running());
+  EXPECT_TRUE(rnic::query_stat_socket(dev.stat_address(), 5000ms));
+  bool ran = false;
+  EXPECT_TRUE(dev.run_and_wait([&] { ran = true; }, 5000ms));
+  EXPECT_TRUE(ran);
+}
+
+// Abstract socket names have no owner: another program may take the name of a process (even
+// before the process exists) and answer for it. `rnic stat` checks who listens (SO_PEERCRED)
+// and refuses to read a stranger's answer.
+TEST(Stat, AStrangerHoldingTheNameIsNotBelieved) {
+  pid_t sleeper = -1;
+  char arg0[] = "sleep", arg1[] = "30";
+  char* argv[] = {arg0, arg1, nullptr};
+  ASSERT_EQ(posix_spawnp(&sleeper, "sleep", nullptr, nullptr, argv, environ), 0);
+  // This test process takes the sleeper's name and answers with a forged document.
+  const std::string name = rnic::stat_socket_name(sleeper, 0);
+  int l = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(l, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), len), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(l, 4), 0);
+  std::thread forger([l, sleeper] {
+    for (int i = 0; i < 2; ++i) {
+      const int c = ::accept(l, nullptr, nullptr);
+      if (c < 0) return;
+      char buf[64];
+      (void)::read(c, buf, sizeof buf);
+      const std::string doc =
+          fmt::format(R"({{"pid":{},"device":"forged","queue_pairs":[]}})", sleeper) + "\n";
+      (void)::send(c, doc.data(), doc.size(), MSG_NOSIGNAL);  // the client may be gone
+      ::close(c);
+    }
+  });
+  auto r = rnic::query_stat(sleeper, 5000ms);
+  Process stat({"stat", "--json", std::to_string(sleeper)}, "stat_forged");
+  const int code = stat.wait(30s);
+  ::shutdown(l, SHUT_RDWR);
+  ::close(l);
+  forger.join();
+  ::kill(sleeper, SIGKILL);
+  ::waitpid(sleeper, nullptr, 0);
+  ASSERT_FALSE(r) << "a forged answer was taken: " << (*r)[0];
+  EXPECT_NE(r.error().message.find(fmt::format("held by process {}, not {}", ::getpid(), sleeper)),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(stat.output().find("forged"), std::string::npos) << stat.output();
+}
+
 // Clients that connect and never ask, or ask and never read, hold nothing up: traffic goes on,
 // extra clients are turned away, the silent ones are cut after the bounds, and queries work
 // again.

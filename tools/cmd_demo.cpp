@@ -74,7 +74,9 @@ struct Side {
                    .compare_add = add};
     if (x) x->posted(wr);
     posted.push_back(wr);
-    return post_one(ep.qp(), wr);
+    const int rc = post_one(ep.qp(), wr);
+    if (rc != 0) posted.pop_back();  // refused: no completion will come for it
+    return rc;
   }
   // With --explain, a send WR's completion: a Send's or Write's, and any that failed (a Read's
   // or atomic's success the receive engine reports itself, as the response lands).

@@ -44,6 +44,8 @@ void forget_after_fork() {
   // The child has no engine thread: start a new engine on first use there (qperf's server
   // forks a child per test, and only the child uses verbs). Whatever the parent had is leaked.
   new (&engine_mu) std::mutex;
+  // The parent's `rnic stat` listener is not ours to answer on (docs/stat.md).
+  if (the_engine) the_engine->forget_stat_in_forked_child();
   the_engine = nullptr;
   engine_to_stop = nullptr;
   the_shared_context = nullptr;
