@@ -11,37 +11,19 @@
 #include <string>
 
 #include "process_support.hpp"
+#include "svg_groups.hpp"
 
 namespace iwarp {
 namespace {
 
 namespace fs = std::filesystem;
+using iwarp::test::svg_groups;
 using namespace std::chrono_literals;
 using test::Process;
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-// The attributes of every <g> whose class starts with `cls`.
-std::vector<std::map<std::string, std::string>> groups(const std::string& svg,
-                                                       const std::string& cls) {
-  std::vector<std::map<std::string, std::string>> out;
-  static const std::regex g("<g class=\"([^\"]*)\"([^>]*)>");
-  static const std::regex attr("([a-z-]+)=\"([^\"]*)\"");
-  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), g); it != std::sregex_iterator();
-       ++it) {
-    const std::string c = (*it)[1];
-    if (!c.starts_with(cls + " ") && c != cls) continue;
-    std::map<std::string, std::string> a{{"class", c}};
-    const std::string rest = (*it)[2];
-    for (auto k = std::sregex_iterator(rest.begin(), rest.end(), attr); k != std::sregex_iterator();
-         ++k)
-      a[(*k)[1]] = (*k)[2];
-    out.push_back(std::move(a));
-  }
-  return out;
 }
 
 TEST(LadderLive, XferClientLadderShowsWhatItsEngineDidBesideEachMessage) {
@@ -59,7 +41,7 @@ TEST(LadderLive, XferClientLadderShowsWhatItsEngineDidBesideEachMessage) {
   EXPECT_EQ(server.wait(30s), 0) << server.output();
   const auto text = slurp(svg);
   fs::remove(svg);
-  const auto msgs = groups(text, "msg"), locals = groups(text, "local");
+  const auto msgs = svg_groups(text, "msg"), locals = svg_groups(text, "local");
   // What the capture shows arriving at the client (the MPA initiator): FPDUs, and the
   // messages that complete a receive or a Read there.
   std::uint64_t fpdus = 0, completing = 0;
@@ -103,10 +85,10 @@ TEST(LadderLive, PingLadderOfEachSideShowsItsOwnEngine) {
                                     std::pair{server_svg, std::string("responder")}}) {
     const auto text = slurp(svg);
     std::uint64_t fpdus = 0, placed = 0;
-    for (const auto& m : groups(text, "msg"))
+    for (const auto& m : svg_groups(text, "msg"))
       if (m.at("data-to") == column)
         fpdus += std::stoull(m.at("data-repeat")) * std::stoull(m.at("data-segments"));
-    const auto locals = groups(text, "local");
+    const auto locals = svg_groups(text, "local");
     EXPECT_FALSE(locals.empty()) << svg;
     for (const auto& l : locals) {
       EXPECT_EQ(l.at("data-side"), column) << svg;

@@ -12,11 +12,13 @@
 #include <string>
 
 #include "program_support.hpp"
+#include "svg_groups.hpp"
 
 namespace {
 
 using iwarp::test::Program;
 namespace fs = std::filesystem;
+using iwarp::test::svg_groups;
 
 const std::string kTrace =
     std::string(IWARP_SOURCE_DIR) + "/pcap_traces/generated/mpa2_p2p_write.pcap";
@@ -48,26 +50,6 @@ Run replay(std::vector<std::string> args) {
   return r;
 }
 
-// The attributes of every <g> whose class starts with `cls`.
-std::vector<std::map<std::string, std::string>> groups(const std::string& svg,
-                                                       const std::string& cls) {
-  std::vector<std::map<std::string, std::string>> out;
-  static const std::regex g("<g class=\"([^\"]*)\"([^>]*)>");
-  static const std::regex attr("([a-z-]+)=\"([^\"]*)\"");
-  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), g); it != std::sregex_iterator();
-       ++it) {
-    const std::string c = (*it)[1];
-    if (!c.starts_with(cls + " ") && c != cls) continue;
-    std::map<std::string, std::string> a{{"class", c}};
-    const std::string rest = (*it)[2];
-    for (auto k = std::sregex_iterator(rest.begin(), rest.end(), attr); k != std::sregex_iterator();
-         ++k)
-      a[(*k)[1]] = (*k)[2];
-    out.push_back(std::move(a));
-  }
-  return out;
-}
-
 // The local events of `category` (data-count summed: consecutive ones are drawn once).
 std::uint64_t drawn(const std::vector<std::map<std::string, std::string>>& locals,
                     const std::string& category) {
@@ -97,8 +79,8 @@ Replayed run(std::vector<std::string> extra, const std::string& name,
   for (const auto& c : doc["connections"])
     for (const auto& t : c["timeline"]) out.timeline.push_back(t);
   const auto text = slurp(svg);
-  out.msgs = groups(text, "msg");
-  out.locals = groups(text, "local");
+  out.msgs = svg_groups(text, "msg");
+  out.locals = svg_groups(text, "local");
   fs::remove(svg);
   return out;
 }
@@ -240,7 +222,7 @@ TEST(LadderReplay, CommittedReorderedLadderIsCurrent) {
   fs::remove(svg);
   EXPECT_EQ(body(committed), body(now))
       << "regenerate it as docs/ladder.md says (rnic replay --ladder changed)";
-  const auto locals = groups(committed, "local");
+  const auto locals = svg_groups(committed, "local");
   EXPECT_GT(drawn(locals, "hole-opened"), 0u);
   EXPECT_GT(drawn(locals, "placed-beyond-hole"), 0u);
   EXPECT_GT(drawn(locals, "released"), 0u);
