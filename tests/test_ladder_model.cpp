@@ -105,7 +105,9 @@ TEST(LadderModel, LocalEventsGoBesideTheirMessage) {
       break;
     }
   ASSERT_NE(multi, nullptr);
+  // attach_local_events() rebuilds c.events: `multi` does not outlive it, its values do.
   const auto msg_frame = multi->frame, last = multi->msg.last_frame;
+  const auto msg_dir = multi->dir;
   ASSERT_GT(last, msg_frame);
   const bool to_initiator = multi->dir == iwarp::mpa::Direction::FromResponder;
   const MessageKey key{.tagged = false, .qn = multi->msg.qn, .msn = multi->msg.msn};
@@ -139,7 +141,7 @@ TEST(LadderModel, LocalEventsGoBesideTheirMessage) {
   for (std::size_t i = 0; i < c.events.size(); ++i) {
     const auto& e = c.events[i];
     if (e.kind == Event::Kind::Message && first_msg == SIZE_MAX) first_msg = i;
-    if (e.kind == Event::Kind::Message && e.frame == msg_frame && e.dir == multi->dir) at = i;
+    if (e.kind == Event::Kind::Message && e.frame == msg_frame && e.dir == msg_dir) at = i;
     if (e.kind == Event::Kind::Local && e.local.category == "wqe-posted") posted = i;
   }
   ASSERT_NE(at, SIZE_MAX);
