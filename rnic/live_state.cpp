@@ -156,37 +156,31 @@ std::string live_state_json(Device& dev, std::uint64_t queries) {
                      {"events", st.events}});
     }
 
-  json qj = json::array();
-  json totals = {{"fpdus_sent", 0},
-                 {"fpdus_received", 0},
-                 {"bytes_sent", 0},
-                 {"bytes_received", 0},
-                 {"crc_errors", 0},
-                 {"terminates_sent", 0},
-                 {"terminates_received", 0},
-                 {"placed_beyond_hole", 0},
-                 {"deferred_released", 0},
-                 {"doorbells", 0},
-                 {"posted_inline_batches", 0},
-                 {"open_holes", 0}};
-  auto add = [&](const char* k, std::uint64_t v) {
-    totals[k] = totals[k].get<std::uint64_t>() + v;
+  // The engine's totals: each listed QP's counter, summed (one table, each name once).
+  using Counter = std::uint64_t (*)(const QpLiveState&);
+  static constexpr std::pair<const char*, Counter> kTotals[] = {
+      {"fpdus_sent", [](const QpLiveState& q) { return q.fpdus_sent; }},
+      {"fpdus_received", [](const QpLiveState& q) { return q.fpdus_received; }},
+      {"bytes_sent", [](const QpLiveState& q) { return q.bytes_sent; }},
+      {"bytes_received", [](const QpLiveState& q) { return q.bytes_received; }},
+      {"crc_errors", [](const QpLiveState& q) { return q.crc_errors; }},
+      {"terminates_sent", [](const QpLiveState& q) { return q.terminates_sent; }},
+      {"terminates_received", [](const QpLiveState& q) { return q.terminates_received; }},
+      {"placed_beyond_hole", [](const QpLiveState& q) { return q.ooo_placed; }},
+      {"deferred_released", [](const QpLiveState& q) { return q.released; }},
+      {"doorbells", [](const QpLiveState& q) { return q.doorbells; }},
+      {"posted_inline_batches", [](const QpLiveState& q) { return q.posted_inline_batches; }},
+      {"open_holes",
+       [](const QpLiveState& q) { return static_cast<std::uint64_t>(q.holes.size()); }},
   };
-  for (const auto& q : states) {
-    qj.push_back(qp_json(q, cq_ids));
-    add("fpdus_sent", q.fpdus_sent);
-    add("fpdus_received", q.fpdus_received);
-    add("bytes_sent", q.bytes_sent);
-    add("bytes_received", q.bytes_received);
-    add("crc_errors", q.crc_errors);
-    add("terminates_sent", q.terminates_sent);
-    add("terminates_received", q.terminates_received);
-    add("placed_beyond_hole", q.ooo_placed);
-    add("deferred_released", q.released);
-    add("doorbells", q.doorbells);
-    add("posted_inline_batches", q.posted_inline_batches);
-    add("open_holes", q.holes.size());
+  json qj = json::array();
+  json totals = json::object();
+  for (const auto& [name, get] : kTotals) {
+    std::uint64_t sum = 0;
+    for (const auto& q : states) sum += get(q);
+    totals[name] = sum;
   }
+  for (const auto& q : states) qj.push_back(qp_json(q, cq_ids));
 
   const auto regions = dev.memory().list();
   json mrs = json::array();
