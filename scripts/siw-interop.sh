@@ -20,11 +20,13 @@
 #        SIW_FIRST_DELAY (our client's option against siw's accept race, default
 #        "--first-fpdu-delay 50"; cases with --p2p or their own delay get none),
 #        MIX_TIMEOUT (s, default 60: bound on each host program of a mixed case), MIX_TRIES
-#        (default 5: attempts of a mixed case our drop-in initiates; a further attempt runs only
-#        when the previous one failed in a known race: siw's accept race or perftest's listen race)
+#        (default 5: attempts of a mixed case other than s2r; a further attempt runs only when
+#        the previous one failed in a known race: siw's accept race, perftest's listen race or
+#        siw's close race, see retry_reason)
 set -uo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RNIC="${RNIC:-$SRC/build/rnic}"
+. "$SRC/scripts/siwvm/signatures.sh"  # close_race_on_wire, siw_bad_crc_on_wire
 CACHE="${SIWVM_CACHE:-$SRC/build/siwvm}"
 RES=""; ONLY="."
 while [ $# -gt 0 ]; do
@@ -164,7 +166,7 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   if [ "$dir" = o2s ] || [ "$dir" = o2u ] || [ "$dir" = r2s ] || [ "$dir" = w2s ]; then
     role=srv; [ "$dir" = o2u ] && role=ucm; [ "$dir" = w2s ] && role=bws
     # mixed cases where our drop-in initiates get spare attempts (siw's accept race, perftest's
-    # listen race: see retry_reason),
+    # listen race, siw's close race: see retry_reason),
     # each its own connection on its own port; the guest starts one only on ID.tryK.go
     tries=1; [ -n "$prog" ] && tries=$MIX_TRIES
     for k in $(seq 1 "$tries"); do
@@ -175,10 +177,15 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
       echo "$aid $role ${GPORT[$aid]} $gsz $cnt$gate" >> "$RES/plan.txt"
     done
   else
-    n=$((n + 1))
-    HPORT[$id]=$((BASE + 1000 + n)); GPORT[$id]=${HPORT[$id]}
-    role=cli; [ "$dir" = s2w ] && role=bwc
-    echo "$id $role ${HPORT[$id]} $gsz $cnt" >> "$RES/plan.txt"
+    # siw's ib_write_bw client (s2w) gets spare attempts too (siw's close race), each against a
+    # new server of ours on its own port
+    role=cli; tries=1; [ "$dir" = s2w ] && { role=bwc; tries=$MIX_TRIES; }
+    for k in $(seq 1 "$tries"); do
+      aid=$id; gate=""; [ "$k" -gt 1 ] && { aid="$id.try$k"; gate=" gated"; }
+      n=$((n + 1))
+      HPORT[$aid]=$((BASE + 1000 + n)); GPORT[$aid]=${HPORT[$aid]}
+      echo "$aid $role ${HPORT[$aid]} $gsz $cnt$gate" >> "$RES/plan.txt"
+    done
   fi
 done <<< "$CASES"
 
@@ -230,6 +237,12 @@ race_suspect() {  # PCAP: the initiator's first connection sent FPDUs and siw an
 #                 reset before the MPA Reply (siw's perftest server destroys its listener after
 #                 the first connection and listens anew only after a handshake; our client
 #                 connects first), after which perftest's own retry crashes
+#   close race    ib_write_bw: ours completed (exit 0: its close handshake received siw's last
+#                 Send), siw's program failed that Send with IBV_WC_LOC_QP_OP_ERR ("Bad wc
+#                 status 2"): siw checks tx_suspend after a fully sent last segment, and our FIN,
+#                 processed meanwhile, sets it (see docs/siw-interop.md); judged on siw's wire
+#   siw's bad CRC ours sent Terminate [MPA: CRC mismatch]; judged on siw's wire, where tshark
+#                 must find an FPDU of siw's with a bad CRC (seen once, p3, CRC on)
 retry_reason() {  # AID
   local a="$1" rc
   rc=$(cat "$RES/$a.ours.rc" 2>/dev/null)
@@ -238,7 +251,16 @@ retry_reason() {  # AID
   elif [ "$prog" = ib_write_bw ] && [ "$rc" != 0 ] && [ "$(grep -c ' ESTABLISHED: ' "$RES/$a.ours.log")" = 1 ] \
        && grep -q 'CONNECT_ERROR: .*Connection reset by peer' "$RES/$a.ours.log"; then
     echo "the test QP's connection was reset before the MPA Reply (perftest's listen race)"
+  elif close_race_logs "$a"; then
+    echo "siw failed its last close-handshake Send, which ours had received, with IBV_WC_LOC_QP_OP_ERR (siw's close race)"
+  elif grep -q 'sent Terminate \[MPA: CRC mismatch\]' "$RES/$a.ours.log"; then
+    echo "ours received an FPDU with a bad CRC and sent Terminate [MPA: CRC mismatch] (judged on siw's wire)"
   fi
+}
+close_race_logs() {  # AID: the programs' exits and siw's log show siw's close race
+  [ "$prog" = ib_write_bw ] && [ "$(cat "$RES/$1.ours.rc" 2>/dev/null)" = 0 ] \
+    && [ "$(cat "$RES/out/$1.guest.rc" 2>/dev/null)" = 1 ] && grep -q 'Bad wc status 2' "$RES/out/$1.guest.log" \
+    && grep -qE 'Unable to write (to|from) socket/rdma_cm' "$RES/out/$1.guest.log"
 }
 while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   [ -n "$id" ] && [ -n "${HPORT[$id]:-}" ] || continue
@@ -289,7 +311,30 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     done
     for j in $(seq $((k + 1)) "$MIX_TRIES"); do : > "$RES/$id.try$j.skip"; done
     continue
-  elif [ "$dir" = s2r ] || [ "$dir" = s2w ]; then
+  elif [ "$dir" = s2w ]; then
+    # siw's client against a new server of ours per attempt; attempt K (ID.tryK) only when
+    # attempt K-1 ended in siw's close race
+    k=1; aid=$id
+    while :; do
+      ATTEMPTS[$id]=$k; hp=${HPORT[$aid]}; log="$RES/$aid.ours.log"
+      mixed_cmd "$dir" "$hp" "$osz" "$cnt"; mkdir -p "$RES/$aid.ours.caps"
+      timeout -k 5 $((MIX_TIMEOUT + 20)) "$RNIC" run $opts --log cm=info --capture-dir "$RES/$aid.ours.caps" -- "${MIX[@]}" \
+        > "$log" 2>&1 &
+      spid=$!
+      j=0; while ! listening "$hp" && [ $j -lt 100 ] && kill -0 $spid 2>/dev/null; do sleep 0.1; j=$((j + 1)); done
+      : > "$RES/$aid.go"
+      wait $spid; echo $? > "$RES/$aid.ours.rc"
+      : > "$RES/$aid.done"
+      wait_for "$RES/out/$aid.guest.rc" $((CASE_TIMEOUT + 10)) || echo "none" > "$RES/out/$aid.guest.rc"
+      say "$aid: ours rc $(cat "$RES/$aid.ours.rc"), siw $prog rc $(cat "$RES/out/$aid.guest.rc")"
+      rwhy=$(retry_reason "$aid")
+      [ "$k" -lt "$MIX_TRIES" ] && [ -n "$rwhy" ] || break
+      k=$((k + 1)); aid="$id.try$k"
+      say "$id: $rwhy: attempt $k on a new connection"
+    done
+    for j in $(seq $((k + 1)) "$MIX_TRIES"); do : > "$RES/$id.try$j.skip"; done
+    continue
+  elif [ "$dir" = s2r ]; then
     mixed_cmd "$dir" "$hp" "$osz" "$cnt"; mkdir -p "$RES/$id.ours.caps"
     timeout -k 5 $((MIX_TIMEOUT + 20)) "$RNIC" run $opts --log cm=info --capture-dir "$RES/$id.ours.caps" -- "${MIX[@]}" \
       > "$log" 2>&1 &
@@ -433,8 +478,12 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
       elif [ "$prog" = ib_write_bw ] && grep -q 'CONNECT_ERROR: .*Connection reset by peer' "$RES/$eid.ours.log" \
            && [ "$(timeout 60 tshark -r "$RES/$eid.siw.pcap" -Y "tcp.flags.reset == 1 && tcp.srcport == ${GPORT[$eid]}" 2>/dev/null | wc -l)" -gt 0 ]; then
         early="$early attempt $k: exit $(cat "$RES/$eid.ours.rc"), siw reset the test QP's connection (perftest's listen race);"
+      elif close_race_logs "$eid" && close_race_on_wire "$RES/$eid.siw.pcap"; then
+        early="$early attempt $k: ours exit 0, siw's last Send then our FIN on its wire, siw exit 1 with Bad wc status 2 (siw's close race);"
+      elif grep -q 'sent Terminate \[MPA: CRC mismatch\]' "$RES/$eid.ours.log" && siw_bad_crc_on_wire "$RES/$eid.siw.pcap"; then
+        early="$early attempt $k: siw's own wire has an FPDU of siw's with a bad CRC, ours sent Terminate [MPA: CRC mismatch] (siw's bad CRC);"
       else
-        why="$why; attempt $k failed and is neither siw's accept race nor perftest's listen race on siw's wire"
+        why="$why; attempt $k failed and is none of siw's accept race, perftest's listen race, siw's close race, siw's bad CRC on siw's wire"
       fi
       k=$((k + 1))
     done

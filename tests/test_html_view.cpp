@@ -419,23 +419,25 @@ TEST(HtmlView, CommittedViewsAreUpToDate) {
   const auto dir = scratch("committed");
   const std::string src = IWARP_SOURCE_DIR;
   struct Case {
-    std::string name, extra;
+    std::string folder, name, extra;
   };
-  for (const auto& c : {Case{"mpa2_p2p_read_crc", ""}, Case{"mpa1_crc_markers", ""},
-                        Case{"mpa2_p2p_read_crc.permute1", "--permute 1"}}) {
+  for (const auto& c : {Case{"generated", "mpa2_p2p_read_crc", ""},
+                        Case{"generated", "mpa1_crc_markers", ""},
+                        Case{"generated", "mpa2_p2p_read_crc.permute1", "--permute 1"},
+                        Case{"siw", "rping_lo", ""}, Case{"siw", "siw_crc_on", ""},
+                        Case{"siw", "hostpeer_eth0_terminate", ""}}) {
     SCOPED_TRACE(c.name);
-    const std::string pcap =
-        "pcap_traces/generated/" + c.name.substr(0, c.name.find('.')) + ".pcap";
+    const std::string stem = "pcap_traces/" + c.folder + "/";
+    const std::string pcap = stem + c.name.substr(0, c.name.find('.')) + ".pcap";
     const auto out = (dir / (c.name + ".html")).string();
     auto r = run("bash", {"bash", "-c",
                           "cd '" + src + "' && '" + IWARP_RNIC_BIN + "' replay " + pcap + " " +
                               c.extra + " --quiet --html '" + out + "' >/dev/null"});
     ASSERT_EQ(r.code, 0) << r.err;
-    const auto committed = slurp(src + "/pcap_traces/generated/" + c.name + ".html");
+    const auto committed = slurp(src + "/" + stem + c.name + ".html");
     ASSERT_FALSE(committed.empty());
     EXPECT_TRUE(slurp(out) == committed)
-        << "pcap_traces/generated/" << c.name
-        << ".html is stale: remake it with the command in docs/html-view.md";
+        << stem << c.name << ".html is stale: remake it with the command in docs/html-view.md";
   }
 }
 
