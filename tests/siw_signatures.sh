@@ -12,8 +12,9 @@ expect() {  # expect yes|no DESCRIPTION COMMAND...
   if "$@"; then got=yes; else got=no; fi
   if [ "$got" = "$want" ]; then echo "ok: $what"; else echo "FAILED: $what (got $got, want $want)"; fails=$((fails + 1)); fi
 }
-command -v tshark >/dev/null && command -v editcap >/dev/null \
-  || { echo "FAILED: tshark and editcap are needed (apt-get install tshark)"; exit 1; }
+if ! command -v tshark >/dev/null || ! command -v editcap >/dev/null; then
+  echo "FAILED: tshark and editcap are needed (apt-get install tshark)"; exit 1
+fi
 # close_race.pcap: p1 of a run on 2026-11-26 (siw's ib_write_bw server, ours the client): frame 46
 # is siw's close-handshake Send (MSN 16), 47 and 48 our FINs, 49 and 50 siw's; 23 is an RST of siw's
 # (perftest's listen race, an earlier connection attempt).
@@ -31,4 +32,5 @@ expect yes "siw's bad CRC on the wire of a run where it happened" siw_bad_crc_on
 expect no "no bad CRC on the close race's wire" siw_bad_crc_on_wire "$G/close_race.pcap"
 editcap -r "$G/bad_crc.pcap" "$T/good.pcap" 1-127 2>/dev/null
 expect no "the same connection before the bad FPDU" siw_bad_crc_on_wire "$T/good.pcap"
-[ "$fails" = 0 ] && echo "all signature checks passed" || { echo "$fails signature check(s) failed"; exit 1; }
+if [ "$fails" != 0 ]; then echo "$fails signature check(s) failed"; exit 1; fi
+echo "all signature checks passed"

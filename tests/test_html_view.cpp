@@ -421,11 +421,10 @@ TEST(HtmlView, CommittedViewsAreUpToDate) {
   struct Case {
     std::string folder, name, extra;
   };
-  for (const auto& c : {Case{"generated", "mpa2_p2p_read_crc", ""},
-                        Case{"generated", "mpa1_crc_markers", ""},
-                        Case{"generated", "mpa2_p2p_read_crc.permute1", "--permute 1"},
-                        Case{"siw", "rping_lo", ""}, Case{"siw", "siw_crc_on", ""},
-                        Case{"siw", "hostpeer_eth0_terminate", ""}}) {
+  for (const auto& c :
+       {Case{"generated", "mpa2_p2p_read_crc", ""}, Case{"generated", "mpa1_crc_markers", ""},
+        Case{"generated", "mpa2_p2p_read_crc.permute1", "--permute 1"}, Case{"siw", "rping_lo", ""},
+        Case{"siw", "siw_crc_on", ""}, Case{"siw", "hostpeer_eth0_terminate", ""}}) {
     SCOPED_TRACE(c.name);
     const std::string stem = "pcap_traces/" + c.folder + "/";
     const std::string pcap = stem + c.name.substr(0, c.name.find('.')) + ".pcap";

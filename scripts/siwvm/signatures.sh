@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Signatures of siw's own failures, read from siw's wire (the guest's capture of one case: siw at
 # 10.0.2.15, the host, i.e. us, at 10.0.2.2). Sourced by scripts/siw-interop.sh, which gives a
 # case another attempt only when one of these confirms what the programs' logs said (see
