@@ -205,11 +205,16 @@ std::string render_html(const View& v) {
   const std::string file = v.data.contains("file") ? v.data["file"].get<std::string>() : "";
   std::size_t events = v.data.contains("events") ? v.data["events"].size() : 0;
   std::size_t conns = v.data.contains("connections") ? v.data["connections"].size() : 0;
+  // A live program's view carries its own heading; a replay's names the file.
+  const std::string heading = v.data.contains("heading") ? v.data["heading"].get<std::string>()
+                                                         : "rnic replay --html: " + file;
   std::string out = kHead;
-  out += fmt::format("<title>rnic replay: {}</title>\n", ladder::xml_escape(file));
+  out += fmt::format(
+      "<title>{}</title>\n",
+      ladder::xml_escape(v.data.contains("heading") ? heading : "rnic replay: " + file));
   out += kStyle;
   out += "</head>\n<body>\n<header>\n";
-  out += fmt::format("<h1>rnic replay --html: {}</h1>\n", ladder::xml_escape(file));
+  out += fmt::format("<h1>{}</h1>\n", ladder::xml_escape(heading));
   if (v.data.contains("order"))
     out += fmt::format("<div class=\"sub\">replayed in {}</div>\n",
                        ladder::xml_escape(v.data["order"].get<std::string>()));

@@ -259,9 +259,12 @@ std::string hex_dump(const std::uint8_t* p, std::size_t n) {
 
 std::expected<View, std::string> build_view(const std::string& path, const replay::Plan& plan,
                                             const replay::ReplayResult& result,
-                                            const std::string& order, const ViewLimits& limits) {
+                                            const std::string& order, const ViewLimits& limits,
+                                            const ViewLabels& labels) {
   auto model = ladder::build_model(path, ladder::Filter{}, limits.max_events);
   if (!model) return std::unexpected(model.error());
+  const std::string shown = labels.file.empty() ? path : labels.file;
+  model->path = shown;
   ladder::LayoutOptions lo;
   lo.collapse = false;  // one drawn group per event, so that each can be clicked
   lo.max_rows = 0;
@@ -435,7 +438,8 @@ std::expected<View, std::string> build_view(const std::string& path, const repla
 
   // The data.
   json& d = v.data;
-  d["file"] = path;
+  d["file"] = shown;
+  if (!labels.heading.empty()) d["heading"] = labels.heading;
   d["order"] = order;
   d["notes"] = model->notes;
   for (const auto& p : plan.problems) d["notes"].push_back(p);

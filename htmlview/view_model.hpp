@@ -35,13 +35,20 @@ struct View {
   std::string svg;      // the ladder (ladder::render_svg), each event's group marked data-ev="N"
 };
 
+// What the page calls the capture and itself (a live program's view names its run, and a
+// temporary capture by what it was rather than by its path).
+struct ViewLabels {
+  std::string file;     // the capture as shown; empty: its path
+  std::string heading;  // the page's title; empty: "rnic replay --html: FILE"
+};
+
 // Builds the view of the capture `path` from its replay. Errors (the capture cannot be decoded
 // again, the ladder cannot be laid out) are one line.
 // `order` says how it was replayed ("capture order", a permutation's description).
 std::expected<View, std::string> build_view(const std::string& path, const replay::Plan& plan,
                                             const replay::ReplayResult& result,
-                                            const std::string& order,
-                                            const ViewLimits& limits = {});
+                                            const std::string& order, const ViewLimits& limits = {},
+                                            const ViewLabels& labels = {});
 
 // A hex dump: offset, 16 octets in hex, and the printable ASCII ones ('.' for the others).
 std::string hex_dump(const std::uint8_t* p, std::size_t n);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the README's "Using it" examples as written (ctest Docs.ReadmeExamplesRunAsWritten), or
-# the commands of another document such as docs/tutorial.md (ctest Docs.TutorialRunsAsWritten):
+# the commands of another document such as docs/tutorial.md (ctest Docs.TutorialRunsAsWritten;
+# docs/explain.md, replay.md, ladder.md, html-view.md and enlarge.md likewise, Docs.*RunsAsWritten):
 # every `rnic ...` line of the indented blocks of the "## Using it" section, comments dropped,
 # through bash with this build's `rnic` first on PATH (pipes such as `| jq` work), from a
 # scratch directory where `pcap_traces` is the repository's. A `--server` line starts in the
@@ -39,7 +40,8 @@ fi
 
 # The example lines, in order. The README: the `rnic` lines of the indented blocks under
 # "## Using it". Any other document (docs/tutorial.md): every line starting with "$ " inside a
-# ``` block, whatever the command, with a trailing "&" dropped (a server line, see below).
+# ``` block, whatever the command, its trailing comment and then a trailing "&" dropped (a
+# server line, see below).
 if [ "$(basename "$README")" = README.md ]; then
   mapfile -t LINES < <(awk '
     /^## Using it/ { in_section = 1; next }
@@ -49,7 +51,10 @@ if [ "$(basename "$README")" = README.md ]; then
 else
   mapfile -t LINES < <(awk '
     /^```/ { in_block = !in_block; next }
-    in_block && /^\$ / { line = substr($0, 3); sub(/[[:space:]]*&[[:space:]]*$/, "", line); print line }
+    in_block && /^\$ / {
+      line = substr($0, 3); sub(/[[:space:]]+#[^\x27]*$/, "", line)
+      sub(/[[:space:]]*&[[:space:]]*$/, "", line); print line
+    }
   ' "$README")
 fi
 [ "${#LINES[@]}" -gt 0 ] || { echo "readme-examples: no example lines in $README"; exit 1; }

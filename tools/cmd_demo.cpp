@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "tools/app_options.hpp"
+#include "tools/capture_views.hpp"
 #include "tools/commands.hpp"
 #include "tools/explain_printer.hpp"
 
@@ -38,6 +39,7 @@ struct DemoOptions {
   int port = 0;
   std::string port_file;
   std::string pcap_dir;
+  std::string ladder, html;  // --ladder OUT.svg, --html OUT.html (tools/capture_views.hpp)
   bool color = true;
   bool explain = false;
   AppOptions app;
@@ -266,9 +268,23 @@ int run_client(const DemoOptions& o) {
 
 // The parent: two children, their lines labelled and coloured as they arrive.
 int run_parent(const DemoOptions& o, const std::string& self) {
+  // --ladder and --html: the demo's connection as the client captured it, replayed after the
+  // run; paths that cannot be written are said before anything starts.
+  const bool views = !o.ladder.empty() || !o.html.empty();
+  CaptureViews cv{.html = o.html,
+                  .ladder = o.ladder,
+                  .heading = "rnic demo: the demo's connection (the client's capture), replayed",
+                  .file = o.pcap_dir.empty()
+                              ? "the demo's connection (its captures not kept: --pcap-dir DIR "
+                                "keeps them)"
+                              : (std::filesystem::path(o.pcap_dir) / "demo-client.pcap").string()};
+  if (auto c = check_view_paths(cv); !c) return std::cerr << "rnic demo: " << c.error() << "\n", 2;
   auto dir = std::filesystem::temp_directory_path() / fmt::format("rnic-demo-{}", getpid());
   std::filesystem::create_directories(dir);
   const std::string port_file = (dir / "port").string();
+  // Where the children write their captures: --pcap-dir, or (for the views only) the
+  // temporary directory, removed at the end.
+  const std::string capdir = !o.pcap_dir.empty() ? o.pcap_dir : views ? dir.string() : "";
   auto spawn = [&](std::vector<std::string> args, int& out_fd) -> pid_t {
     int p[2];
     if (pipe(p) != 0) return -1;
@@ -292,9 +308,9 @@ int run_parent(const DemoOptions& o, const std::string& self) {
         self,    "demo",    "--role",    role,         "--mpa-rev", std::to_string(o.app.mpa_rev),
         "--crc", o.app.crc, "--markers", o.app.markers};
     if (o.explain) a.push_back("--explain");
-    if (!o.pcap_dir.empty()) {
+    if (!capdir.empty()) {
       a.push_back("--pcap");
-      a.push_back((std::filesystem::path(o.pcap_dir) / fmt::format("demo-{}.pcap", role)).string());
+      a.push_back((std::filesystem::path(capdir) / fmt::format("demo-{}.pcap", role)).string());
     }
     return a;
   };
@@ -377,9 +393,20 @@ int run_parent(const DemoOptions& o, const std::string& self) {
   int sst = 0, cst = 0;
   waitpid(spid, &sst, 0);
   waitpid(cpid, &cst, 0);
-  std::filesystem::remove_all(dir);
   const bool ok =
       WIFEXITED(sst) && WEXITSTATUS(sst) == 0 && WIFEXITED(cst) && WEXITSTATUS(cst) == 0;
+  // The views are written however the run went (a failed run is when one helps most).
+  bool views_ok = true;
+  if (views) {
+    if (auto w =
+            write_capture_views((std::filesystem::path(capdir) / "demo-client.pcap").string(), cv);
+        !w) {
+      std::cerr << "rnic demo: " << w.error() << "\n";
+      views_ok = false;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
   std::cout << "\n"
             << (ok ? "rnic demo: both sides finished as expected" : "rnic demo: a side FAILED")
             << "\n";
@@ -388,7 +415,11 @@ int run_parent(const DemoOptions& o, const std::string& self) {
         "captures: {0}/demo-client.pcap and {0}/demo-server.pcap "
         "(try: rnic decode {0}/demo-client.pcap)\n",
         o.pcap_dir);
-  return ok ? 0 : 1;
+  if (views && views_ok) {
+    if (!o.ladder.empty()) std::cout << "ladder: " << o.ladder << "\n";
+    if (!o.html.empty()) std::cout << "HTML view: " << o.html << " (open it in a browser)\n";
+  }
+  return !ok ? 1 : views_ok ? 0 : 2;
 }
 
 }  // namespace
@@ -408,6 +439,16 @@ Runner add_demo_command(CLI::App& app) {
       ->group("");
   sub->add_option("--pcap-dir", o->pcap_dir, "Write each side's capture into this directory");
   sub->add_flag("!--no-color", o->color, "Plain labels, no colours");
+  sub->add_option("--ladder", o->ladder,
+                  "Also write the ladder (message sequence) diagram of the demo's connection as\n"
+                  "SVG: the client's capture replayed through the stack after the run, with what\n"
+                  "each side's emulated RNIC did beside each message (docs/ladder.md)")
+      ->type_name("OUT.svg");
+  sub->add_option("--html", o->html,
+                  "Also write the HTML view of the demo's connection (one self-contained page:\n"
+                  "click a message for its headers, bytes, meaning and the queue pairs' state;\n"
+                  "docs/html-view.md), from the client's capture replayed after the run")
+      ->type_name("OUT.html");
   sub->add_flag("--explain", o->explain,
                 "After each step, print what each side posted, its completion, and every event\n"
                 "its receive engine reported (placements, completions, doorbells, the\n"

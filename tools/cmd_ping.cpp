@@ -35,6 +35,7 @@ struct PingOptions {
   bool explain = false;
   std::string fault;
   std::string ladder;  // --ladder OUT.svg
+  std::string html;    // --html OUT.html
   std::shared_ptr<LadderRecorder> recorder;
   AppOptions app;
 };
@@ -341,6 +342,12 @@ Runner add_ping_command(CLI::App& app) {
                   "this side's capture (--pcap, or a temporary one) and, beside them on this\n"
                   "side's column, what its receive engine did (placements, CQEs, doorbells,\n"
                   "Terminates), numbered in order (docs/ladder.md)");
+  sub->add_option("--html", o->html,
+                  "Write the HTML view of the run (one self-contained page, as rnic replay --html\n"
+                  "makes): after the run, this side's capture (--pcap, or a temporary one) is\n"
+                  "replayed through the stack and each message can be clicked for its headers,\n"
+                  "bytes, meaning and the queue pairs' state (docs/html-view.md)")
+      ->type_name("OUT.html");
   add_app_options(*sub, o->app);
   return [o, sub]() -> int {
     if (!o->server && o->client.empty()) {
@@ -354,9 +361,9 @@ Runner add_ping_command(CLI::App& app) {
       return 2;
     }
     try {
-      if (o->ladder.empty()) return o->server ? run_server(*o) : run_client(*o);
-      return run_with_ladder("ping", o->ladder, o->server, o->app, o->recorder,
-                             [&] { return o->server ? run_server(*o) : run_client(*o); });
+      if (o->ladder.empty() && o->html.empty()) return o->server ? run_server(*o) : run_client(*o);
+      return run_with_views("ping", o->ladder, o->html, o->server, o->app, o->recorder,
+                            [&] { return o->server ? run_server(*o) : run_client(*o); });
     } catch (const PostFailed& e) {
       return fail_with(o->server ? "server" : "client", e.what());
     }

@@ -148,6 +148,7 @@ struct XferOptions {
   bool verbose = false;
   bool explain = false;
   std::string ladder;  // --ladder OUT.svg
+  std::string html;    // --html OUT.html
   std::shared_ptr<LadderRecorder> recorder;
   AppOptions app;
 };
@@ -757,6 +758,12 @@ Runner add_xfer_command(CLI::App& app) {
                   "this side's capture (--pcap, or a temporary one) and, beside them on this\n"
                   "side's column, what its receive engine did (placements, holes with --wire,\n"
                   "CQEs, doorbells, Terminates), numbered in order (docs/ladder.md)");
+  sub->add_option("--html", o->html,
+                  "Write the HTML view of the run (one self-contained page, as rnic replay --html\n"
+                  "makes): after the run, this side's capture (--pcap, or a temporary one) is\n"
+                  "replayed through the stack and each message can be clicked for its headers,\n"
+                  "bytes, meaning and the queue pairs' state (docs/html-view.md)")
+      ->type_name("OUT.html");
   add_app_options(*sub, o->app);
   return [o]() -> int {
     if (!o->server && o->client.empty()) {
@@ -764,9 +771,9 @@ Runner add_xfer_command(CLI::App& app) {
       return 2;
     }
     try {
-      if (o->ladder.empty()) return o->server ? run_server(*o) : run_client(*o);
-      return run_with_ladder("xfer", o->ladder, o->server, o->app, o->recorder,
-                             [&] { return o->server ? run_server(*o) : run_client(*o); });
+      if (o->ladder.empty() && o->html.empty()) return o->server ? run_server(*o) : run_client(*o);
+      return run_with_views("xfer", o->ladder, o->html, o->server, o->app, o->recorder,
+                            [&] { return o->server ? run_server(*o) : run_client(*o); });
     } catch (const std::exception& e) {
       std::cerr << "rnic xfer: " << e.what() << "\n";
       return 2;

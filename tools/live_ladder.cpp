@@ -13,6 +13,7 @@
 #include "ladder/layout.hpp"
 #include "ladder/local_events.hpp"
 #include "ladder/svg_writer.hpp"
+#include "tools/capture_views.hpp"
 #include "tools/replay_ladder.hpp"
 #include "trace/trace_decoder.hpp"
 
@@ -106,17 +107,31 @@ std::expected<void, std::string> LadderRecorder::write(const std::string& captur
   return {};
 }
 
-int run_with_ladder(const std::string& program, const std::string& svg, bool server,
-                    AppOptions& app, std::shared_ptr<LadderRecorder>& recorder,
-                    const std::function<int()>& run) {
-  if (!std::ofstream(svg, std::ios::binary | std::ios::trunc)) {
+int run_with_views(const std::string& program, const std::string& svg, const std::string& html,
+                   bool server, AppOptions& app, std::shared_ptr<LadderRecorder>& recorder,
+                   const std::function<int()>& run) {
+  const std::string side = server ? "--server" : "--client";
+  const bool temp = app.pcap.empty();
+  CaptureViews views{
+      .html = html,
+      .ladder = {},
+      .heading = fmt::format("rnic {} {}: this run's capture, replayed", program, side),
+      .file = temp ? fmt::format("this run of rnic {} {} (its capture not kept: "
+                                 "--pcap FILE keeps it)",
+                                 program, side)
+                   : app.pcap};
+  // Paths that cannot be written are said before the run.
+  if (!svg.empty() && !std::ofstream(svg, std::ios::binary | std::ios::trunc)) {
     std::cerr << "rnic " << program << ": --ladder " << svg << ": cannot open for writing\n";
     return 2;
   }
-  const bool temp = app.pcap.empty();
+  if (auto c = check_view_paths(views); !c) {
+    std::cerr << "rnic " << program << ": " << c.error() << "\n";
+    return 2;
+  }
   if (temp)
     app.pcap = (std::filesystem::temp_directory_path() /
-                fmt::format("rnic-{}-ladder-{}.pcap", program, ::getpid()))
+                fmt::format("rnic-{}-views-{}.pcap", program, ::getpid()))
                    .string();
   // The temporary capture goes however the run ends (a program may throw its failure).
   struct Remove {
@@ -126,16 +141,24 @@ int run_with_ladder(const std::string& program, const std::string& svg, bool ser
       if (!path.empty()) std::filesystem::remove(path, ec);
     }
   } cleanup{temp ? app.pcap : std::string()};
-  recorder = std::make_shared<LadderRecorder>();
+  if (!svg.empty()) recorder = std::make_shared<LadderRecorder>();
   const int rc = run();
-  auto w = recorder->write(app.pcap, !server, svg,
-                           fmt::format("rnic {} {} (this side's engine events)", program,
-                                       server ? "--server" : "--client"));
-  if (!w) {
-    std::cerr << "rnic " << program << ": " << w.error() << "\n";
-    return rc ? rc : 2;
+  int status = rc;
+  if (!svg.empty()) {
+    auto w = recorder->write(app.pcap, !server, svg,
+                             fmt::format("rnic {} {} (this side's engine events)", program, side));
+    if (!w) {
+      std::cerr << "rnic " << program << ": " << w.error() << "\n";
+      if (status == 0) status = 2;
+    }
   }
-  return rc;
+  if (!html.empty()) {
+    if (auto w = write_capture_views(app.pcap, views); !w) {
+      std::cerr << "rnic " << program << ": " << w.error() << "\n";
+      if (status == 0) status = 2;
+    }
+  }
+  return status;
 }
 
 }  // namespace iwarp::tools

@@ -39,13 +39,14 @@ class LadderRecorder : public rnic::RxObserver {
   std::shared_ptr<rnic::RxObserver> next_;
 };
 
-// `rnic PROGRAM ... --ladder svg`: refuses a path it cannot write (one line, exit status 2),
-// records the run to a temporary capture when `app.pcap` is empty, gives `run` a recorder to
-// attach to its endpoint (in `recorder`), then writes the ladder of the run as this side
-// (`server`: the MPA responder) saw it. Returns run's status (2 when the ladder could not be
-// written and the run succeeded).
-int run_with_ladder(const std::string& program, const std::string& svg, bool server,
-                    AppOptions& app, std::shared_ptr<LadderRecorder>& recorder,
-                    const std::function<int()>& run);
+// `rnic PROGRAM ... --ladder svg --html html` (either may be empty): refuses a path it cannot
+// write (one line, exit status 2), records the run to a temporary capture when `app.pcap` is
+// empty, gives `run` a recorder to attach to its endpoint (in `recorder`, for the ladder),
+// then writes the ladder of the run as this side (`server`: the MPA responder) saw it, and the
+// HTML view of the run's capture replayed (tools/capture_views.hpp). Returns run's status (2
+// when a view could not be written and the run succeeded).
+int run_with_views(const std::string& program, const std::string& svg, const std::string& html,
+                   bool server, AppOptions& app, std::shared_ptr<LadderRecorder>& recorder,
+                   const std::function<int()>& run);
 
 }  // namespace iwarp::tools
