@@ -51,6 +51,11 @@ struct CmOptions {
   // How long a Terminate or disconnect may wait for a peer that takes nothing before the stream
   // is aborted (StreamSetup::close_timeout).
   std::chrono::milliseconds close_timeout = kCloseTimeout;
+  // How long an established connection may go without an acknowledgement from the peer before
+  // it is lost (0: the kernel's defaults): TCP_USER_TIMEOUT bounds unacknowledged data and a
+  // zero window, TCP keepalive probes an idle connection, so a peer that stops reading or
+  // vanishes (no FIN, no RST) ends the QP with a "connection lost" within about this long.
+  std::chrono::milliseconds llp_timeout = kLlpTimeout;
   // The TCP segment size to frame for (0: the socket's TCP_MAXSEG). RFC 5044 §4.1 MULPDU.
   std::size_t emss = 0;
   bool ignore_ord = false;  // testing aid, see StreamSetup

@@ -33,6 +33,24 @@ void set_cloexec(int fd) {
   const int flags = ::fcntl(fd, F_GETFD);
   if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
 }
+
+// CmOptions::llp_timeout on a connection's socket: TCP_USER_TIMEOUT (unacknowledged data and
+// zero-window probes, Linux aborts with ETIMEDOUT once it has passed), and keepalive for an idle
+// connection: the first probe after half of it, then every quarter; with TCP_USER_TIMEOUT set,
+// Linux drops the connection when a probe is out and the timeout has passed since the peer
+// last answered. 0 leaves the kernel's defaults.
+void set_llp_timeout(int fd, std::chrono::milliseconds t) {
+  if (fd < 0 || t.count() <= 0) return;
+  const unsigned ms = static_cast<unsigned>(std::min<std::int64_t>(t.count(), 24 * 3600 * 1000));
+  const int on = 1, cnt = 4;
+  const int idle = std::max(1, static_cast<int>(ms / 2000)),
+            intvl = std::max(1, static_cast<int>(ms / 4000));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
 }  // namespace
 
 namespace asio = boost::asio;
@@ -508,6 +526,7 @@ void CmId::on_tcp_accepted(tcp::socket s) {
   child->awaiting_ = std::prev(lst.awaiting.end());
   s.set_option(tcp::no_delay(true), ec);
   set_cloexec(s.native_handle());
+  set_llp_timeout(s.native_handle(), opts_.llp_timeout);
   child->sock_.emplace(std::move(s));
   {
     std::lock_guard l(child->mu_);
@@ -671,6 +690,7 @@ void CmId::send_mpa_request(const tcp::endpoint& ep, const ConnParam& param) {
   boost::system::error_code ig;
   set_cloexec(sock_->native_handle());
   sock_->set_option(tcp::no_delay(true), ig);
+  set_llp_timeout(sock_->native_handle(), opts_.llp_timeout);
   {
     std::lock_guard l(mu_);
     peer_ = fmt::format("{}:{}", ep.address().to_string(), ep.port());

@@ -11,6 +11,14 @@
 
 namespace iwarp::rnic {
 
+std::string llp_error(const boost::system::error_code& ec) {
+  if (ec == boost::asio::error::timed_out)
+    return ec.message() +
+           " (the peer acknowledged nothing within the LLP timeout: TCP_USER_TIMEOUT or "
+           "keepalive; --llp-timeout / RNIC_LLP_TIMEOUT_MS)";
+  return ec.message();
+}
+
 namespace {
 spdlog::logger& logger() {
   return log::layer("rnic");

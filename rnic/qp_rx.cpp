@@ -317,7 +317,7 @@ void QueuePair::on_rx_error(const boost::system::error_code& ec) {
   if (ec == boost::asio::error::eof)
     enter_error({QpClosed::Cause::PeerClosed, "the peer closed the connection"});
   else
-    enter_error({QpClosed::Cause::PeerClosed, fmt::format("connection lost: {}", ec.message())});
+    enter_error({QpClosed::Cause::PeerClosed, fmt::format("connection lost: {}", llp_error(ec))});
 }
 
 bool QueuePair::take_rqe() {

@@ -642,7 +642,7 @@ void QueuePair::tx_write() {
               self->tx_.writing = false;
               if (e != boost::asio::error::operation_aborted && !self->closed_)
                 self->enter_error({QpClosed::Cause::PeerClosed,
-                                   fmt::format("connection lost while sending: {}", e.message())});
+                                   fmt::format("connection lost while sending: {}", llp_error(e))});
               return;
             }
             if (self->closed_) return;
@@ -659,7 +659,7 @@ void QueuePair::tx_write() {
         self->rx_drain();
         if (!self->closed_)
           self->enter_error({QpClosed::Cause::PeerClosed,
-                             fmt::format("connection lost while sending: {}", ec.message())});
+                             fmt::format("connection lost while sending: {}", llp_error(ec))});
       });
       return;
     }

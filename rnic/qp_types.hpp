@@ -27,4 +27,10 @@ struct QpCaps {
 // after a Terminate, but sets no time; siw aborts such a socket too.
 inline constexpr std::chrono::milliseconds kCloseTimeout{5000};
 
+// Default bound on a connection whose peer is gone or stuck (CmOptions::llp_timeout): TCP
+// itself keeps probing a zero window for ever (RFC 9293 §3.8.6.1) and retransmits to a vanished
+// peer for some 15 minutes, and notices nothing on an idle connection. RFC 5040 §6 leaves
+// failures of the LLP to it; a connection that acknowledges nothing for this long is lost.
+inline constexpr std::chrono::milliseconds kLlpTimeout{60000};
+
 }  // namespace iwarp::rnic

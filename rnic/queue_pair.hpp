@@ -43,6 +43,10 @@ namespace iwarp::rnic {
 
 struct QpLiveState;  // rnic/live_state.hpp
 
+// A socket error as a QP's error reason says it; a timeout names the LLP timeout that caused it
+// (CmOptions::llp_timeout).
+std::string llp_error(const boost::system::error_code& ec);
+
 class SharedReceiveQueue {
  public:
   SharedReceiveQueue(PdHandle pd, std::uint32_t max_wr, std::uint32_t max_sge)

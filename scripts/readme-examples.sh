@@ -42,18 +42,31 @@ fi
 # "## Using it". Any other document (docs/tutorial.md): every line starting with "$ " inside a
 # ``` block, whatever the command, its trailing comment and then a trailing "&" dropped (a
 # server line, see below).
+# strip_comment(LINE): LINE without a shell comment: from the first "#" that is outside quotes
+# and follows a blank (so '.records[]#x', "a # b" and file.html#event=N stay), trailing blanks
+# dropped.
+STRIP_COMMENT='
+  function strip_comment(line,    i, c, q, out) {
+    q = ""
+    for (i = 1; i <= length(line); i++) {
+      c = substr(line, i, 1)
+      if (q != "") { if (c == q) q = "" }
+      else if (c == "\x27" || c == "\"") q = c
+      else if (c == "#" && i > 1 && substr(line, i - 1, 1) ~ /[[:space:]]/) break
+    }
+    out = substr(line, 1, i - 1); sub(/[[:space:]]+$/, "", out); return out
+  }'
 if [ "$(basename "$README")" = README.md ]; then
-  mapfile -t LINES < <(awk '
+  mapfile -t LINES < <(awk "$STRIP_COMMENT"'
     /^## Using it/ { in_section = 1; next }
     in_section && /^## / { exit }
-    in_section && /^    rnic / { line = substr($0, 5); sub(/[[:space:]]+#[^\x27]*$/, "", line); print line }
+    in_section && /^    rnic / { print strip_comment(substr($0, 5)) }
   ' "$README")
 else
-  mapfile -t LINES < <(awk '
+  mapfile -t LINES < <(awk "$STRIP_COMMENT"'
     /^```/ { in_block = !in_block; next }
     in_block && /^\$ / {
-      line = substr($0, 3); sub(/[[:space:]]+#[^\x27]*$/, "", line)
-      sub(/[[:space:]]*&[[:space:]]*$/, "", line); print line
+      line = strip_comment(substr($0, 3)); sub(/[[:space:]]*&[[:space:]]*$/, "", line); print line
     }
   ' "$README")
 fi

@@ -243,17 +243,20 @@ race_suspect() {  # PCAP: the initiator's first connection sent FPDUs and siw an
 #                 processed meanwhile, sets it (see docs/siw-interop.md); judged on siw's wire
 #   siw's bad CRC ours sent Terminate [MPA: CRC mismatch]; judged on siw's wire, where tshark
 #                 must find an FPDU of siw's with a bad CRC (seen once, p3, CRC on)
+# The accept and listen races are races of siw as the responder: only cases where we initiate
+# (r2s, w2s) may earn an attempt by them. In s2w siw initiates, and the same signatures would
+# be our own responder failing.
 retry_reason() {  # AID
   local a="$1" rc
   rc=$(cat "$RES/$a.ours.rc" 2>/dev/null)
-  if [ "$rc" = 124 ] && race_suspect "$(ordered_pcaps "$RES/$a.ours.caps" | head -1)"; then
+  if [ "$dir" != s2w ] && [ "$rc" = 124 ] && race_suspect "$(ordered_pcaps "$RES/$a.ours.caps" | head -1)"; then
     echo "siw answered none of our FPDUs (siw's accept race)"
-  elif [ "$prog" = ib_write_bw ] && [ "$rc" != 0 ] && [ "$(grep -c ' ESTABLISHED: ' "$RES/$a.ours.log")" = 1 ] \
+  elif [ "$dir" = w2s ] && [ "$rc" != 0 ] && [ "$(grep -c ' ESTABLISHED: ' "$RES/$a.ours.log")" = 1 ] \
        && grep -q 'CONNECT_ERROR: .*Connection reset by peer' "$RES/$a.ours.log"; then
     echo "the test QP's connection was reset before the MPA Reply (perftest's listen race)"
   elif close_race_logs "$a"; then
     echo "siw failed its last close-handshake Send, which ours had received, with IBV_WC_LOC_QP_OP_ERR (siw's close race)"
-  elif grep -q 'sent Terminate \[MPA: CRC mismatch\]' "$RES/$a.ours.log"; then
+  elif grep -q ': sent Terminate \[MPA: CRC mismatch\]' "$RES/$a.ours.log"; then
     echo "ours received an FPDU with a bad CRC and sent Terminate [MPA: CRC mismatch] (judged on siw's wire)"
   fi
 }
@@ -473,14 +476,14 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     while [ "$k" -lt "$tries" ]; do
       eid=$id; [ "$k" -gt 1 ] && eid="$id.try$k"
       timeout 60 tcpdump -r "$RES/out/guest.pcap" -w "$RES/$eid.siw.pcap" "tcp port ${GPORT[$eid]}" 2>/dev/null
-      if race_suspect "$RES/$eid.siw.pcap"; then
+      if [ "$dir" != s2w ] && race_suspect "$RES/$eid.siw.pcap"; then
         early="$early attempt $k: stalled (exit $(cat "$RES/$eid.ours.rc")), siw answered none of our FPDUs on its wire (accept race);"
-      elif [ "$prog" = ib_write_bw ] && grep -q 'CONNECT_ERROR: .*Connection reset by peer' "$RES/$eid.ours.log" \
+      elif [ "$dir" = w2s ] && grep -q 'CONNECT_ERROR: .*Connection reset by peer' "$RES/$eid.ours.log" \
            && [ "$(timeout 60 tshark -r "$RES/$eid.siw.pcap" -Y "tcp.flags.reset == 1 && tcp.srcport == ${GPORT[$eid]}" 2>/dev/null | wc -l)" -gt 0 ]; then
         early="$early attempt $k: exit $(cat "$RES/$eid.ours.rc"), siw reset the test QP's connection (perftest's listen race);"
       elif close_race_logs "$eid" && close_race_on_wire "$RES/$eid.siw.pcap"; then
         early="$early attempt $k: ours exit 0, siw's last Send then our FIN on its wire, siw exit 1 with Bad wc status 2 (siw's close race);"
-      elif grep -q 'sent Terminate \[MPA: CRC mismatch\]' "$RES/$eid.ours.log" && siw_bad_crc_on_wire "$RES/$eid.siw.pcap"; then
+      elif grep -q ': sent Terminate \[MPA: CRC mismatch\]' "$RES/$eid.ours.log" && siw_bad_crc_on_wire "$RES/$eid.siw.pcap"; then
         early="$early attempt $k: siw's own wire has an FPDU of siw's with a bad CRC, ours sent Terminate [MPA: CRC mismatch] (siw's bad CRC);"
       else
         why="$why; attempt $k failed and is none of siw's accept race, perftest's listen race, siw's close race, siw's bad CRC on siw's wire"

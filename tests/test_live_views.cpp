@@ -162,6 +162,69 @@ TEST(LiveViews, DemoLadderAndHtmlAreTheReplayOfTheClientsCapture) {
   fs::remove_all(dir);
 }
 
+// A failed run (the client's deliberate protection error) still gets its page, on the server's
+// side too: the Terminate is in it.
+TEST(LiveViews, PingServerPageOfAFailedRunShowsTheTerminate) {
+  const auto dir = scratch("fault");
+  const auto html = (dir / "server.html").string();
+  Process server({"ping", "--server", "--port", "0", "--html", html}, "live_views_fault_server");
+  const auto port = start_ping_server(server);
+  ASSERT_FALSE(port.empty()) << server.output();
+  Process client({"ping", "--client", "127.0.0.1", "--port", port, "--fault", "unknown-stag"},
+                 "live_views_fault_client");
+  client.wait(60s);
+  EXPECT_NE(server.wait(30s), 0) << server.output();  // its QP ended by its own Terminate
+  const auto page = slurp(html);
+  EXPECT_EQ(heading(page), "rnic ping --server: this run&apos;s capture, replayed");
+  const auto data = embedded(page);
+  ASSERT_TRUE(data.contains("events")) << server.output();
+  bool terminate = false;
+  for (const auto& e : data["events"]) terminate |= e["title"] == "Terminate";
+  EXPECT_TRUE(terminate) << page.substr(0, 300);
+  fs::remove_all(dir);
+}
+
+// The demo without --pcap-dir: its captures are kept in a temporary directory only for the views.
+TEST(LiveViews, DemoWithoutPcapDirKeepsNothing) {
+  const auto dir = scratch("demo_tmp");
+  const auto html = (dir / "demo.html").string();
+  Process demo({"demo", "--no-color", "--html", html}, "live_views_demo_tmp");
+  ASSERT_EQ(demo.wait(60s), 0) << demo.output();
+  const auto data = embedded(slurp(html));
+  ASSERT_TRUE(data.contains("events")) << demo.output();
+  EXPECT_GT(data["events"].size(), 10u);
+  EXPECT_NE(data["file"].get<std::string>().find("not kept"), std::string::npos) << data["file"];
+  EXPECT_FALSE(fs::exists(fs::temp_directory_path() / ("rnic-demo-" + std::to_string(demo.pid()))));
+  fs::remove_all(dir);
+}
+
+// No connection, no capture: said in one line, not as a missing temporary file.
+TEST(LiveViews, RunWithoutAConnectionSaysNoPageWasWritten) {
+  const auto dir = scratch("noconn");
+  const auto html = (dir / "x.html").string();
+  Process client({"xfer", "--client", "127.0.0.1", "--port", "1", "--html", html},
+                 "live_views_noconn");
+  EXPECT_NE(client.wait(30s), 0) << client.output();
+  const auto out = client.output();
+  EXPECT_NE(out.find("no page written: the run made no connection"), std::string::npos) << out;
+  EXPECT_EQ(out.find("rnic-xfer-views"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(html));
+  fs::remove_all(dir);
+}
+
+// An existing --ladder file is left as it was when another path is refused before the run.
+TEST(LiveViews, ARefusedPathLeavesAnExistingLadderAlone) {
+  const auto dir = scratch("keep");
+  const auto svg = (dir / "old.svg").string();
+  std::ofstream(svg) << "keep";
+  Process p({"ping", "--client", "127.0.0.1", "--port", "1", "--ladder", svg, "--html",
+             "/nonexistent-dir/x.html"},
+            "live_views_keep");
+  EXPECT_EQ(p.wait(30s), 2) << p.output();
+  EXPECT_EQ(slurp(svg), "keep");
+  fs::remove_all(dir);
+}
+
 TEST(LiveViews, BadPathsAreOneLineAndExitStatus2BeforeTheRun) {
   struct Case {
     std::vector<std::string> args;

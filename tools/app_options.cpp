@@ -83,6 +83,13 @@ void add_app_options(CLI::App& app, AppOptions& o) {
                  "(siw 6.1 can stall if it comes within ~2 ms)")
       ->check(CLI::Range(0, 10000))
       ->capture_default_str();
+  app.add_option("--llp-timeout", o.llp_timeout_ms,
+                 "Milliseconds a connection may go without an acknowledgement from the peer (a\n"
+                 "zero window, a vanished peer, an idle connection whose peer is gone) before it\n"
+                 "is lost and its work requests flushed (TCP_USER_TIMEOUT and keepalive; 0: the\n"
+                 "kernel's defaults, which wait for ever on a zero window)")
+      ->check(CLI::Range(0, 3600000))
+      ->capture_default_str();
   app.add_option("--mss", o.emss, "TCP segment size to frame FPDUs for (default: the socket's MSS)")
       ->check(CLI::Range(64, 65495));
   app.add_option("--wire", o.wire,
@@ -122,6 +129,7 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o) {
   e.timeout = std::chrono::milliseconds(o.timeout_ms);
   e.cm.mpa_timeout = std::chrono::milliseconds(std::min(o.timeout_ms, 5000));
   e.cm.first_fpdu_delay = std::chrono::milliseconds(o.first_fpdu_delay_ms);
+  e.cm.llp_timeout = std::chrono::milliseconds(o.llp_timeout_ms);
   e.cm.emss = o.emss;
   if (!o.pcap.empty()) e.cm.tap = capture::pcap_tap_factory(o.pcap);
   if (!o.wire.empty())

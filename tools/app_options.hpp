@@ -22,6 +22,7 @@ struct AppOptions {
   int ird = 16, ord = 16;
   int timeout_ms = 10000;
   int first_fpdu_delay_ms = 0;
+  int llp_timeout_ms = 60000;  // CmOptions::llp_timeout
   std::size_t emss = 0;
   std::string pcap;
   std::string wire;  // --wire: simulated impaired wire on what this side receives

@@ -305,8 +305,10 @@ int run_parent(const DemoOptions& o, const std::string& self) {
   };
   auto common = [&](const char* role) {
     std::vector<std::string> a{
-        self,    "demo",    "--role",    role,         "--mpa-rev", std::to_string(o.app.mpa_rev),
-        "--crc", o.app.crc, "--markers", o.app.markers};
+        self,          "demo",          "--role",
+        role,          "--mpa-rev",     std::to_string(o.app.mpa_rev),
+        "--crc",       o.app.crc,       "--markers",
+        o.app.markers, "--llp-timeout", std::to_string(o.app.llp_timeout_ms)};
     if (o.explain) a.push_back("--explain");
     if (!capdir.empty()) {
       a.push_back("--pcap");
@@ -397,10 +399,13 @@ int run_parent(const DemoOptions& o, const std::string& self) {
       WIFEXITED(sst) && WEXITSTATUS(sst) == 0 && WIFEXITED(cst) && WEXITSTATUS(cst) == 0;
   // The views are written however the run went (a failed run is when one helps most).
   bool views_ok = true;
-  if (views) {
-    if (auto w =
-            write_capture_views((std::filesystem::path(capdir) / "demo-client.pcap").string(), cv);
-        !w) {
+  const auto client_capture = (std::filesystem::path(capdir) / "demo-client.pcap").string();
+  if (views && !std::filesystem::exists(client_capture)) {
+    std::cerr << "rnic demo: no views written: the client captured nothing (it made no "
+                 "connection)\n";
+    views_ok = false;
+  } else if (views) {
+    if (auto w = write_capture_views(client_capture, cv); !w) {
       std::cerr << "rnic demo: " << w.error() << "\n";
       views_ok = false;
     }

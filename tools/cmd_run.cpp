@@ -25,7 +25,7 @@ namespace {
 
 struct RunOptions {
   std::string crc, markers, mpa_rev, p2p, rtr, capture_dir, log, device, timeout_ms, rnr_wait,
-      poll_yield, first_fpdu_delay;
+      poll_yield, first_fpdu_delay, llp_timeout;
   bool print_env = false;
 };
 
@@ -78,6 +78,7 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
   set("RNIC_TIMEOUT_MS", o.timeout_ms);
   set("RNIC_RNR_WAIT_MS", o.rnr_wait);
   set("RNIC_FIRST_FPDU_DELAY_MS", o.first_fpdu_delay);
+  set("RNIC_LLP_TIMEOUT_MS", o.llp_timeout);
   set("RNIC_POLL_YIELD", o.poll_yield);
   if (!o.capture_dir.empty()) {
     std::error_code ec;
@@ -92,7 +93,7 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
     for (const char* v :
          {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P", "RNIC_RTR",
           "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS", "RNIC_RNR_WAIT_MS",
-          "RNIC_FIRST_FPDU_DELAY_MS", "RNIC_POLL_YIELD", "RNIC_CAPTURE_DIR"})
+          "RNIC_FIRST_FPDU_DELAY_MS", "RNIC_LLP_TIMEOUT_MS", "RNIC_POLL_YIELD", "RNIC_CAPTURE_DIR"})
       if (const char* x = std::getenv(v)) std::cerr << v << "=" << x << "\n";
   }
   std::vector<char*> argv;
@@ -135,7 +136,7 @@ Runner add_run_command(CLI::App& app) {
       "hand (with LD_LIBRARY_PATH pointing at the libraries):\n"
       "  RNIC_CRC, RNIC_MARKERS, RNIC_MPA_REV, RNIC_P2P (1/0), RNIC_RTR, RNIC_TIMEOUT_MS,\n"
       "  RNIC_RNR_WAIT_MS,\n"
-      "  RNIC_FIRST_FPDU_DELAY_MS, RNIC_POLL_YIELD,\n"
+      "  RNIC_FIRST_FPDU_DELAY_MS, RNIC_LLP_TIMEOUT_MS, RNIC_POLL_YIELD,\n"
       "  RNIC_CAPTURE_DIR, RNIC_LOG, RNIC_DEVICE; RNIC_DROPIN_DIR says where the libraries are;\n"
       "  RNIC_STAT=0 stops the process answering `rnic stat PID` (its live queue pairs,\n"
       "  regions and counters; docs/stat.md).\n"
@@ -163,6 +164,11 @@ Runner add_run_command(CLI::App& app) {
                   "Milliseconds the initiator holds its first FPDU after the MPA Reply (default\n"
                   "0; Linux siw 6.1 can stall on one that comes within ~2 ms)")
       ->check(decimal_in(0, 10000));
+  sub->add_option("--llp-timeout", o->llp_timeout,
+                  "Milliseconds a connection may go without an acknowledgement from the peer\n"
+                  "before it is lost and its work requests flushed (default 60000; 0: the\n"
+                  "kernel's defaults, which wait for ever on a zero window)")
+      ->check(decimal_in(0, 3600000));
   sub->add_option("--rnr-wait", o->rnr_wait,
                   "Milliseconds a Send that finds no posted receive waits for one before it is a\n"
                   "protocol error (default 0: at once, as RFC 5041 has it; at most 5000). iWARP\n"

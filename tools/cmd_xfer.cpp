@@ -651,6 +651,18 @@ int run_client(const XferOptions& o) {
   c.ctl_in.swap(ctl_in);
   c.ctl_out.swap(ctl_out);
   c.data.swap(data);
+  // However this returns, the registered buffers go back to the vectors declared before `ep`,
+  // so they outlive it: its destruction flushes work requests that may still point into them
+  // (a failed or timed-out run returns with Writes posted).
+  struct GiveBack {
+    Client& c;
+    std::vector<std::uint8_t>&in, &out, &d;
+    ~GiveBack() {
+      c.ctl_in.swap(in);
+      c.ctl_out.swap(out);
+      c.data.swap(d);
+    }
+  } give_back{c, ctl_in, ctl_out, data};
   c.in_mr = in_mr;
   c.out_mr = out_mr;
   c.data_mr = data_mr;

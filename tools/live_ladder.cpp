@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -120,12 +121,8 @@ int run_with_views(const std::string& program, const std::string& svg, const std
                                  "--pcap FILE keeps it)",
                                  program, side)
                    : app.pcap};
-  // Paths that cannot be written are said before the run.
-  if (!svg.empty() && !std::ofstream(svg, std::ios::binary | std::ios::trunc)) {
-    std::cerr << "rnic " << program << ": --ladder " << svg << ": cannot open for writing\n";
-    return 2;
-  }
-  if (auto c = check_view_paths(views); !c) {
+  // Paths that cannot be written are said before the run (an existing file is left as it is).
+  if (auto c = check_view_paths({.html = html, .ladder = svg, .heading = {}, .file = {}}); !c) {
     std::cerr << "rnic " << program << ": " << c.error() << "\n";
     return 2;
   }
@@ -142,8 +139,22 @@ int run_with_views(const std::string& program, const std::string& svg, const std
     }
   } cleanup{temp ? app.pcap : std::string()};
   if (!svg.empty()) recorder = std::make_shared<LadderRecorder>();
-  const int rc = run();
+  // The views are written however the run ends, a failure thrown included (then rethrown).
+  int rc = 1;
+  std::exception_ptr failure;
+  try {
+    rc = run();
+  } catch (...) {
+    failure = std::current_exception();
+  }
   int status = rc;
+  std::error_code ec;
+  if (!std::filesystem::exists(app.pcap, ec)) {
+    std::cerr << "rnic " << program << ": no " << (svg.empty() ? "page" : "ladder")
+              << " written: the run made no connection (nothing was captured)\n";
+    if (failure) std::rethrow_exception(failure);
+    return status ? status : 2;
+  }
   if (!svg.empty()) {
     auto w = recorder->write(app.pcap, !server, svg,
                              fmt::format("rnic {} {} (this side's engine events)", program, side));
@@ -158,6 +169,7 @@ int run_with_views(const std::string& program, const std::string& svg, const std
       if (status == 0) status = 2;
     }
   }
+  if (failure) std::rethrow_exception(failure);
   return status;
 }
 

@@ -123,6 +123,14 @@ Settings parse_settings(const char* (*get)(const char*)) {
     else
       s.cm.first_fpdu_delay = std::chrono::milliseconds(ms);
   }
+  if (const char* v = get("RNIC_LLP_TIMEOUT_MS"); v && *v) {
+    int ms = 0;
+    auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);
+    if (ec != std::errc{} || *p || ms < 0 || ms > 3600000)
+      fail("RNIC_LLP_TIMEOUT_MS", v, "milliseconds from 0 to 3600000");
+    else
+      s.cm.llp_timeout = std::chrono::milliseconds(ms);
+  }
   if (const char* v = get("RNIC_RNR_WAIT_MS"); v && *v) {
     int ms = 0;
     auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);

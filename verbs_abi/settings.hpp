@@ -12,6 +12,9 @@
 //   RNIC_FIRST_FPDU_DELAY_MS  the initiator holds its first FPDU (the RTR too) this long after the
 //                     MPA Reply (default 0); Linux siw 6.1 stalls on an FPDU that comes within
 //                     ~2 ms of its Reply (docs/siw-interop.md)
+//   RNIC_LLP_TIMEOUT_MS  how long a connection may go without an acknowledgement from the peer
+//                     (a zero window, a vanished or silent peer) before it is lost and its work
+//                     requests flushed (default 60000; 0: the kernel's defaults)
 //   RNIC_RNR_WAIT_MS  how long a Send that finds no posted receive waits for one before it is a
 //                     protocol error (default 0: at once, as the RFCs have it; at most 5000).
 //                     iWARP has no RNR NAK; InfiniBand benchmarks such as qperf's rc_bw count on

@@ -4,20 +4,31 @@
 # case another attempt only when one of these confirms what the programs' logs said (see
 # docs/siw-interop.md); tests/siw_signatures.sh checks them on committed captures.
 
-# close_race_on_wire PCAP: siw's close race. True when siw's last Send is on its wire with the
-# MSN of our last Send (the same close-handshake exchange), and after it comes our FIN (or RST)
-# before any FIN or RST of siw's (an earlier RST of siw's, e.g. perftest's listen race, does not
-# count).
+# close_race_on_wire PCAP: siw's close race. True when, on the connection of siw's last Send
+# (the data-exchange connection of perftest -R), that Send carries the MSN of our last Send
+# there (the same close-handshake exchange), our FIN on that connection comes after it, and
+# before that FIN we neither closed nor reset that connection and siw sent no FIN or RST on it.
+# (An RST of siw's on another connection, e.g. perftest's listen race, does not count.)
 close_race_on_wire() {
   timeout 60 tshark --disable-protocol rpcordma -r "$1" \
     -Y 'iwarp_rdma.opcode == 3 || tcp.flags.fin == 1 || tcp.flags.reset == 1' \
-    -T fields -e ip.src -e iwarp_rdma.opcode -e iwarp_ddp.msn -e tcp.flags.fin -e tcp.flags.reset \
-    2>/dev/null | awk -F'\t' '
-      $1 == "10.0.2.15" && $2 == "0x03" { send = NR; siw_msn = $3; ours = 0; siw = 0 }
-      $1 == "10.0.2.2" && $2 == "0x03" { our_msn = $3 }
-      send && ($4 == 1 || $5 == 1) && $1 == "10.0.2.2" && !ours { ours = NR }
-      send && ($4 == 1 || $5 == 1) && $1 == "10.0.2.15" && !siw { siw = NR }
-      END { exit !(send && ours && siw_msn != "" && siw_msn == our_msn && (!siw || siw > ours)) }'
+    -T fields -e tcp.stream -e ip.src -e iwarp_rdma.opcode -e iwarp_ddp.msn -e tcp.flags.fin \
+    -e tcp.flags.reset 2>/dev/null | awk -F'\t' '
+      { n++; st[n] = $1; src[n] = $2; op[n] = $3; msn[n] = $4; fin[n] = $5; rst[n] = $6 }
+      src[n] == "10.0.2.15" && op[n] == "0x03" { send = n }
+      END {
+        if (!send) exit 1
+        c = st[send]
+        for (i = 1; i <= n; i++) {
+          if (st[i] != c) continue
+          if (src[i] == "10.0.2.2" && op[i] == "0x03") our_msn = msn[i]
+          if (i < send && (fin[i] == 1 || rst[i] == 1)) exit 1  # the connection closed before it
+          if (i > send && src[i] == "10.0.2.15" && (fin[i] == 1 || rst[i] == 1) && !ours) exit 1
+          if (i > send && src[i] == "10.0.2.2" && rst[i] == 1 && !ours) exit 1
+          if (i > send && src[i] == "10.0.2.2" && fin[i] == 1 && !ours) ours = i
+        }
+        exit !(ours && msn[send] != "" && msn[send] == our_msn)
+      }'
 }
 
 # siw_bad_crc_on_wire PCAP: siw sent an FPDU whose MPA CRC does not match its octets (tshark's
