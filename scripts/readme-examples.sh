@@ -41,7 +41,9 @@ fi
 # The example lines, in order. The README: the `rnic` lines of the indented blocks under
 # "## Using it". Any other document (docs/tutorial.md): every line starting with "$ " inside a
 # ``` block, whatever the command, its trailing comment and then a trailing "&" dropped (a
-# server line, see below).
+# server line, see below). Any other line that ends in "&" (marked "&" here; a --server line
+# not followed by its --client line too) runs in the background for the lines after it, which
+# may name it as "$!" (as in a shell); it is stopped at the end, its status not required.
 # strip_comment(LINE): LINE without a shell comment: from the first "#" that is outside quotes
 # and follows a blank (so '.records[]#x', "a # b" and file.html#event=N stay), trailing blanks
 # dropped.
@@ -66,7 +68,9 @@ else
   mapfile -t LINES < <(awk "$STRIP_COMMENT"'
     /^```/ { in_block = !in_block; next }
     in_block && /^\$ / {
-      line = strip_comment(substr($0, 3)); sub(/[[:space:]]*&[[:space:]]*$/, "", line); print line
+      line = strip_comment(substr($0, 3))
+      bg = sub(/[[:space:]]*&[[:space:]]*$/, "", line)
+      print (bg ? "&" : "") line
     }
   ' "$README")
 fi
@@ -99,9 +103,29 @@ run() {
 }
 
 i=0
+bgpid=""
 while [ $i -lt ${#LINES[@]} ]; do
   line=${LINES[$i]}
   n=$((n + 1))
+  # "$!" is the last background line's process, as a shell has it.
+  [ -n "$bgpid" ] && line=${line//\$!/$bgpid}
+  nextl=${LINES[$((i + 1))]:-}
+  if [ "${line:0:1}" = "&" ] && [[ " $line " == *" --server "* ]] && [[ " $nextl " == *" --client "* ]]; then
+    line=${line:1}  # a server and its client: below
+  elif [ "${line:0:1}" = "&" ]; then
+    line=${line:1}
+    [ -n "$bgpid" ] && { kill "$bgpid" 2>/dev/null || true; }
+    bash -c "exec $line" >"$WORK/$n.bg.out" 2>&1 &
+    bgpid=$!
+    sleep 1  # as a person would before the next line; the program is up by then
+    if kill -0 "$bgpid" 2>/dev/null; then
+      echo "ok    (started in the background, pid $bgpid) $line"
+    else
+      echo "FAIL  '$line' ended at once:"; sed 's/^/      | /' "$WORK/$n.bg.out" | tail -10; failed=1
+    fi
+    i=$((i + 1))
+    continue
+  fi
   case " $line " in
     *" enlarge-bench "*)
       echo "not run: $line (a benchmark of minutes; see the EnlargeBench tests)"
@@ -143,5 +167,6 @@ while [ $i -lt ${#LINES[@]} ]; do
       ;;
   esac
 done
+[ -n "$bgpid" ] && { kill "$bgpid" 2>/dev/null || true; }
 [ $failed -eq 0 ] && echo "every example of $(basename "$README") ran as written"
 exit $failed

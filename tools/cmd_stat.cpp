@@ -121,6 +121,7 @@ Runner add_stat_command(CLI::App& app) {
     bool json = false, compact = false;
     int timeout_ms = 2000;
     double watch = 0;
+    int count = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
@@ -152,8 +153,16 @@ Runner add_stat_command(CLI::App& app) {
                   "Ask again every SECONDS (0.1 to 3600) until interrupted or the process\n"
                   "ends (then exit status 0)")
       ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--count", o->count,
+                  "With --watch: stop after this many answers (default: until the process ends)")
+      ->check(CLI::Range(1, 1000000));
   return [o]() -> int {
+    if (o->count > 0 && o->watch <= 0) {
+      std::cerr << "rnic stat: --count needs --watch SECONDS\n";
+      return 2;
+    }
     bool answered = false;
+    int answers = 0;
     for (;;) {
       auto r = rnic::query_stat(o->pid, std::chrono::milliseconds(o->timeout_ms));
       if (!r) {
@@ -188,7 +197,7 @@ Runner add_stat_command(CLI::App& app) {
         }
         std::cout << std::flush;
       }
-      if (o->watch <= 0) return 0;
+      if (o->watch <= 0 || (o->count > 0 && ++answers >= o->count)) return 0;
       std::this_thread::sleep_for(std::chrono::duration<double>(o->watch));
       if (!o->json && !o->compact) std::cout << "\n";
     }
