@@ -217,6 +217,32 @@ TEST(Ladder, EverySampleCaptureDrawsOneArrowPerRdmapMessage) {
   }
 }
 
+// The committed sample ladders are what the loop in docs/ladder.md makes today (from inside
+// pcap_traces/, the paths in their titles as written there).
+TEST(Ladder, CommittedSampleLaddersAreCurrent) {
+  std::size_t checked = 0;
+  for (const char* dir : {"generated", "siw"}) {
+    for (const auto& e : fs::directory_iterator(kTraces + dir)) {
+      if (e.path().extension() != ".pcap") continue;
+      auto committed = e.path();
+      committed.replace_extension(".svg");
+      if (!fs::exists(committed)) continue;  // hostnet_eth0.pcap: plain TCP, no ladder
+      SCOPED_TRACE(committed.string());
+      const auto out = temp("current_" + e.path().stem().string() + ".svg");
+      const std::string rel = std::string(dir) + "/" + e.path().filename().string();
+      Program p("rnic ladder", {"/bin/bash", "-c",
+                                "cd '" + kTraces + "' && '" + IWARP_RNIC_BIN + "' ladder '" + rel +
+                                    "' -o '" + out + "' >/dev/null"});
+      p.wait(std::chrono::seconds(120));
+      ASSERT_TRUE(p.status().exited() && p.status().code == 0) << p.stderr_text();
+      EXPECT_TRUE(slurp(out) == slurp(committed.string()))
+          << committed << " is stale: remake it with the loop in docs/ladder.md";
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 20u);
+}
+
 // xmllint is installed by scripts/install-deps.sh (libxml2-utils): missing, the test fails.
 TEST(Ladder, XmllintAcceptsTheSvg) {
   ASSERT_EQ(std::system("command -v xmllint >/dev/null 2>&1"), 0)
