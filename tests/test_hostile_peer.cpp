@@ -1308,6 +1308,37 @@ TEST_F(HostilePeer, ZeroWindowDuringBulkSendEndsAtTheLlpTimeout) {
   expect_contained_and_others_served();
 }
 
+// The same while our RNIC answers the peer's own 8 MiB RDMA Read: the Read Responses fill the
+// window the peer then never reopens (RFC 5040 §4.5: the responder streams them with no flow
+// control of its own). The connection ends at the LLP timeout as above.
+TEST_F(HostilePeer, ZeroWindowDuringReadResponsesEndsAtTheLlpTimeout) {
+  constexpr auto kLlp = 1000ms;
+  ASSERT_NO_FATAL_FAILURE(connect({.witness_read = false,
+                                   .peer_rcvbuf = 4096,
+                                   .tweak = [&](EndpointOptions& o) { o.cm.llp_timeout = kLlp; }}));
+  const std::size_t n = 8u << 20;
+  auto [src, mr] = region(n, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(peer().write(peer().fpdu(opener())));
+  ASSERT_TRUE(peer().write(fpdu_of(
+      ulpdu_of(read_request_seg(1, STag{mr->rkey}, src->addr(), static_cast<std::uint32_t>(n))))));
+  auto ev = server().wait_event(RDMA_CM_EVENT_DISCONNECTED, 20s);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(ev) << "no DISCONNECTED while the Read Responses wait for a window: " << ev.error();
+  EXPECT_GE(took, kLlp);
+  EXPECT_LT(took, kLlp + 6s);
+  EXPECT_EQ(ibv_query_qp_state(server().qp()), IBV_QPS_ERR);
+  EXPECT_NE(engine_qp().error_reason().find("LLP timeout"), std::string::npos)
+      << engine_qp().error_reason();
+  for (std::uint64_t id : {100u, 101u}) {
+    auto rw = wait_wc(server().recv_cq(), 5s);
+    ASSERT_TRUE(rw);
+    EXPECT_EQ(rw->wr_id, id);
+    EXPECT_EQ(rw->status, IBV_WC_WR_FLUSH_ERR);
+  }
+  expect_contained_and_others_served();
+}
+
 // ---------------------------------------------------------------------------------------------
 // The connection manager under a flood of TCP connections that never send an MPA Request.
 
