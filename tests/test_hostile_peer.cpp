@@ -1266,77 +1266,72 @@ TEST_F(HostilePeer, ZeroWindowDuringTerminate) {
   expect_contained_and_others_served();
 }
 
-// A peer that stops reading (a zero window) during a bulk Send and never breaks a rule: TCP
-// would probe its window for ever (RFC 9293 §3.8.6.1); the LLP timeout (TCP_USER_TIMEOUT) ends
-// the connection instead, the QP goes to Error and its work requests are flushed, the reason
-// naming the timeout. The default (60 s) is shortened here.
-TEST_F(HostilePeer, ZeroWindowDuringBulkSendEndsAtTheLlpTimeout) {
-  constexpr auto kLlp = 1000ms;
-  ASSERT_NO_FATAL_FAILURE(connect({.witness_read = false,
-                                   .peer_rcvbuf = 4096,
-                                   .tweak = [&](EndpointOptions& o) { o.cm.llp_timeout = kLlp; }}));
+// A peer that stops reading (a zero window) and breaks no rule: TCP would probe its window for
+// ever (RFC 9293 §3.8.6.1); the LLP timeout (TCP_USER_TIMEOUT) ends the connection instead, the
+// QP goes to Error and its work requests are flushed, the reason naming the timeout. The
+// default (60 s) is shortened here.
+class ZeroWindowPeer : public HostilePeer {
+ protected:
+  static constexpr auto kLlp = 1000ms;
+  void SetUp() override {
+    HostilePeer::SetUp();
+    ASSERT_NO_FATAL_FAILURE(
+        connect({.witness_read = false, .peer_rcvbuf = 4096, .tweak = [](EndpointOptions& o) {
+                   o.cm.llp_timeout = kLlp;
+                 }}));
+    t0_ = std::chrono::steady_clock::now();
+  }
+  // DISCONNECTED within the timeout and the probes' back-off (Linux aborts at the first window
+  // probe after it; probes back off from ~200 ms: 0.2, 0.6, 1.4, 3.0 s ...), the QP in ERROR
+  // naming the timeout, the receives flushed, the other connections served.
+  void expect_lost_to_the_llp_timeout() {
+    auto ev = server().wait_event(RDMA_CM_EVENT_DISCONNECTED, 20s);
+    const auto took = std::chrono::steady_clock::now() - t0_;
+    ASSERT_TRUE(ev) << "no DISCONNECTED while the peer's window stays closed: " << ev.error();
+    EXPECT_GE(took, kLlp);
+    EXPECT_LT(took, kLlp + 6s);
+    EXPECT_EQ(ibv_query_qp_state(server().qp()), IBV_QPS_ERR);
+    EXPECT_NE(engine_qp().error_reason().find("LLP timeout"), std::string::npos)
+        << engine_qp().error_reason();
+    for (std::uint64_t id : {100u, 101u}) {
+      auto rw = wait_wc(server().recv_cq(), 5s);
+      ASSERT_TRUE(rw);
+      EXPECT_EQ(rw->wr_id, id);
+      EXPECT_EQ(rw->status, IBV_WC_WR_FLUSH_ERR);
+    }
+    expect_contained_and_others_served();
+  }
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// During our bulk Send: the 8 MiB Send is flushed too.
+TEST_F(ZeroWindowPeer, DuringABulkSendTheConnectionEndsAtTheLlpTimeout) {
   const std::size_t n = 8u << 20;
   auto [big, bmr] = region(n, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_TRUE(peer().write(peer().fpdu(opener())));
-  const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(post_one(server().qp(), {.op = IBV_WR_SEND,
                                      .addr = big->data(),
                                      .len = static_cast<std::uint32_t>(n),
                                      .lkey = bmr->lkey,
                                      .wr_id = 9}),
             0);
-  auto ev = server().wait_event(RDMA_CM_EVENT_DISCONNECTED, 20s);
-  const auto took = std::chrono::steady_clock::now() - t0;
-  ASSERT_TRUE(ev) << "no DISCONNECTED while the peer's window stays closed: " << ev.error();
-  // The socket fills within milliseconds; Linux aborts at the first window probe after the
-  // timeout (probes back off from ~200 ms: 0.2, 0.6, 1.4, 3.0 s ...).
-  EXPECT_GE(took, kLlp);
-  EXPECT_LT(took, kLlp + 6s);
-  EXPECT_EQ(ibv_query_qp_state(server().qp()), IBV_QPS_ERR);
-  EXPECT_NE(engine_qp().error_reason().find("LLP timeout"), std::string::npos)
-      << engine_qp().error_reason();
+  ASSERT_NO_FATAL_FAILURE(expect_lost_to_the_llp_timeout());
   auto wc = wait_wc(server().send_cq(), 5s);
   ASSERT_TRUE(wc);
   EXPECT_EQ(wc->wr_id, 9u);
   EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
-  for (std::uint64_t id : {100u, 101u}) {
-    auto rw = wait_wc(server().recv_cq(), 5s);
-    ASSERT_TRUE(rw);
-    EXPECT_EQ(rw->wr_id, id);
-    EXPECT_EQ(rw->status, IBV_WC_WR_FLUSH_ERR);
-  }
-  expect_contained_and_others_served();
 }
 
-// The same while our RNIC answers the peer's own 8 MiB RDMA Read: the Read Responses fill the
-// window the peer then never reopens (RFC 5040 §4.5: the responder streams them with no flow
-// control of its own). The connection ends at the LLP timeout as above.
-TEST_F(HostilePeer, ZeroWindowDuringReadResponsesEndsAtTheLlpTimeout) {
-  constexpr auto kLlp = 1000ms;
-  ASSERT_NO_FATAL_FAILURE(connect({.witness_read = false,
-                                   .peer_rcvbuf = 4096,
-                                   .tweak = [&](EndpointOptions& o) { o.cm.llp_timeout = kLlp; }}));
+// While our RNIC answers the peer's own 8 MiB RDMA Read: the Read Responses fill the window the
+// peer then never reopens (RFC 5040 §4.5: the responder streams them with no flow control of
+// its own).
+TEST_F(ZeroWindowPeer, DuringOurReadResponsesTheConnectionEndsAtTheLlpTimeout) {
   const std::size_t n = 8u << 20;
   auto [src, mr] = region(n, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
-  const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(peer().write(peer().fpdu(opener())));
   ASSERT_TRUE(peer().write(fpdu_of(
       ulpdu_of(read_request_seg(1, STag{mr->rkey}, src->addr(), static_cast<std::uint32_t>(n))))));
-  auto ev = server().wait_event(RDMA_CM_EVENT_DISCONNECTED, 20s);
-  const auto took = std::chrono::steady_clock::now() - t0;
-  ASSERT_TRUE(ev) << "no DISCONNECTED while the Read Responses wait for a window: " << ev.error();
-  EXPECT_GE(took, kLlp);
-  EXPECT_LT(took, kLlp + 6s);
-  EXPECT_EQ(ibv_query_qp_state(server().qp()), IBV_QPS_ERR);
-  EXPECT_NE(engine_qp().error_reason().find("LLP timeout"), std::string::npos)
-      << engine_qp().error_reason();
-  for (std::uint64_t id : {100u, 101u}) {
-    auto rw = wait_wc(server().recv_cq(), 5s);
-    ASSERT_TRUE(rw);
-    EXPECT_EQ(rw->wr_id, id);
-    EXPECT_EQ(rw->status, IBV_WC_WR_FLUSH_ERR);
-  }
-  expect_contained_and_others_served();
+  ASSERT_NO_FATAL_FAILURE(expect_lost_to_the_llp_timeout());
 }
 
 // ---------------------------------------------------------------------------------------------

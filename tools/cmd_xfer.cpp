@@ -770,12 +770,7 @@ Runner add_xfer_command(CLI::App& app) {
                   "this side's capture (--pcap, or a temporary one) and, beside them on this\n"
                   "side's column, what its receive engine did (placements, holes with --wire,\n"
                   "CQEs, doorbells, Terminates), numbered in order (docs/ladder.md)");
-  sub->add_option("--html", o->html,
-                  "Write the HTML view of the run (one self-contained page, as rnic replay --html\n"
-                  "makes): after the run, this side's capture (--pcap, or a temporary one) is\n"
-                  "replayed through the stack and each message can be clicked for its headers,\n"
-                  "bytes, meaning and the queue pairs' state (docs/html-view.md)")
-      ->type_name("OUT.html");
+  add_html_option(*sub, o->html);
   add_app_options(*sub, o->app);
   return [o]() -> int {
     if (!o->server && o->client.empty()) {

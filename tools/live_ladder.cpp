@@ -108,6 +108,15 @@ std::expected<void, std::string> LadderRecorder::write(const std::string& captur
   return {};
 }
 
+void add_html_option(CLI::App& app, std::string& html) {
+  app.add_option("--html", html,
+                 "Write the HTML view of the run (one self-contained page, as rnic replay --html\n"
+                 "makes): after the run, this side's capture (--pcap, or a temporary one) is\n"
+                 "replayed through the stack and each message can be clicked for its headers,\n"
+                 "bytes, meaning and the queue pairs' state (docs/html-view.md)")
+      ->type_name("OUT.html");
+}
+
 int run_with_views(const std::string& program, const std::string& svg, const std::string& html,
                    bool server, AppOptions& app, std::shared_ptr<LadderRecorder>& recorder,
                    const std::function<int()>& run) {

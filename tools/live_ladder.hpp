@@ -45,6 +45,9 @@ class LadderRecorder : public rnic::RxObserver {
 // then writes the ladder of the run as this side (`server`: the MPA responder) saw it, and the
 // HTML view of the run's capture replayed (tools/capture_views.hpp). Returns run's status (2
 // when a view could not be written and the run succeeded).
+// The --html option of the live programs (rnic ping, xfer), for run_with_views.
+void add_html_option(CLI::App& app, std::string& html);
+
 int run_with_views(const std::string& program, const std::string& svg, const std::string& html,
                    bool server, AppOptions& app, std::shared_ptr<LadderRecorder>& recorder,
                    const std::function<int()>& run);
