@@ -15,6 +15,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
+#include <cstring>
 #include <stdexcept>
 
 #include "common/log.hpp"
@@ -41,15 +42,20 @@ void set_cloexec(int fd) {
 // last answered. 0 leaves the kernel's defaults.
 void set_llp_timeout(int fd, std::chrono::milliseconds t) {
   if (fd < 0 || t.count() <= 0) return;
-  const unsigned ms = static_cast<unsigned>(std::min<std::int64_t>(t.count(), 24 * 3600 * 1000));
+  // At most kMaxLlpTimeout: its keepalive idle time (1800 s) stays below Linux's TCP_KEEPIDLE
+  // limit (32767 s).
+  const unsigned ms = static_cast<unsigned>(std::min(t, kMaxLlpTimeout).count());
   const int on = 1, cnt = 4;
   const int idle = std::max(1, static_cast<int>(ms / 2000)),
             intvl = std::max(1, static_cast<int>(ms / 4000));
-  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
-  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  const bool ok = ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) == 0 &&
+                  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) == 0 &&
+                  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) == 0 &&
+                  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) == 0 &&
+                  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) == 0;
+  if (!ok)
+    log::layer("cm").warn("the LLP timeout ({} ms) could not be set on a connection: {}", ms,
+                          std::strerror(errno));
 }
 }  // namespace
 

@@ -12,7 +12,11 @@
 namespace iwarp::rnic {
 
 std::string llp_error(const boost::system::error_code& ec) {
-  if (ec == boost::asio::error::timed_out)
+  // Linux ends a connection that TCP_USER_TIMEOUT or keepalive gave up on with ETIMEDOUT, or
+  // with the soft error an ICMP unreachable left on the way (a vanished peer on the local
+  // network: ARP fails), which alone never ends an established connection (RFC 1122 §4.2.3.9).
+  if (ec == boost::asio::error::timed_out || ec == boost::asio::error::host_unreachable ||
+      ec == boost::asio::error::network_unreachable)
     return ec.message() +
            " (the peer acknowledged nothing within the LLP timeout: TCP_USER_TIMEOUT or "
            "keepalive; --llp-timeout / RNIC_LLP_TIMEOUT_MS)";

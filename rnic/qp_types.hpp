@@ -32,5 +32,10 @@ inline constexpr std::chrono::milliseconds kCloseTimeout{5000};
 // peer for some 15 minutes, and notices nothing on an idle connection. RFC 5040 §6 leaves
 // failures of the LLP to it; a connection that acknowledges nothing for this long is lost.
 inline constexpr std::chrono::milliseconds kLlpTimeout{60000};
+// The range a program may choose (0 turns it off): below 1 s a healthy connection could be
+// dropped at its first retransmission (Linux's minimum RTO is 200 ms) and keepalive, counted in
+// whole seconds, cannot follow; above an hour it bounds nothing a user would wait for.
+inline constexpr std::chrono::milliseconds kMinLlpTimeout{1000};
+inline constexpr std::chrono::milliseconds kMaxLlpTimeout{3600000};
 
 }  // namespace iwarp::rnic

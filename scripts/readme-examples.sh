@@ -114,7 +114,7 @@ while [ $i -lt ${#LINES[@]} ]; do
     line=${line:1}  # a server and its client: below
   elif [ "${line:0:1}" = "&" ]; then
     line=${line:1}
-    [ -n "$bgpid" ] && { kill "$bgpid" 2>/dev/null || true; }
+    [ -n "$bgpid" ] && { kill "$bgpid" 2>/dev/null || true; wait "$bgpid" 2>/dev/null || true; }
     bash -c "exec $line" >"$WORK/$n.bg.out" 2>&1 &
     bgpid=$!
     sleep 1  # as a person would before the next line; the program is up by then
@@ -167,6 +167,6 @@ while [ $i -lt ${#LINES[@]} ]; do
       ;;
   esac
 done
-[ -n "$bgpid" ] && { kill "$bgpid" 2>/dev/null || true; }
+[ -n "$bgpid" ] && { kill "$bgpid" 2>/dev/null || true; wait "$bgpid" 2>/dev/null || true; }
 [ $failed -eq 0 ] && echo "every example of $(basename "$README") ran as written"
 exit $failed

@@ -5,12 +5,13 @@
 #  1. With --llp-timeout 2000 both must end within a few seconds, each saying the connection was
 #     lost to the LLP timeout, with their work requests flushed. (TCP alone would retransmit for
 #     some 15 minutes on the sending side and never notice on the receiving one.)
-#  2. With --llp-timeout 0 (the kernel's defaults) the programs' own --timeout ends them, with
+#  2. With --llp-timeout 0 (the kernel's defaults) the programs' own --timeout (3 s) ends them, with
 #     Writes still posted: neither may crash (the client once freed its buffers before the QP
 #     whose flush still read them).
 # Skipped (exit 77) only where no network namespace can be made.
 set -uo pipefail
 RNIC=${1:?usage: half_open.sh RNIC}
+command -v ip >/dev/null || { echo "SKIPPED: no ip command (apt-get install iproute2)"; exit 77; }
 if [ -z "${HALF_OPEN_NETNS:-}" ]; then
   for u in "unshare -n" "unshare -rn"; do
     if $u true 2>/dev/null; then exec $u env HALF_OPEN_NETNS=1 bash "$0" "$@"; fi
@@ -20,21 +21,24 @@ fi
 W=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$W"' EXIT
 fails=0
 
-# scenario LLP_MS EXPECT: a transfer, then the link goes; EXPECT "llp" (both name the LLP
-# timeout and flush) or "own" (each ends by its own --timeout, without a crash)
+# scenario LLP_MS EXPECT PORT: a transfer, then the link goes; EXPECT "llp" (both name the LLP
+# timeout and flush; their own --timeout is far longer, so nothing else can end them) or "own"
+# (each ends by its own --timeout, without a crash)
 scenario() {
-  local llp=$1 expect=$2 port=$((7300 + $1 % 100)) pid out rc took side t0
+  local llp=$1 expect=$2 port=$3 own=3000 pid out rc took side t0
+  [ "$expect" = llp ] && own=15000
   ip link set lo up || { echo "FAILED: cannot bring lo up in the namespace"; fails=1; return; }
-  "$RNIC" xfer --server --port $port --llp-timeout "$llp" --timeout 3000 --sizes 64,1048576 \
+  "$RNIC" xfer --server --port "$port" --llp-timeout "$llp" --timeout $own --sizes 64,1048576 \
     > "$W/srv$llp" 2>&1 &
   local S=$!
   for _ in $(seq 1 50); do ss -ltnH "sport = :$port" | grep -q . && break; sleep 0.1; done
-  "$RNIC" xfer --client 127.0.0.1 --port $port --llp-timeout "$llp" --timeout 3000 \
+  "$RNIC" xfer --client 127.0.0.1 --port "$port" --llp-timeout "$llp" --timeout $own \
     --sizes 64,1048576 --ops write --loop 1000000 > "$W/cli$llp" 2>&1 &
   local C=$!
   for _ in $(seq 1 100); do grep -q "write loop running" "$W/cli$llp" && break; sleep 0.1; done
   if ! grep -q "write loop running" "$W/cli$llp"; then
-    echo "FAILED: the transfer never started"; cat "$W/cli$llp" "$W/srv$llp"; fails=1; return
+    echo "FAILED: the transfer never started"; cat "$W/cli$llp" "$W/srv$llp"; fails=1
+    kill -9 $S $C 2>/dev/null; wait $S $C 2>/dev/null; return
   fi
   sleep 0.5
   ip link set lo down
@@ -57,7 +61,7 @@ scenario() {
     echo "--llp-timeout $llp: $side ended $took s after the link vanished (exit $rc): $(grep -v '^\[' "$out" | tail -1 | cut -c1-150)"
   done
 }
-scenario "${HALF_OPEN_LLP:-2000}" llp
-scenario 0 own
+scenario "${HALF_OPEN_LLP:-2000}" llp 7300
+scenario 0 own 7301
 [ $fails = 0 ] && echo "both scenarios ended as they should"
 exit $fails

@@ -1,6 +1,7 @@
 #include "tools/app_options.hpp"
 
 #include <fmt/format.h>
+#include <charconv>
 
 #include <cerrno>
 #include <cstring>
@@ -48,6 +49,20 @@ void add_peer_options(CLI::App& sub, bool& server, std::string& client, std::str
   sub.add_option("--port,-p", port, port_help)->check(CLI::Range(0, 65535))->capture_default_str();
 }
 
+CLI::Validator llp_timeout_check() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        long v = -1;
+        auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec == std::errc{} && p == s.data() + s.size() &&
+            (v == 0 || (v >= rnic::kMinLlpTimeout.count() && v <= rnic::kMaxLlpTimeout.count())))
+          return {};
+        return fmt::format("milliseconds: 0 (the kernel's defaults) or {} to {}, not {}",
+                           rnic::kMinLlpTimeout.count(), rnic::kMaxLlpTimeout.count(), s);
+      },
+      "0|1000..3600000");
+}
+
 void add_app_options(CLI::App& app, AppOptions& o) {
   app.add_option("--mpa-rev", o.mpa_rev,
                  "Highest MPA revision to speak (1 or 2; 2 adds RFC 6581 IRD/ORD)")
@@ -87,8 +102,8 @@ void add_app_options(CLI::App& app, AppOptions& o) {
                  "Milliseconds a connection may go without an acknowledgement from the peer (a\n"
                  "zero window, a vanished peer, an idle connection whose peer is gone) before it\n"
                  "is lost and its work requests flushed (TCP_USER_TIMEOUT and keepalive; 0: the\n"
-                 "kernel's defaults, which wait for ever on a zero window)")
-      ->check(CLI::Range(0, 3600000))
+                 "kernel's defaults, which wait for ever on a zero window; else 1000 to 3600000)")
+      ->check(llp_timeout_check())
       ->capture_default_str();
   app.add_option("--mss", o.emss, "TCP segment size to frame FPDUs for (default: the socket's MSS)")
       ->check(CLI::Range(64, 65495));

@@ -22,7 +22,7 @@ struct AppOptions {
   int ird = 16, ord = 16;
   int timeout_ms = 10000;
   int first_fpdu_delay_ms = 0;
-  int llp_timeout_ms = 60000;  // CmOptions::llp_timeout
+  int llp_timeout_ms = static_cast<int>(rnic::kLlpTimeout.count());  // CmOptions::llp_timeout
   std::size_t emss = 0;
   std::string pcap;
   std::string wire;  // --wire: simulated impaired wire on what this side receives
@@ -36,6 +36,9 @@ void add_peer_options(CLI::App& sub, bool& server, std::string& client, std::str
 
 // Registers the shared options on a subcommand.
 void add_app_options(CLI::App& app, AppOptions& o);
+
+// --llp-timeout's values: 0 (the kernel's defaults) or rnic::kMinLlpTimeout..kMaxLlpTimeout ms.
+CLI::Validator llp_timeout_check();
 
 // Endpoint options from the command line; the pcap tap is set up when --pcap was given.
 verbs::EndpointOptions endpoint_options(const AppOptions& o);

@@ -107,7 +107,10 @@ struct Side {
 // The server: exposes a buffer for Writes and Reads, a counter for atomics, and a buffer the
 // client may invalidate with Send with Invalidate.
 int run_server(const DemoOptions& o) {
-  std::vector<char> msg(256), buf(4096), inval(4096);
+  // Every buffer a work request may point into is declared before the endpoint, so it outlives
+  // the endpoint's QP, which may still place into it (a receive) or read it (a Send) when a step
+  // fails and this returns early.
+  std::vector<char> msg(256), buf(4096), inval(4096), msg2(256), out;
   std::uint64_t counter = 41;
   ibv_mr *msg_mr = nullptr, *buf_mr = nullptr, *inval_mr = nullptr, *ctr_mr = nullptr;
   auto eo = endpoint_options(o.app);
@@ -143,7 +146,6 @@ int run_server(const DemoOptions& o) {
                   std::string(msg.data(), wc->byte_len)));
   // 2. Tell the client where the regions are (one Send). Receives for the client's next two
   // Sends go up first: the client sends them back to back.
-  std::vector<char> msg2(256);
   auto* msg2_mr = ep.reg(msg2.data(), msg2.size(), IBV_ACCESS_LOCAL_WRITE);
   s.recv(msg.data(), 256, msg_mr->lkey);
   s.recv(msg2.data(), 256, msg2_mr->lkey);
@@ -151,7 +153,7 @@ int run_server(const DemoOptions& o) {
       fmt::format("{} {} {} {} {} {}", reinterpret_cast<std::uint64_t>(buf.data()), buf_mr->rkey,
                   reinterpret_cast<std::uint64_t>(inval.data()), inval_mr->rkey,
                   reinterpret_cast<std::uint64_t>(&counter), ctr_mr->rkey);
-  std::vector<char> out(adv.begin(), adv.end());
+  out.assign(adv.begin(), adv.end());
   auto* out_mr = ep.reg(out.data(), out.size(), 0);
   std::strcpy(buf.data(), "data the server put in its buffer");
   say(fmt::format(

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/log.hpp"
+#include "tools/app_options.hpp"
 #include "tools/commands.hpp"
 
 namespace iwarp::tools {
@@ -167,8 +168,8 @@ Runner add_run_command(CLI::App& app) {
   sub->add_option("--llp-timeout", o->llp_timeout,
                   "Milliseconds a connection may go without an acknowledgement from the peer\n"
                   "before it is lost and its work requests flushed (default 60000; 0: the\n"
-                  "kernel's defaults, which wait for ever on a zero window)")
-      ->check(decimal_in(0, 3600000));
+                  "kernel's defaults, which wait for ever on a zero window; else 1000 to 3600000)")
+      ->check(llp_timeout_check());
   sub->add_option("--rnr-wait", o->rnr_wait,
                   "Milliseconds a Send that finds no posted receive waits for one before it is a\n"
                   "protocol error (default 0: at once, as RFC 5041 has it; at most 5000). iWARP\n"

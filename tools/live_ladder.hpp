@@ -39,15 +39,15 @@ class LadderRecorder : public rnic::RxObserver {
   std::shared_ptr<rnic::RxObserver> next_;
 };
 
+// The --html option of the live programs (rnic ping, xfer), for run_with_views.
+void add_html_option(CLI::App& app, std::string& html);
+
 // `rnic PROGRAM ... --ladder svg --html html` (either may be empty): refuses a path it cannot
 // write (one line, exit status 2), records the run to a temporary capture when `app.pcap` is
 // empty, gives `run` a recorder to attach to its endpoint (in `recorder`, for the ladder),
 // then writes the ladder of the run as this side (`server`: the MPA responder) saw it, and the
 // HTML view of the run's capture replayed (tools/capture_views.hpp). Returns run's status (2
 // when a view could not be written and the run succeeded).
-// The --html option of the live programs (rnic ping, xfer), for run_with_views.
-void add_html_option(CLI::App& app, std::string& html);
-
 int run_with_views(const std::string& program, const std::string& svg, const std::string& html,
                    bool server, AppOptions& app, std::shared_ptr<LadderRecorder>& recorder,
                    const std::function<int()>& run);

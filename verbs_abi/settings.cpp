@@ -126,8 +126,9 @@ Settings parse_settings(const char* (*get)(const char*)) {
   if (const char* v = get("RNIC_LLP_TIMEOUT_MS"); v && *v) {
     int ms = 0;
     auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);
-    if (ec != std::errc{} || *p || ms < 0 || ms > 3600000)
-      fail("RNIC_LLP_TIMEOUT_MS", v, "milliseconds from 0 to 3600000");
+    if (ec != std::errc{} || *p ||
+        (ms != 0 && (ms < rnic::kMinLlpTimeout.count() || ms > rnic::kMaxLlpTimeout.count())))
+      fail("RNIC_LLP_TIMEOUT_MS", v, "milliseconds: 0 (the kernel's defaults) or 1000 to 3600000");
     else
       s.cm.llp_timeout = std::chrono::milliseconds(ms);
   }
