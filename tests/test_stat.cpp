@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -422,6 +423,49 @@ TEST(Stat, SilentClientsDoNotStallTheEngine) {
 }
 
 // A process running `rnic ping` answers while it works: its QP in RTS, counters that move.
+// A process that ends while `rnic stat --watch` asks it: a child listens as an emulated RNIC
+// would (@rnic-stat-PID-0), answers one query, then takes the next and closes it unanswered
+// and exits. The watch must see a process that ended (exit 0), not an error.
+TEST(Stat, WatchOfAProcessThatEndsWhileAskedEndsWell) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    // Only system calls here (no allocation after fork).
+    char name[64];
+    const int n = std::snprintf(name, sizeof name, "rnic-stat-%d-0", static_cast<int>(::getpid()));
+    const int l = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path + 1, name, static_cast<std::size_t>(n));
+    const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+    if (l < 0 || ::bind(l, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(l, 4) != 0)
+      ::_exit(3);
+    (void)!::write(ready[1], "r", 1);
+    const char doc[] = "{\"device\":\"rnic0\",\"program\":\"fake\"}\n";
+    char req[64];
+    int c = ::accept(l, nullptr, nullptr);
+    (void)!::read(c, req, sizeof req);
+    (void)!::write(c, doc, sizeof doc - 1);
+    ::close(c);
+    c = ::accept(l, nullptr, nullptr);  // the next query: closed unanswered, and the process ends
+    ::close(c);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char r;
+  ASSERT_EQ(::read(ready[0], &r, 1), 1);
+  ::close(ready[0]);
+  Process watch({"stat", std::to_string(child), "--watch", "0.2", "--json", "--compact"},
+                "stat_watch_ends");
+  EXPECT_EQ(watch.wait(30s), 0) << watch.output();
+  EXPECT_NE(watch.output().find("\"program\":\"fake\""), std::string::npos) << watch.output();
+  int st = 0;
+  ::waitpid(child, &st, 0);
+}
+
 TEST(Stat, PingProcessesAnswerWhileTheyRun) {
   const std::string port = test::free_port();
   ASSERT_FALSE(port.empty());

@@ -165,12 +165,22 @@ Runner add_stat_command(CLI::App& app) {
     int answers = 0;
     for (;;) {
       auto r = rnic::query_stat(o->pid, std::chrono::milliseconds(o->timeout_ms));
+      const auto gone = [](const rnic::StatError& e) {
+        return e.kind == rnic::StatError::Kind::NoProcess ||
+               e.kind == rnic::StatError::Kind::NoRnic;
+      };
+      // Under --watch the process ending is the usual way for it to stop. It may end while it
+      // is being asked (the connection then closes without an answer, or with half of one):
+      // asked once more, a process that is gone says so.
+      if (!r && answered && o->watch > 0 && !gone(r.error())) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (auto again = rnic::query_stat(o->pid, std::chrono::milliseconds(o->timeout_ms));
+            !again && gone(again.error()))
+          r = std::move(again);
+      }
       if (!r) {
         std::cerr << "rnic stat: " << r.error().message << "\n";
-        // Under --watch the process ending is the usual way for it to stop.
-        const bool gone = r.error().kind == rnic::StatError::Kind::NoProcess ||
-                          r.error().kind == rnic::StatError::Kind::NoRnic;
-        return answered && gone ? 0 : 2;
+        return answered && gone(r.error()) ? 0 : 2;
       }
       answered = true;
       json all = {{"pid", o->pid}, {"devices", json::array()}};
