@@ -12,10 +12,32 @@ bash scripts/install-deps.sh
 # (tests/program_support.hpp): evidence for a hang that does not happen on demand.
 export DROPIN_GDB_ON_HANG=1
 
+# ctest over one build; when a test fails, the last lines each failing test printed are shown
+# again at the very end, so that a log cut in the middle (as CI's report is) still says which test
+# failed and why. Exits with ctest's status.
+run_ctest() {
+  local dir=$1 rc=0
+  ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" || rc=$?
+  [ "$rc" = 0 ] && return 0
+  local failed=$dir/Testing/Temporary/LastTestsFailed.log log=$dir/Testing/Temporary/LastTest.log
+  echo "== failed in $dir (ctest exit $rc): the last lines of each failing test"
+  if [ -f "$failed" ] && [ -f "$log" ]; then
+    local name
+    while IFS=: read -r _ name; do
+      echo "--- $name"
+      awk -v t="$name" '$0 ~ /^[0-9]+\/[0-9]+ Test: / { on = ($3 == t); out = 0; next }
+                        on && !out && /^-+$/ { out = 1; next }
+                        out && /^<end of output>$/ { on = out = 0 } out' "$log" | cut -c1-600 |
+        tail -n 30
+    done < "$failed"
+  fi
+  exit "$rc"
+}
+
 phase "build (warnings are errors)"
 BUILD_DIR=build BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DIWARP_WERROR=ON -DIWARP_SANITIZE=OFF
 phase "tests"
-ctest --test-dir build --output-on-failure -j"$(nproc)"
+run_ctest build
 
 phase "build with ASan + UBSan"
 # The sanitizer builds keep line tables only (-g1: file and line in every report) and build no
@@ -24,7 +46,7 @@ BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIWARP_WERROR=ON -D
   -DIWARP_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG=-g1
 phase "tests under ASan + UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$(nproc)"
+  run_ctest build-asan
 
 phase "build with TSan"
 # gcc 12 refuses (-Wtsan, an error with -Werror) the std::atomic_thread_fence in Boost.Asio's
@@ -36,7 +58,7 @@ BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DIWARP_WER
 phase "tests under TSan"
 # The rnic processes some tests spawn inherit TSAN_OPTIONS: a race there fails its test too.
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  ctest --test-dir build-tsan --output-on-failure -j"$(nproc)"
+  run_ctest build-tsan
 
 phase "fuzz smoke"
 # Every input in fuzz/regressions/ and fuzz/corpus/ once, then 20 s of fuzzing per target

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <cstring>
@@ -1272,12 +1273,12 @@ TEST_F(HostilePeer, ZeroWindowDuringTerminate) {
 // default (60 s) is shortened here.
 class ZeroWindowPeer : public HostilePeer {
  protected:
-  static constexpr auto kLlp = 1000ms;
+  std::chrono::milliseconds llp_ = 1000ms;
   void SetUp() override {
     HostilePeer::SetUp();
     ASSERT_NO_FATAL_FAILURE(
-        connect({.witness_read = false, .peer_rcvbuf = 4096, .tweak = [](EndpointOptions& o) {
-                   o.cm.llp_timeout = kLlp;
+        connect({.witness_read = false, .peer_rcvbuf = 4096, .tweak = [this](EndpointOptions& o) {
+                   o.cm.llp_timeout = llp_;
                  }}));
     t0_ = std::chrono::steady_clock::now();
   }
@@ -1288,8 +1289,8 @@ class ZeroWindowPeer : public HostilePeer {
     auto ev = server().wait_event(RDMA_CM_EVENT_DISCONNECTED, 20s);
     const auto took = std::chrono::steady_clock::now() - t0_;
     ASSERT_TRUE(ev) << "no DISCONNECTED while the peer's window stays closed: " << ev.error();
-    EXPECT_GE(took, kLlp);
-    EXPECT_LT(took, kLlp + 6s);
+    EXPECT_GE(took, llp_);
+    EXPECT_LT(took, llp_ + 6s);
     EXPECT_EQ(ibv_query_qp_state(server().qp()), IBV_QPS_ERR);
     EXPECT_NE(engine_qp().error_reason().find("LLP timeout"), std::string::npos)
         << engine_qp().error_reason();
@@ -1316,6 +1317,50 @@ TEST_F(ZeroWindowPeer, DuringABulkSendTheConnectionEndsAtTheLlpTimeout) {
                                      .wr_id = 9}),
             0);
   ASSERT_NO_FATAL_FAILURE(expect_lost_to_the_llp_timeout());
+  auto wc = wait_wc(server().send_cq(), 5s);
+  ASSERT_TRUE(wc);
+  EXPECT_EQ(wc->wr_id, 9u);
+  EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
+}
+
+// A peer that reads one octet a second during our bulk Send. It makes progress, but its TCP never
+// reopens its window for it: receiver-side silly window syndrome avoidance (RFC 9293 §3.8.6.2.2)
+// advertises no window until a full segment's worth (here its whole small buffer) is free, so on
+// the wire it is a closed window whose probes are answered, and it ends at the LLP timeout too,
+// however many octets it read meanwhile (a 3 s timeout here: three or more).
+class SlowReaderPeer : public ZeroWindowPeer {
+ protected:
+  SlowReaderPeer() { llp_ = 3000ms; }
+};
+TEST_F(SlowReaderPeer, ThatReadsOneOctetASecondEndsAtTheLlpTimeout) {
+  const std::size_t n = 8u << 20;
+  auto [big, bmr] = region(n, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(peer().write(peer().fpdu(opener())));
+  std::atomic<bool> stop{false};
+  std::atomic<int> octets{0};
+  std::thread reader([&, fd = peer().fd()] {
+    while (!stop.load()) {
+      std::uint8_t b;
+      if (::recv(fd, &b, 1, MSG_DONTWAIT) == 1) octets.fetch_add(1);
+      for (int i = 0; i < 10 && !stop.load(); ++i) std::this_thread::sleep_for(100ms);
+    }
+  });
+  struct Join {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop = true;
+      t.join();
+    }
+  } join{stop, reader};
+  ASSERT_EQ(post_one(server().qp(), {.op = IBV_WR_SEND,
+                                     .addr = big->data(),
+                                     .len = static_cast<std::uint32_t>(n),
+                                     .lkey = bmr->lkey,
+                                     .wr_id = 9}),
+            0);
+  ASSERT_NO_FATAL_FAILURE(expect_lost_to_the_llp_timeout());
+  EXPECT_GE(octets.load(), 3) << "the peer did not read an octet a second";
   auto wc = wait_wc(server().send_cq(), 5s);
   ASSERT_TRUE(wc);
   EXPECT_EQ(wc->wr_id, 9u);
