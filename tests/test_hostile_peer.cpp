@@ -1323,6 +1323,27 @@ TEST_F(ZeroWindowPeer, DuringABulkSendTheConnectionEndsAtTheLlpTimeout) {
   EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
 }
 
+// During our bulk RDMA Write (to an STag the peer names; it never reads it anyway): the Write is
+// flushed too.
+TEST_F(ZeroWindowPeer, DuringABulkWriteTheConnectionEndsAtTheLlpTimeout) {
+  const std::size_t n = 8u << 20;
+  auto [big, bmr] = region(n, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(peer().write(peer().fpdu(opener())));
+  ASSERT_EQ(post_one(server().qp(), {.op = IBV_WR_RDMA_WRITE,
+                                     .addr = big->data(),
+                                     .len = static_cast<std::uint32_t>(n),
+                                     .lkey = bmr->lkey,
+                                     .remote_addr = 0x10000,
+                                     .rkey = 0x1234,
+                                     .wr_id = 9}),
+            0);
+  ASSERT_NO_FATAL_FAILURE(expect_lost_to_the_llp_timeout());
+  auto wc = wait_wc(server().send_cq(), 5s);
+  ASSERT_TRUE(wc);
+  EXPECT_EQ(wc->wr_id, 9u);
+  EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
+}
+
 // A peer that reads one octet a second during our bulk Send. It makes progress, but its TCP never
 // reopens its window for it: receiver-side silly window syndrome avoidance (RFC 9293 §3.8.6.2.2)
 // advertises no window until a full segment's worth (here its whole small buffer) is free, so on

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -458,6 +459,35 @@ TEST(RnicLifetime, ACqOutlivesItsWrapperWhileTheEngineHoldsTheQp) {
   held.reset();
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
   ibv_close_device(ctx);
+}
+
+// A listener destroyed while its device lives on (endpoints sharing one device, as `rnic soak`'s
+// slots do) closes its socket: the port is free for the next listener and no descriptor stays
+// open. Without the fix the accept loop kept the socket listening: EADDRINUSE.
+TEST(RnicLifetime, ADestroyedListenerFreesItsPortAndDescriptor) {
+  auto fds = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                         std::filesystem::directory_iterator{});
+  };
+  Endpoint device;  // the device outlives both listeners
+  const auto before = fds();
+  std::uint16_t port = 0;
+  {
+    Endpoint first({}, device.ctx());
+    auto p = first.listen("127.0.0.1", 0);
+    ASSERT_TRUE(p) << p.error();
+    port = *p;
+  }
+  EXPECT_EQ(fds(), before);
+  Endpoint second({}, device.ctx());
+  auto p = second.listen("127.0.0.1", port);
+  ASSERT_TRUE(p) << "the port of a destroyed listener is still taken: " << p.error();
+  auto accepted = std::async(std::launch::async, [&] { return second.accept_one(5s); });
+  Endpoint client;
+  auto c = client.connect("127.0.0.1", port);
+  ASSERT_TRUE(c) << c.error();
+  auto a = accepted.get();
+  EXPECT_TRUE(a) << a.error();
 }
 
 // Defect 13: ORD 0 (the responder offered IRD 0): a Read cannot ever go. The post fails at

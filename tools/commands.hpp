@@ -21,5 +21,6 @@ Runner add_enlarge_bench_command(CLI::App& app);
 Runner add_run_command(CLI::App& app);
 Runner add_ladder_command(CLI::App& app);
 Runner add_stat_command(CLI::App& app);
+Runner add_soak_command(CLI::App& app);
 
 }  // namespace iwarp::tools

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   add(iwarp::tools::add_run_command);
   add(iwarp::tools::add_ladder_command);
   add(iwarp::tools::add_stat_command);
+  add(iwarp::tools::add_soak_command);
 
   try {
     app.parse(argc, argv);

@@ -159,10 +159,12 @@ std::expected<void, std::string> Endpoint::check_private_data() const {
   return {};
 }
 
-std::expected<void, std::string> Endpoint::accept_one() {
-  // A server waits for its client as long as it takes; a client that connects and then
-  // fails the MPA exchange ends the wait with the reason.
-  auto ev = wait_event_forever(RDMA_CM_EVENT_CONNECT_REQUEST);
+std::expected<void, std::string> Endpoint::accept_one(
+    std::optional<std::chrono::milliseconds> limit) {
+  // A server waits for its client as long as it takes (or `limit`); a client that connects and
+  // then fails the MPA exchange ends the wait with the reason.
+  auto ev = limit ? wait_event(RDMA_CM_EVENT_CONNECT_REQUEST, *limit)
+                  : wait_event_forever(RDMA_CM_EVENT_CONNECT_REQUEST);
   if (!ev) return std::unexpected(ev.error());
   conn_ = ev->id;
   peer_pd_ = ev->private_data_storage;
@@ -178,6 +180,12 @@ std::expected<void, std::string> Endpoint::accept_one() {
   if (!est) return std::unexpected(est.error());
   params_ = est->mpa;
   return {};
+}
+
+void Endpoint::stop_listening() {
+  if (!listen_id_) return;
+  rdma_destroy_id(listen_id_);
+  listen_id_ = nullptr;
 }
 
 std::expected<void, std::string> Endpoint::connect(const std::string& host, std::uint16_t port) {

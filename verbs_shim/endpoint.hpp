@@ -57,8 +57,11 @@ class Endpoint {
 
   // Server: listen on addr:port (0 picks a port), returns the port or an error message.
   std::expected<std::uint16_t, std::string> listen(const std::string& addr, std::uint16_t port);
-  // Server: waits for one connect request and accepts it.
-  std::expected<void, std::string> accept_one();
+  // Server: waits for one connect request (for ever, or within `limit`) and accepts it.
+  std::expected<void, std::string> accept_one(std::optional<std::chrono::milliseconds> limit = {});
+  // Server: stops listening (the accepted connection stays): the port refuses new clients
+  // until a listener takes it again.
+  void stop_listening();
   // Client: connects and waits for ESTABLISHED.
   std::expected<void, std::string> connect(const std::string& host, std::uint16_t port);
 

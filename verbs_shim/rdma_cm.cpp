@@ -86,6 +86,9 @@ int rdma_destroy_id(rdma_cm_id* id) {
     std::lock_guard l(ids_mu);
     ids.erase(id->cm.get());
   }
+  // A listener's accept loop holds its CmId: without this the socket would keep listening (and
+  // its port taken) for as long as the device lives.
+  if (id->cm) id->cm->stop_listening();
   delete id;
   return 0;
 }
