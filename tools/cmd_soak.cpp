@@ -11,6 +11,7 @@
 // good; the server exits when every slot has ended so, or when a slot waits longer than
 // --idle-timeout for its client.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -45,6 +46,7 @@ constexpr std::uint32_t kBye = 0xB1E5;  // Immediate Data of the client's last S
 constexpr std::size_t kAdvert = 28;     // mem addr, rkey, len; counter addr, rkey (big-endian)
 constexpr std::size_t kMaxSoakSize = 16u << 20;
 constexpr int kMaxQps = 256;
+constexpr std::uint64_t kMaxSoakMemory = 1ull << 30;  // buffers per side: qps x max-size x 3
 constexpr int kMaxErrorsShown = 20;
 
 struct SoakOptions {
@@ -68,15 +70,28 @@ struct Totals {
   std::atomic<std::uint64_t> ops{0}, octets{0}, errors{0}, kills{0}, connects{0}, open{0};
 };
 
-std::uint8_t pattern_byte(std::uint64_t seed, std::uint64_t i) {
-  return static_cast<std::uint8_t>(seed * 131 + i * 7 + (i >> 8) * 13 + (i >> 16));
+// The data of one operation: 8 octets per word of splitmix64(seed + word), so that no two
+// operations (64-bit random seeds) and no two offsets of one operation look alike.
+std::uint64_t mix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
 }
 void fill(std::uint8_t* p, std::size_t n, std::uint64_t seed) {
-  for (std::size_t i = 0; i < n; ++i) p[i] = pattern_byte(seed, i);
+  for (std::size_t j = 0; j * 8 < n; ++j) {
+    const std::uint64_t w = mix(seed + j);
+    for (std::size_t b = 0; b < 8 && j * 8 + b < n; ++b)
+      p[j * 8 + b] = static_cast<std::uint8_t>(w >> (8 * b));
+  }
 }
 long long first_wrong(const std::uint8_t* p, std::size_t n, std::uint64_t seed) {
-  for (std::size_t i = 0; i < n; ++i)
-    if (p[i] != pattern_byte(seed, i)) return static_cast<long long>(i);
+  for (std::size_t j = 0; j * 8 < n; ++j) {
+    const std::uint64_t w = mix(seed + j);
+    for (std::size_t b = 0; b < 8 && j * 8 + b < n; ++b)
+      if (p[j * 8 + b] != static_cast<std::uint8_t>(w >> (8 * b)))
+        return static_cast<long long>(j * 8 + b);
+  }
   return -1;
 }
 
@@ -315,13 +330,22 @@ int run_server(const SoakOptions& o) {
     return 1;
   }
   if (!o.port_file.empty()) {
-    std::ofstream out(o.port_file + ".tmp");
+    const std::string tmp = o.port_file + ".tmp";
+    std::ofstream out(tmp);
     for (auto p : ports) out << p << "\n";
     out.close();
-    std::rename((o.port_file + ".tmp").c_str(), o.port_file.c_str());
+    if (!out || std::rename(tmp.c_str(), o.port_file.c_str()) != 0) {
+      std::cerr << "rnic soak: --port-file " << o.port_file << ": cannot write it\n";
+      run.failed = true;  // the slots stop waiting for clients
+      slots.clear();
+      ibv_close_device(ctx);
+      return 1;
+    }
   }
-  print_lines(fmt::format("server: {} slots on {} ports {}..{}", o.qps, o.bind, ports.front(),
-                          ports.back()));
+  print_lines(fmt::format(
+      "server: {} slots on {} ports {}{}", o.qps, o.bind,
+      fmt::join(ports.begin(), ports.begin() + std::min<std::size_t>(ports.size(), 8), ", "),
+      ports.size() > 8 ? ", ..." : ""));
   std::atomic<bool> stop{false};
   Reporter rep("server", t, o.report, stop);
   std::thread reporter([&] { rep.run(); });
@@ -692,7 +716,16 @@ Runner add_soak_command(CLI::App& app) {
   sub->add_option("--kill-every", o->kill_every,
                   "Client: tear one random connection down (work requests in flight) and reopen\n"
                   "it every this many seconds (0: never)")
-      ->check(CLI::Range(0.0, 3600.0))
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            double x = -1;
+            try {
+              x = std::stod(v);
+            } catch (const std::exception&) {
+            }
+            return x == 0 || (x >= 0.1 && x <= 3600) ? "" : "0 (never) or 0.1 .. 3600 seconds";
+          },
+          "0 or 0.1..3600"))
       ->capture_default_str();
   sub->add_option("--max-size", o->max_size,
                   "Largest message in octets (sizes are spread over every power of two below it;\n"
@@ -717,6 +750,13 @@ Runner add_soak_command(CLI::App& app) {
     if (o->port != 0 && o->port + o->qps - 1 > 65535) {
       std::cerr << "rnic soak: --port " << o->port << " with --qps " << o->qps
                 << " goes past port 65535\n";
+      return 2;
+    }
+    // The memory each side sets aside: the server 3 buffers of --max-size per slot, the client 2.
+    if (static_cast<std::uint64_t>(o->qps) * o->max_size * 3 > kMaxSoakMemory) {
+      std::cerr << "rnic soak: --qps " << o->qps << " x --max-size " << o->max_size
+                << " needs more than " << (kMaxSoakMemory >> 20)
+                << " MiB of buffers on the server (3 per connection): use fewer or smaller\n";
       return 2;
     }
     if (!o->server && o->port == 0 && o->port_file.empty()) {
