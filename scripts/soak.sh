@@ -105,7 +105,7 @@ fi
 growth=$(awk -v q="$QPS" '
   { t[NR] = $1; for (i = 2; i <= 5; i++) v[NR, i] = $i }
   END {
-    if (NR < 3) { print "too few samples (" NR ") to judge growth: run longer"; exit }
+    if (NR < 3) { print "too few samples (" NR ") to judge growth: run for at least 3 x SOAK_EVERY"; exit }
     a = int(NR / 3); if (a < 1) a = 1
     split("client_rss client_fds server_rss server_fds", name, " ")
     for (i = 2; i <= 5; i++) {
@@ -128,7 +128,8 @@ if [ $CRC = 0 ] && awk -v k="$KILL" 'BEGIN { exit !(k > 0) }' && awk -v s="$SECO
    { [ -z "$kills" ] || [ "$kills" = 0 ]; }; then
   echo "FAILED: no connection was killed (SOAK_KILL_EVERY=$KILL)"; fail=1
 fi
-if [ -n "$growth" ]; then
+# Growth is judged on a run that ended well (a failed one has said why above).
+if [ $fail = 0 ] && [ -n "$growth" ]; then
   echo "FAILED: $growth"
   fail=1
 fi

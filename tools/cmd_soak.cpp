@@ -46,7 +46,7 @@ constexpr std::uint32_t kBye = 0xB1E5;  // Immediate Data of the client's last S
 constexpr std::size_t kAdvert = 28;     // mem addr, rkey, len; counter addr, rkey (big-endian)
 constexpr std::size_t kMaxSoakSize = 16u << 20;
 constexpr int kMaxQps = 256;
-constexpr std::uint64_t kMaxSoakMemory = 1ull << 30;  // buffers per side: qps x max-size x 3
+constexpr std::uint64_t kMaxSoakMemory = 1ull << 30;  // server buffers: qps x max-size x 3
 constexpr int kMaxErrorsShown = 20;
 
 struct SoakOptions {
@@ -219,10 +219,12 @@ void server_slot(ServerRun& run, int i, std::uint16_t& port, std::latch& listeni
     // Waits in short steps, so that a failure elsewhere ends the wait.
     const auto deadline = Clock::now() + std::chrono::seconds(o.idle_timeout);
     std::expected<void, std::string> a;
-    do a = ep.accept_one(500ms);
-    while (!a && !ep.id() && !run.failed && Clock::now() < deadline);
+    while (!run.failed) {
+      a = ep.accept_one(500ms);
+      if (a || ep.id() || Clock::now() >= deadline) break;
+    }
+    if (run.failed) return;  // the server failed elsewhere: this slot ends too
     if (!a) {
-      if (run.failed) return;
       error_line(
           run.t,
           fmt::format("server: slot {} (port {}): {}", i, port,
@@ -270,6 +272,7 @@ void server_slot(ServerRun& run, int i, std::uint16_t& port, std::latch& listeni
     bool bye = false;
     auto idle_since = Clock::now();
     for (;;) {
+      if (run.failed) return;  // the server failed elsewhere (its connection ends with it)
       auto wc = ep.wait(ep.recv_cq());
       if (!wc) {
         // A wait that timed out on a live connection: the client is slow, not gone.
@@ -335,6 +338,7 @@ int run_server(const SoakOptions& o) {
     for (auto p : ports) out << p << "\n";
     out.close();
     if (!out || std::rename(tmp.c_str(), o.port_file.c_str()) != 0) {
+      std::remove(tmp.c_str());
       std::cerr << "rnic soak: --port-file " << o.port_file << ": cannot write it\n";
       run.failed = true;  // the slots stop waiting for clients
       slots.clear();
