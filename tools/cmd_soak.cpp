@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/process_probes.hpp"
 #include "common/bytes.hpp"
 #include "tools/app_options.hpp"
 #include "tools/commands.hpp"
@@ -95,22 +96,6 @@ long long first_wrong(const std::uint8_t* p, std::size_t n, std::uint64_t seed) 
   return -1;
 }
 
-// This process's resident memory (KiB, from /proc/self/status) and open descriptors.
-std::uint64_t resident_kib() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
-  return 0;
-}
-std::size_t open_fds() {
-  std::error_code ec;
-  std::size_t n = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
-    ++n;
-  return n;
-}
-
 std::string human(std::uint64_t n) {
   if (n >= (1ull << 30)) return fmt::format("{:.2f} GiB", n / double(1ull << 30));
   if (n >= (1ull << 20)) return fmt::format("{:.1f} MiB", n / double(1ull << 20));
@@ -137,7 +122,8 @@ class Reporter {
     print_lines(fmt::format(
         "{}: t={}s open {} connects {} ops {} verified {} errors {} kills {} rss_kib {} fds {}",
         side_, secs.count(), t_.open.load(), t_.connects.load(), t_.ops.load(),
-        human(t_.octets.load()), t_.errors.load(), t_.kills.load(), resident_kib(), open_fds()));
+        human(t_.octets.load()), t_.errors.load(), t_.kills.load(), bench::vm_rss() / 1024,
+        bench::open_fds()));
   }
 
  private:
