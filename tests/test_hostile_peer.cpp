@@ -1302,46 +1302,44 @@ class ZeroWindowPeer : public HostilePeer {
     }
     expect_contained_and_others_served();
   }
+  // After the peer's opener, an 8 MiB `op` (wr_id 9) that fills the peer's window: a Send, or a
+  // Write to an STag the peer names (it never reads it anyway).
+  void post_bulk(ibv_wr_opcode op) {
+    const std::size_t n = 8u << 20;
+    auto [big, bmr] = region(n, IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_TRUE(peer().write(peer().fpdu(opener())));
+    ASSERT_EQ(post_one(server().qp(), {.op = op,
+                                       .addr = big->data(),
+                                       .len = static_cast<std::uint32_t>(n),
+                                       .lkey = bmr->lkey,
+                                       .remote_addr = 0x10000,
+                                       .rkey = 0x1234,
+                                       .wr_id = 9}),
+              0);
+  }
+  // The bulk WR's completion: flushed.
+  void expect_bulk_flushed() {
+    auto wc = wait_wc(server().send_cq(), 5s);
+    ASSERT_TRUE(wc);
+    EXPECT_EQ(wc->wr_id, 9u);
+    EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
+  }
   std::chrono::steady_clock::time_point t0_;
 };
 
 // During our bulk Send: the 8 MiB Send is flushed too.
 TEST_F(ZeroWindowPeer, DuringABulkSendTheConnectionEndsAtTheLlpTimeout) {
-  const std::size_t n = 8u << 20;
-  auto [big, bmr] = region(n, IBV_ACCESS_LOCAL_WRITE);
-  ASSERT_TRUE(peer().write(peer().fpdu(opener())));
-  ASSERT_EQ(post_one(server().qp(), {.op = IBV_WR_SEND,
-                                     .addr = big->data(),
-                                     .len = static_cast<std::uint32_t>(n),
-                                     .lkey = bmr->lkey,
-                                     .wr_id = 9}),
-            0);
+  ASSERT_NO_FATAL_FAILURE(post_bulk(IBV_WR_SEND));
   ASSERT_NO_FATAL_FAILURE(expect_lost_to_the_llp_timeout());
-  auto wc = wait_wc(server().send_cq(), 5s);
-  ASSERT_TRUE(wc);
-  EXPECT_EQ(wc->wr_id, 9u);
-  EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
+  expect_bulk_flushed();
 }
 
 // During our bulk RDMA Write (to an STag the peer names; it never reads it anyway): the Write is
 // flushed too.
 TEST_F(ZeroWindowPeer, DuringABulkWriteTheConnectionEndsAtTheLlpTimeout) {
-  const std::size_t n = 8u << 20;
-  auto [big, bmr] = region(n, IBV_ACCESS_LOCAL_WRITE);
-  ASSERT_TRUE(peer().write(peer().fpdu(opener())));
-  ASSERT_EQ(post_one(server().qp(), {.op = IBV_WR_RDMA_WRITE,
-                                     .addr = big->data(),
-                                     .len = static_cast<std::uint32_t>(n),
-                                     .lkey = bmr->lkey,
-                                     .remote_addr = 0x10000,
-                                     .rkey = 0x1234,
-                                     .wr_id = 9}),
-            0);
+  ASSERT_NO_FATAL_FAILURE(post_bulk(IBV_WR_RDMA_WRITE));
   ASSERT_NO_FATAL_FAILURE(expect_lost_to_the_llp_timeout());
-  auto wc = wait_wc(server().send_cq(), 5s);
-  ASSERT_TRUE(wc);
-  EXPECT_EQ(wc->wr_id, 9u);
-  EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
+  expect_bulk_flushed();
 }
 
 // A peer that reads one octet a second during our bulk Send. It makes progress, but its TCP never
@@ -1354,16 +1352,15 @@ class SlowReaderPeer : public ZeroWindowPeer {
   SlowReaderPeer() { llp_ = 3000ms; }
 };
 TEST_F(SlowReaderPeer, ThatReadsOneOctetASecondEndsAtTheLlpTimeout) {
-  const std::size_t n = 8u << 20;
-  auto [big, bmr] = region(n, IBV_ACCESS_LOCAL_WRITE);
-  ASSERT_TRUE(peer().write(peer().fpdu(opener())));
   std::atomic<bool> stop{false};
   std::atomic<int> octets{0};
   std::thread reader([&, fd = peer().fd()] {
     while (!stop.load()) {
+      // An octet as soon as one is there, then the next a second later.
       std::uint8_t b;
-      if (::recv(fd, &b, 1, MSG_DONTWAIT) == 1) octets.fetch_add(1);
-      for (int i = 0; i < 10 && !stop.load(); ++i) std::this_thread::sleep_for(100ms);
+      const bool got = ::recv(fd, &b, 1, MSG_DONTWAIT) == 1;
+      if (got) octets.fetch_add(1);
+      for (int i = 0; i < (got ? 10 : 1) && !stop.load(); ++i) std::this_thread::sleep_for(100ms);
     }
   });
   struct Join {
@@ -1374,18 +1371,10 @@ TEST_F(SlowReaderPeer, ThatReadsOneOctetASecondEndsAtTheLlpTimeout) {
       t.join();
     }
   } join{stop, reader};
-  ASSERT_EQ(post_one(server().qp(), {.op = IBV_WR_SEND,
-                                     .addr = big->data(),
-                                     .len = static_cast<std::uint32_t>(n),
-                                     .lkey = bmr->lkey,
-                                     .wr_id = 9}),
-            0);
+  ASSERT_NO_FATAL_FAILURE(post_bulk(IBV_WR_SEND));
   ASSERT_NO_FATAL_FAILURE(expect_lost_to_the_llp_timeout());
   EXPECT_GE(octets.load(), 3) << "the peer did not read an octet a second";
-  auto wc = wait_wc(server().send_cq(), 5s);
-  ASSERT_TRUE(wc);
-  EXPECT_EQ(wc->wr_id, 9u);
-  EXPECT_EQ(wc->status, IBV_WC_WR_FLUSH_ERR);
+  expect_bulk_flushed();
 }
 
 // While our RNIC answers the peer's own 8 MiB RDMA Read: the Read Responses fill the window the
