@@ -71,6 +71,18 @@ struct Totals {
   std::atomic<std::uint64_t> ops{0}, octets{0}, errors{0}, kills{0}, connects{0}, open{0};
 };
 
+// A connection, counted as made and as open while it lasts.
+struct Opened {
+  explicit Opened(Totals& totals) : t(totals) {
+    t.connects++;
+    t.open++;
+  }
+  ~Opened() { t.open--; }
+  Opened(const Opened&) = delete;
+  Opened& operator=(const Opened&) = delete;
+  Totals& t;
+};
+
 // The data of one operation: 8 octets per word of splitmix64(seed + word), so that no two
 // operations (64-bit random seeds) and no two offsets of one operation look alike.
 std::uint64_t mix(std::uint64_t z) {
@@ -222,12 +234,7 @@ void server_slot(ServerRun& run, int i, std::uint16_t& port, std::latch& listeni
     // One connection per slot: a client that reconnects before this one has ended is refused
     // and tries again, rather than waiting in a queue nobody accepts from.
     ep.stop_listening();
-    run.t.connects++;
-    run.t.open++;
-    struct Close {
-      Totals& t;
-      ~Close() { t.open--; }
-    } close{run.t};
+    const Opened opened(run.t);
     // The advertisement: where the client may Write, Read and add.
     store_be64(s.ctl.data(), reinterpret_cast<std::uint64_t>(s.mem.data()));
     store_be32(s.ctl.data() + 8, mem_mr->rkey);
@@ -559,12 +566,7 @@ void client_slot(ClientRun& run, int i) {
       run.give_up = true;  // the server is gone
       return;
     }
-    run.t.connects++;
-    run.t.open++;
-    struct Close {
-      Totals& t;
-      ~Close() { t.open--; }
-    } close{run.t};
+    const Opened opened(run.t);
     bool broken = false;
     while (Clock::now() < run.end && !run.give_up) {
       if (s.kill.exchange(false)) {
