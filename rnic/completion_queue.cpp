@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <stdexcept>
 
+#include "rnic/device.hpp"
+
 namespace iwarp::rnic {
 
 CompletionChannel::CompletionChannel(bool nonblocking_fd)
@@ -73,7 +75,19 @@ CompletionQueue::CompletionQueue(std::size_t depth, CompletionChannel* channel, 
     : ring_(depth < 1 ? 1 : depth), channel_(channel), context_(context) {}
 
 int CompletionQueue::poll(std::span<Wc> out) {
+  bool armed = false;
+  const int n = take(out, &armed);
+  // Busy polling: nothing here yet, so this thread moves the engine itself (outside mu_: the
+  // handlers push into this CQ). Not on an armed CQ: the program is about to wait for its event
+  // (the poll between arming and waiting), and the engine thread is the one to run meanwhile.
+  if (n > 0 || out.empty() || armed || !dev_ || !dev_->busy_poll()) return n;
+  if (!dev_->progress()) return 0;
+  return take(out, nullptr);
+}
+
+int CompletionQueue::take(std::span<Wc> out, bool* armed) {
   std::lock_guard l(mu_);
+  if (armed) *armed = arm_ != Arm::None;
   int n = 0;
   while (n < static_cast<int>(out.size()) && head_ != tail_) {
     out[static_cast<std::size_t>(n++)] = ring_[head_ % ring_.size()];
@@ -83,6 +97,9 @@ int CompletionQueue::poll(std::span<Wc> out) {
 }
 
 int CompletionQueue::req_notify(bool solicited_only) {
+  // Arming is what a program does before it blocks on the channel: a busy-polling thread
+  // hands the engine back now, so the completion it waits for does not wait for the lease.
+  if (dev_ && dev_->busy_poll()) dev_->end_busy_poll();
   std::lock_guard l(mu_);
   // Arming for all completions wins over an earlier solicited-only arm.
   if (!solicited_only)

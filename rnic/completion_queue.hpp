@@ -18,6 +18,7 @@
 namespace iwarp::rnic {
 
 class CompletionQueue;
+class Device;
 
 class CompletionChannel {
  public:
@@ -49,8 +50,13 @@ class CompletionQueue {
  public:
   CompletionQueue(std::size_t depth, CompletionChannel* channel, void* context);
 
-  // Up to out.size() completions, oldest first. Returns how many.
+  // Up to out.size() completions, oldest first. Returns how many. When the CQ is empty, not
+  // armed, and its device busy-polls, the polling thread first runs the engine's ready handlers
+  // itself (Device::progress()) and looks again.
   int poll(std::span<Wc> out);
+  // The device whose engine fills this CQ, for busy polling (ibv_create_cq sets it; the CQ
+  // must not be polled after the device is gone). Null: poll() never drives progress.
+  void set_device(Device* dev) { dev_ = dev; }
   // Arms the CQ for one event. Returns 0.
   int req_notify(bool solicited_only);
   // Completion events acknowledged so far (ibv_ack_cq_events).
@@ -101,6 +107,8 @@ class CompletionQueue {
   std::mutex channel_mu_;  // guards channel_ (taken before the channel's own lock)
   CompletionChannel* channel_;
   void* context_;
+  Device* dev_ = nullptr;
+  int take(std::span<Wc> out, bool* armed);
   unsigned events_ = 0, acked_ = 0;
 };
 

@@ -32,18 +32,88 @@ Device::Device(std::string name, std::uint64_t seed)
       log::layer("rnic").info("{}: rnic stat cannot reach this device: @{}: {}", name_, address,
                               why);
   }
-  engine_ = std::thread([this] {
-    try {
-      io_.run();
-    } catch (const std::exception& e) {
-      log::layer("rnic").critical("{}: engine stopped by an exception: {}", name_, e.what());
-    }
-    engine_running_ = false;
-  });
+  engine_ = std::thread([this] { engine_loop(); });
   // Named for top -H, gdb and ps -L (at most 15 characters); by this thread, so the name is
   // there when the constructor returns.
   engine_id_ = engine_.get_id();
   ::pthread_setname_np(engine_.native_handle(), "rnic-engine");
+}
+
+namespace {
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+// The engine thread runs one handler at a time holding engine_mu_, so that a busy-polling
+// program thread (progress()) can run them instead while this thread is parked. Parked, it
+// wakes every lease period to see whether the program still polls; a stopped io_context ends
+// the loop either way (run_one() returns 0, as run() would return).
+void Device::engine_loop() {
+  try {
+    for (;;) {
+      if (lease_wanted_.load()) {
+        std::unique_lock p(park_mu_);
+        ++parks_;
+        // end_busy_poll() zeroes the time of the last poll: the program is about to block.
+        park_cv_.wait_for(p, kBusyPollLease,
+                          [&] { return io_.stopped() || last_poll_ns_.load() == 0; });
+        if (io_.stopped()) break;
+        if (now_ns() - last_poll_ns_.load() < kBusyPollLease.count() * 1000) continue;
+        lease_wanted_ = false;  // nobody polled for a lease period: the engine takes over
+      }
+      std::lock_guard l(engine_mu_);
+      if (io_.run_one() == 0) break;
+      ++engine_handlers_;
+    }
+  } catch (const std::exception& e) {
+    log::layer("rnic").critical("{}: engine stopped by an exception: {}", name_, e.what());
+    io_.stop();  // a polling thread runs no handler of a stopped engine either
+  }
+  // A polling thread may be inside progress(): once it is out, no handler runs any more (a
+  // stopped io_context runs none), and callers may do engine work themselves (run_and_wait).
+  std::lock_guard l(engine_mu_);
+  engine_running_ = false;
+}
+
+bool Device::on_polling_thread() const {
+  return on_engine_thread() && std::this_thread::get_id() != engine_id_;
+}
+
+bool Device::progress() {
+  if (!busy_poll_ || !engine_running_ || on_engine_thread()) return false;
+  last_poll_ns_ = now_ns();
+  std::unique_lock l(engine_mu_, std::try_to_lock);
+  if (!l.owns_lock()) {
+    // The engine thread is in its event loop (perhaps asleep in epoll): ask it to park, and
+    // wake it so it sees the request, with at most one wake-up handler on its way.
+    lease_wanted_ = true;
+    if (!wake_pending_.exchange(true)) boost::asio::post(io_, [this] { wake_pending_ = false; });
+    return false;
+  }
+  lease_wanted_ = true;
+  // A bounded number of handlers per poll: a busy stream keeps making more, and the program
+  // wants its completions back.
+  constexpr std::size_t kHandlersPerPoll = 64;
+  std::size_t n = 0;
+  try {
+    while (n < kHandlersPerPoll && io_.poll_one() != 0) ++n;
+  } catch (const std::exception& e) {
+    // As on the engine thread: a handler that throws stops the engine (never the program).
+    log::layer("rnic").critical("{}: engine stopped by an exception: {}", name_, e.what());
+    io_.stop();
+    park_cv_.notify_all();
+  }
+  polled_handlers_ += n;
+  return n > 0;
+}
+
+void Device::end_busy_poll() {
+  if (!lease_wanted_.load()) return;
+  last_poll_ns_ = 0;
+  park_cv_.notify_all();
 }
 
 void Device::attach(std::weak_ptr<MemoryUser> user) {
@@ -123,11 +193,18 @@ bool Device::stop(std::chrono::milliseconds bound) {
   if (on_engine_thread()) return false;
   work_.reset();
   io_.stop();
+  park_cv_.notify_all();
   const auto deadline = std::chrono::steady_clock::now() + bound;
   while (engine_running_ && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (engine_running_) return false;
   if (engine_.joinable()) engine_.join();
+  // Its own layer, so `--log engine=info` shows just this line (tests read it).
+  if (busy_poll_)
+    log::layer("engine").info(
+        "{}: busy polling: {} handlers ran on polling threads, {} on the engine thread, which "
+        "parked {} times",
+        name_, polled_handlers_.load(), engine_handlers_.load(), parks_.load());
   // Nothing answers on the engine any more: `rnic stat` finds no RNIC here.
   stat_.reset();
   return true;
@@ -166,6 +243,7 @@ void Device::forget_stat_in_forked_child() {
 Device::~Device() {
   work_.reset();
   io_.stop();
+  park_cv_.notify_all();
   if (engine_.joinable()) engine_.join();
   stat_.reset();
 }

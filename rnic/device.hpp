@@ -1,13 +1,16 @@
 // The emulated RNIC: one engine thread running a Boost.Asio event loop that does all transmit,
 // receive and connection work for the device's queue pairs, plus the device's protection
 // domains and memory regions. Applications talk to it from any thread; posting a work request
-// rings a doorbell that wakes the engine.
+// rings a doorbell that wakes the engine. In busy-poll mode a program thread that polls an
+// empty CQ runs the event loop's handlers itself while the engine thread steps aside
+// (docs/progress-model.md "Busy polling"): one thread at a time runs them, whichever it is.
 #pragma once
 
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,7 +57,37 @@ class Device {
   MemoryTable& memory() { return memory_; }
   const DeviceLimits& limits() const { return limits_; }
   std::uint32_t next_qp_num() { return next_qp_num_++; }
-  bool on_engine_thread() const { return std::this_thread::get_id() == engine_id_; }
+  // True while this thread runs the engine's handlers: the engine thread inside its event loop,
+  // or a busy-polling program thread inside progress(). Engine state is touched only then.
+  bool on_engine_thread() const {
+    return const_cast<boost::asio::io_context&>(io_).get_executor().running_in_this_thread();
+  }
+  // True on a program thread that runs the handlers inside progress() (not the engine thread):
+  // a handler there must not wait for the program (it is the program).
+  bool on_polling_thread() const;
+
+  // Busy polling (issue 15's progress model): when on, a CQ of this device that a program polls
+  // and finds empty calls progress(), and the polling thread runs the engine's ready handlers
+  // itself (reads, placements, completions, doorbells, timers, connection steps) while the
+  // engine thread stays parked; the engine thread takes over again kBusyPollLease after the
+  // last poll. Off by default. Any thread.
+  void set_busy_poll(bool on) { busy_poll_ = on; }
+  bool busy_poll() const { return busy_poll_; }
+  // Runs the engine's ready handlers on this thread, without blocking, if the engine thread is
+  // parked for a poller; otherwise asks it to park. True when a handler ran. A no-op when busy
+  // polling is off or on the engine's own thread.
+  bool progress();
+  // The program is about to block (it armed a CQ for an event): the engine thread takes over at
+  // once instead of after the lease.
+  void end_busy_poll();
+  static constexpr std::chrono::microseconds kBusyPollLease{1000};
+  // Handlers run by the engine thread and by polling threads, and times the engine parked.
+  struct EngineStats {
+    std::uint64_t engine_handlers = 0, polled_handlers = 0, parks = 0;
+  };
+  EngineStats engine_stats() const {
+    return {engine_handlers_.load(), polled_handlers_.load(), parks_.load()};
+  }
 
   // ibv_dereg_mr: takes the region out of the table and, on the engine thread, out of every
   // memory user. When this returns nothing in the engine reads or writes the region any more,
@@ -108,6 +141,18 @@ class Device {
   std::string stat_address_;
   std::unique_ptr<StatServer> stat_;  // uses io_: destroyed before it
   bool revoke_now(STag stag);
+  void engine_loop();
+  // Busy polling: whoever runs handlers holds engine_mu_ (the engine thread for one handler at a
+  // time, a poller for one io_.poll()); lease_wanted_ asks the engine thread to park until no
+  // program thread has polled for kBusyPollLease (last_poll_ns_, steady clock).
+  std::atomic<bool> busy_poll_{false};
+  std::mutex engine_mu_;
+  std::atomic<bool> lease_wanted_{false};
+  std::atomic<bool> wake_pending_{false};  // a handler that wakes the engine thread is queued
+  std::atomic<std::int64_t> last_poll_ns_{0};
+  std::mutex park_mu_;
+  std::condition_variable park_cv_;
+  std::atomic<std::uint64_t> engine_handlers_{0}, polled_handlers_{0}, parks_{0};
   std::thread engine_;
   // The engine thread's id, set once by the constructor: stop()'s join() clears engine_'s while
   // other threads may be asking on_engine_thread().

@@ -324,14 +324,17 @@ bool QueuePair::take_rqe() {
   std::optional<RecvWr> wr;
   // QpInit::rnr_wait: the application may be waiting for a completion held in the batch
   // before it posts the receive.
-  if (init_.rnr_wait.count() > 0) recv_flush();
+  // A busy-polling program thread running this handler is the application: it cannot post
+  // while it waits here, so it does not wait.
+  const auto rnr_wait = dev_.on_polling_thread() ? std::chrono::milliseconds(0) : init_.rnr_wait;
+  if (rnr_wait.count() > 0) recv_flush();
   if (init_.srq) {
-    wr = init_.srq->take(init_.rnr_wait);
+    wr = init_.srq->take(rnr_wait);
   } else {
     std::unique_lock l(mu_);
     // QpInit::rnr_wait: give the application a bounded chance to post the receive.
-    if (rq_.empty() && init_.rnr_wait.count() > 0)
-      rq_posted_.wait_for(l, init_.rnr_wait, [&] { return !rq_.empty() || rnr_abort_; });
+    if (rq_.empty() && rnr_wait.count() > 0)
+      rq_posted_.wait_for(l, rnr_wait, [&] { return !rq_.empty() || rnr_abort_; });
     if (!rq_.empty()) {
       wr = std::move(rq_.front());
       rq_.pop_front();

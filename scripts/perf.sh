@@ -139,19 +139,21 @@ run_qperf() {
 
 # run_pair NAME PROG ARGS...: a perftest server and client under the drop-in; the client's log
 # path in LOG; status 0 when both ended well.
+# RUN_FLAGS (an array) adds `rnic run` flags to both sides (the busy-poll variants).
+RUN_FLAGS=()
 run_pair() {
   local name=$1 prog=$2 spid crc src try
   shift 2
   LOG="$LOGS/$name.client.log"
   for try in 1 2 3; do  # a server that ended at once could not listen there: the next port
     next_port
-    timeout 600 "$RNIC" run --crc "$CRC" -- "$prog" -R -F -d rnic0 -p "$PORT" "$@" > "$LOGS/$name.server.log" 2>&1 &
+    timeout 600 "$RNIC" run --crc "$CRC" "${RUN_FLAGS[@]}" -- "$prog" -R -F -d rnic0 -p "$PORT" "$@" > "$LOGS/$name.server.log" 2>&1 &
     spid=$!
     sleep 1
     kill -0 "$spid" 2> /dev/null && break
     ((try < 3)) && say "$prog server on port $PORT ended at once (see $LOGS/$name.server.log): trying the next port"
   done
-  timeout 600 "$RNIC" run --crc "$CRC" -- "$prog" -R -F -d rnic0 -p "$PORT" "$@" 127.0.0.1 > "$LOG" 2>&1
+  timeout 600 "$RNIC" run --crc "$CRC" "${RUN_FLAGS[@]}" -- "$prog" -R -F -d rnic0 -p "$PORT" "$@" 127.0.0.1 > "$LOG" 2>&1
   crc=$?
   for _ in $(seq 1 100); do kill -0 "$spid" 2> /dev/null || break; sleep 0.1; done
   kill "$spid" 2> /dev/null  # a server whose client failed waits for it forever
@@ -163,19 +165,24 @@ run_pair() {
 }
 
 # perftest's -a sweep (2 B .. 8 MiB) once per program and pass; --quick runs -s SIZE per size.
+# The latency tests run twice: as they are, and with `rnic run --busy-poll` (recorded as
+# ib_send_lat_busypoll, ib_read_lat_busypoll): the thread that polls the CQ receives itself.
 run_perftest() {
-  local pass=$1 prog rows s v kind runs run iters
-  for prog in ib_write_bw ib_send_lat ib_read_lat; do
+  local pass=$1 prog rows s v kind runs run iters variant test
+  for variant in ib_write_bw ib_send_lat ib_send_lat+busypoll ib_read_lat ib_read_lat+busypoll; do
+    prog=${variant%%+*} test=${variant/+/_}
+    RUN_FLAGS=()
+    [[ $variant == *+busypoll ]] && RUN_FLAGS=(--busy-poll)
     kind=$([[ $prog == *_bw ]] && echo bw || echo lat)
     iters=$([[ $kind == bw ]] && echo "$PT_BW_ITERS" || echo "$PT_ITERS")
     if ((QUICK)); then runs=("${SIZE_BYTES[@]}"); else runs=(a); fi
     for run in "${runs[@]}"; do
       if [[ $run == a ]]; then
-        say "pass $pass/$PASSES: $prog -a -n $iters"
-        run_pair "$prog-p$pass" "$prog" -a -n "$iters"
+        say "pass $pass/$PASSES: $prog -a -n $iters ${RUN_FLAGS[*]}"
+        run_pair "$test-p$pass" "$prog" -a -n "$iters"
       else
-        say "pass $pass/$PASSES: $prog -s $run -n $iters"
-        run_pair "$prog-p$pass-$run" "$prog" -s "$run" -n "$iters"
+        say "pass $pass/$PASSES: $prog -s $run -n $iters ${RUN_FLAGS[*]}"
+        run_pair "$test-p$pass-$run" "$prog" -s "$run" -n "$iters"
       fi
       rows=$(awk -v kind="$kind" -f "$SRC/scripts/perf/perftest.awk" "$LOG")
       # Every size qperf ran that this run covers must have a row (else it is recorded failed).
@@ -186,13 +193,14 @@ run_perftest() {
       while read -r s v _; do
         [[ -n $s ]] || continue
         if [[ $kind == bw ]]; then
-          rec "$pass" perftest "$prog" "$s" bw "$v" MB/s "$(lookup "$pass" tcp tcp_bw "$s")" "$LOG"
+          rec "$pass" perftest "$test" "$s" bw "$v" MB/s "$(lookup "$pass" tcp tcp_bw "$s")" "$LOG"
         else
-          rec "$pass" perftest "$prog" "$s" lat "$v" us "$(lookup "$pass" tcp tcp_lat "$s")" "$LOG"
+          rec "$pass" perftest "$test" "$s" lat "$v" us "$(lookup "$pass" tcp tcp_lat "$s")" "$LOG"
         fi
       done <<< "$rows"
     done
   done
+  RUN_FLAGS=()
   # Issue 15's rate target: 64-byte RDMA Writes for a fixed time (a -n run of small messages
   # lasts milliseconds), against qperf tcp_bw's 64-byte rate (one send() per message).
   say "pass $pass/$PASSES: ib_write_bw -s 64 -D $SCALE_SECONDS"

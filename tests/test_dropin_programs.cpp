@@ -163,6 +163,22 @@ TEST(DropinDevice, PollYieldSettingIsChecked) {
   EXPECT_TRUE(no_error_lines(off));
 }
 
+// RNIC_BUSY_POLL is 0 or 1: anything else is one line naming it and no device; `rnic run
+// --busy-poll` sets it (perftest runs with it: DropinPerftest's *_busypoll cases).
+TEST(DropinDevice, BusyPollSettingIsChecked) {
+  Program bad("ibv_devices with RNIC_BUSY_POLL=yes",
+              rnic_run({"env", "RNIC_BUSY_POLL=yes", "ibv_devices"}));
+  bad.wait(kQuickLimit);
+  EXPECT_NE(bad.output().find("RNIC_BUSY_POLL"), std::string::npos)
+      << "the refusal should name the variable" << bad.describe();
+  EXPECT_EQ(bad.output().find(kDevice), std::string::npos)
+      << "no device with a bad setting" << bad.describe();
+  Program env("env under rnic run --busy-poll", rnic_run({"env"}, {"--busy-poll"}));
+  env.wait(kQuickLimit);
+  ASSERT_TRUE(exited_ok(env));
+  EXPECT_NE(env.output().find("RNIC_BUSY_POLL=1"), std::string::npos) << env.describe();
+}
+
 // `ibv_devinfo -v` fields (first occurrence of "name: value"), from one run per process.
 struct Devinfo {
   std::string output, description;
@@ -446,10 +462,12 @@ enum class ServerRows { LikeClient, LastSize, None };
 struct PerftestCase {
   const char* program;
   Sizes sizes;
-  bool events;  // -e: wait on completion events instead of busy polling
+  bool events;             // -e: wait on completion events instead of busy polling
+  bool busy_poll = false;  // rnic run --busy-poll on both sides
 };
 void PrintTo(const PerftestCase& c, std::ostream* os) {
-  *os << c.program << (c.sizes == Sizes::Fixed ? " -s/-n" : " -a") << (c.events ? " -e" : "");
+  *os << c.program << (c.sizes == Sizes::Fixed ? " -s/-n" : " -a") << (c.events ? " -e" : "")
+      << (c.busy_poll ? " (rnic run --busy-poll)" : "");
 }
 
 bool is_latency(const PerftestCase& c) {
@@ -539,10 +557,16 @@ TEST_P(DropinPerftest, ServerAndClientReportResults) {
   const int port = free_tcp_port();
   ASSERT_NE(port, 0);
   const auto args = perftest_args(c, port);
-  auto server = std::make_unique<Program>(std::string(c.program) + " server", rnic_run(args));
+  // Busy polling: each side says at exit how many engine handlers its polling threads ran
+  // (the "engine" log layer prints just that line).
+  const std::vector<std::string> settings =
+      c.busy_poll ? std::vector<std::string>{"--busy-poll", "--log", "engine=info"}
+                  : std::vector<std::string>{};
+  auto server =
+      std::make_unique<Program>(std::string(c.program) + " server", rnic_run(args, settings));
   ASSERT_TRUE(wait_listening(*server, port));
   auto client = std::make_unique<Program>(std::string(c.program) + " client",
-                                          rnic_run(cat(args, {kLoopback})));
+                                          rnic_run(cat(args, {kLoopback}), settings));
   client->wait(kClientLimit);
   server->wait(kServerAfter);
 
@@ -550,6 +574,22 @@ TEST_P(DropinPerftest, ServerAndClientReportResults) {
   EXPECT_TRUE(exited_ok(*server)) << peer(client);
   EXPECT_TRUE(no_error_lines(*client));
   EXPECT_TRUE(no_error_lines(*server));
+  if (c.busy_poll) {
+    // ib_write_lat waits by watching memory, not its CQ: its polling threads may run nothing.
+    const bool polls_cq = std::string_view(c.program) != "ib_write_lat";
+    std::uint64_t polled = 0;
+    for (const Program* p : {client.get(), server.get()}) {
+      static const std::regex kSummary(R"(busy polling: (\d+) handlers ran on polling threads)");
+      std::smatch m;
+      const std::string out = p->output();
+      ASSERT_TRUE(std::regex_search(out, m, kSummary))
+          << p->name() << " printed no busy-polling summary" << p->describe();
+      polled += std::stoull(m[1].str());
+    }
+    if (polls_cq) {
+      EXPECT_GT(polled, 0u) << "no engine handler ran on a polling thread";
+    }
+  }
 
   const auto sizes = c.sizes == Sizes::Fixed ? std::set<std::uint64_t>{kFixedSize} : all_sizes();
   EXPECT_TRUE(rows_for(*client, sizes, iterations(c))) << peer(server);
@@ -590,6 +630,10 @@ std::vector<PerftestCase> perftest_cases() {
         if (events && sizes == Sizes::All && !std::getenv("DROPIN_TESTS_FULL")) continue;
         out.push_back({program, sizes, events});
       }
+  // Busy polling (rnic run --busy-poll): every program at -s/-n, polling.
+  for (const char* program :
+       {"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat"})
+    out.push_back({program, Sizes::Fixed, false, true});
   return out;
 }
 
@@ -600,7 +644,8 @@ INSTANTIATE_TEST_SUITE_P(Perftest, DropinPerftest, ::testing::ValuesIn(perftest_
                                   (c.sizes == Sizes::Fixed ? "_s" + std::to_string(kFixedSize)
                                                            : std::string("_all")) +
                                   "_n" + std::to_string(iterations(c)) +
-                                  (c.events ? "_events" : "_poll");
+                                  (c.events ? "_events" : "_poll") +
+                                  (c.busy_poll ? "_busypoll" : "");
                          });
 
 // ib_atomic_bw / ib_atomic_lat: RFC 7306 atomics. What must happen follows from what the device

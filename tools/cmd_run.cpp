@@ -27,7 +27,7 @@ namespace {
 struct RunOptions {
   std::string crc, markers, mpa_rev, p2p, rtr, capture_dir, log, device, timeout_ms, rnr_wait,
       poll_yield, first_fpdu_delay, llp_timeout;
-  bool print_env = false;
+  bool print_env = false, busy_poll = false;
 };
 
 // Where the drop-in libraries are: $RNIC_DROPIN_DIR, else next to this binary in a build tree
@@ -81,6 +81,7 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
   set("RNIC_FIRST_FPDU_DELAY_MS", o.first_fpdu_delay);
   set("RNIC_LLP_TIMEOUT_MS", o.llp_timeout);
   set("RNIC_POLL_YIELD", o.poll_yield);
+  if (o.busy_poll) set("RNIC_BUSY_POLL", "1");
   if (!o.capture_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.capture_dir, ec);
@@ -91,10 +92,10 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
     set("RNIC_CAPTURE_DIR", std::filesystem::absolute(o.capture_dir).string());
   }
   if (o.print_env) {
-    for (const char* v :
-         {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P", "RNIC_RTR",
-          "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS", "RNIC_RNR_WAIT_MS",
-          "RNIC_FIRST_FPDU_DELAY_MS", "RNIC_LLP_TIMEOUT_MS", "RNIC_POLL_YIELD", "RNIC_CAPTURE_DIR"})
+    for (const char* v : {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P",
+                          "RNIC_RTR", "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS",
+                          "RNIC_RNR_WAIT_MS", "RNIC_FIRST_FPDU_DELAY_MS", "RNIC_LLP_TIMEOUT_MS",
+                          "RNIC_POLL_YIELD", "RNIC_BUSY_POLL", "RNIC_CAPTURE_DIR"})
       if (const char* x = std::getenv(v)) std::cerr << v << "=" << x << "\n";
   }
   std::vector<char*> argv;
@@ -137,7 +138,7 @@ Runner add_run_command(CLI::App& app) {
       "hand (with LD_LIBRARY_PATH pointing at the libraries):\n"
       "  RNIC_CRC, RNIC_MARKERS, RNIC_MPA_REV, RNIC_P2P (1/0), RNIC_RTR, RNIC_TIMEOUT_MS,\n"
       "  RNIC_RNR_WAIT_MS,\n"
-      "  RNIC_FIRST_FPDU_DELAY_MS, RNIC_LLP_TIMEOUT_MS, RNIC_POLL_YIELD,\n"
+      "  RNIC_FIRST_FPDU_DELAY_MS, RNIC_LLP_TIMEOUT_MS, RNIC_POLL_YIELD, RNIC_BUSY_POLL,\n"
       "  RNIC_CAPTURE_DIR, RNIC_LOG, RNIC_DEVICE; RNIC_DROPIN_DIR says where the libraries are;\n"
       "  RNIC_STAT=0 stops the process answering `rnic stat PID` (its live queue pairs,\n"
       "  regions and counters; docs/stat.md).\n"
@@ -182,6 +183,11 @@ Runner add_run_command(CLI::App& app) {
                   "busy-polling program (perftest) leaves the engine thread room on a machine\n"
                   "with few cores (default 16; 0: never)")
       ->check(decimal_in(0, 1000000));
+  sub->add_flag("--busy-poll", o->busy_poll,
+                "A thread that polls an empty CQ does the emulated RNIC's receive work itself\n"
+                "(reads, placements, completions) while the engine thread steps aside: no\n"
+                "thread hop and no wake-up between the socket and the program (perftest's\n"
+                "latency tests). The engine thread takes over 1 ms after the last poll");
   sub->add_option("--capture-dir", o->capture_dir,
                   "Record every connection of the program as a pcap in this directory\n"
                   "(PROGRAM-PID.pcap, PROGRAM-PID-2.pcap, ...), for Wireshark, rnic decode and\n"

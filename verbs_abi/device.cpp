@@ -151,6 +151,7 @@ rnic::Device* engine() {
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
   try {
     the_engine = new rnic::Device(s.device_name);
+    the_engine->set_busy_poll(s.busy_poll);
     engine_to_stop = the_engine;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rnic verbs: cannot start the emulated RNIC: %s\n", e.what());

@@ -148,6 +148,14 @@ Settings parse_settings(const char* (*get)(const char*)) {
     else
       s.poll_yield = n;
   }
+  if (const char* v = get("RNIC_BUSY_POLL"); v && *v) {
+    if (std::strcmp(v, "1") == 0)
+      s.busy_poll = true;
+    else if (std::strcmp(v, "0") == 0)
+      s.busy_poll = false;
+    else
+      fail("RNIC_BUSY_POLL", v, "0 or 1");
+  }
   if (const char* v = get("RNIC_CAPTURE_DIR"); v && *v) {
     struct stat st {};
     if (::stat(v, &st) != 0 || !S_ISDIR(st.st_mode) || ::access(v, W_OK) != 0) {

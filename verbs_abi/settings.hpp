@@ -23,6 +23,11 @@
 //                     (sched_yield), so a busy-polling program (perftest) does not starve the
 //                     engine thread on a machine with few cores (default 16; 0: never; at most
 //                     1000000)
+//   RNIC_BUSY_POLL    1: a thread that polls an empty CQ runs the engine's ready work itself
+//                     (receives, placements, completions) while the engine thread steps aside,
+//                     so a spinning program (perftest) has no thread hop and no wake-up on its
+//                     path; the engine thread takes over 1 ms after the last poll
+//                     (docs/progress-model.md). 0 (default): the engine thread does it all
 //   RNIC_CAPTURE_DIR  record every connection of the process as a pcap in this directory
 //   RNIC_LOG          log levels, as --log-level: "debug" or "mpa=trace,rnic=debug" (default:
 //   error)
@@ -42,6 +47,7 @@ struct Settings {
   std::string log_spec = "error";
   std::chrono::milliseconds rnr_wait{0};  // rnic::QpInit::rnr_wait
   unsigned poll_yield = 16;               // empty polls in a row before ibv_poll_cq yields
+  bool busy_poll = false;                 // rnic::Device::set_busy_poll
   // Empty, or one line saying which variable is wrong and why (the device then does not open).
   std::string error;
 };

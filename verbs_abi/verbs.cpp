@@ -390,6 +390,7 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
   // As rdma-core's providers, at least the entries asked for (a power of two).
   std::size_t depth = std::bit_ceil(static_cast<std::size_t>(cqe));
   cq->cq = std::make_shared<rnic::CompletionQueue>(depth, ch ? &ch->ch : nullptr, cq);
+  cq->cq->set_device(engine());
   cq->channel = ch;
   cq->pub.context = context;
   cq->pub.channel = channel;

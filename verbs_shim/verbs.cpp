@@ -146,6 +146,7 @@ ibv_cq* ibv_create_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_chan
   cq->cqe = cqe;
   cq->cq = std::make_shared<rnic::CompletionQueue>(static_cast<std::size_t>(cqe),
                                                    channel ? &channel->ch : nullptr, cq);
+  cq->cq->set_device(ctx->dev.get());
   if (channel) ++channel->cqs;
   return cq;
 }

@@ -54,4 +54,5 @@ plot_family() {  # plot_family NAME BW_SERIES LAT_SERIES
 
 plot_family qperf "qperf:rc_bw qperf:rc_rdma_write_bw qperf:rc_rdma_read_bw tcp:tcp_bw" \
   "qperf:rc_lat qperf:rc_rdma_write_lat qperf:rc_rdma_read_lat tcp:tcp_lat"
-plot_family perftest "perftest:ib_write_bw tcp:tcp_bw" "perftest:ib_send_lat perftest:ib_read_lat tcp:tcp_lat"
+plot_family perftest "perftest:ib_write_bw tcp:tcp_bw" \
+  "perftest:ib_send_lat perftest:ib_send_lat_busypoll perftest:ib_read_lat perftest:ib_read_lat_busypoll tcp:tcp_lat"
