@@ -74,13 +74,20 @@ CompletionQueue* CompletionChannel::wait(std::optional<std::chrono::milliseconds
 CompletionQueue::CompletionQueue(std::size_t depth, CompletionChannel* channel, void* context)
     : ring_(depth < 1 ? 1 : depth), channel_(channel), context_(context) {}
 
-int CompletionQueue::poll(std::span<Wc> out) {
+int CompletionQueue::poll(std::span<Wc> out, bool may_progress) {
+  thread_local unsigned empty_polls = 0;
   bool armed = false;
   const int n = take(out, &armed);
+  if (n > 0) {
+    empty_polls = 0;
+    return n;
+  }
   // Busy polling: nothing here yet, so this thread moves the engine itself (outside mu_: the
-  // handlers push into this CQ). Not on an armed CQ: the program is about to wait for its event
-  // (the poll between arming and waiting), and the engine thread is the one to run meanwhile.
-  if (n > 0 || out.empty() || armed || !dev_ || !dev_->busy_poll()) return n;
+  // handlers push into this CQ), once it has looked a few times in a row. Not on an armed CQ:
+  // the program is about to wait for its event (the poll between arming and waiting), and the
+  // engine thread is the one to run meanwhile.
+  if (out.empty() || !may_progress || armed || !dev_ || !dev_->busy_poll()) return 0;
+  if (++empty_polls < Device::kEmptyPollsBeforeProgress) return 0;
   if (!dev_->progress()) return 0;
   return take(out, nullptr);
 }

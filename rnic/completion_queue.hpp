@@ -51,9 +51,11 @@ class CompletionQueue {
   CompletionQueue(std::size_t depth, CompletionChannel* channel, void* context);
 
   // Up to out.size() completions, oldest first. Returns how many. When the CQ is empty, not
-  // armed, and its device busy-polls, the polling thread first runs the engine's ready handlers
-  // itself (Device::progress()) and looks again.
-  int poll(std::span<Wc> out);
+  // armed, its device busy-polls and this thread found CQs empty kEmptyPollsBeforeProgress
+  // times in a row, the polling thread first runs the engine's ready handlers itself
+  // (Device::progress()) and looks again.
+  // `may_progress` false: never drive progress (a later chunk of one ibv_poll_cq call).
+  int poll(std::span<Wc> out, bool may_progress = true);
   // The device whose engine fills this CQ, for busy polling (ibv_create_cq sets it; the CQ
   // must not be polled after the device is gone). Null: poll() never drives progress.
   void set_device(Device* dev) { dev_ = dev; }

@@ -58,10 +58,12 @@ void Device::engine_loop() {
         std::unique_lock p(park_mu_);
         ++parks_;
         // end_busy_poll() zeroes the time of the last poll: the program is about to block.
-        park_cv_.wait_for(p, kBusyPollLease,
-                          [&] { return io_.stopped() || last_poll_ns_.load() == 0; });
+        const std::chrono::microseconds lease(lease_us_.load());
+        park_cv_.wait_for(p, lease, [&] { return io_.stopped() || last_poll_ns_.load() == 0; });
         if (io_.stopped()) break;
-        if (now_ns() - last_poll_ns_.load() < kBusyPollLease.count() * 1000) continue;
+        const std::int64_t last = last_poll_ns_.load();
+        if (last != 0 && now_ns() - last < lease.count() * 1000) continue;
+        if (last == 0) ++handbacks_;
         lease_wanted_ = false;  // nobody polled for a lease period: the engine takes over
       }
       std::lock_guard l(engine_mu_);
@@ -83,7 +85,8 @@ bool Device::on_polling_thread() const {
 }
 
 bool Device::progress() {
-  if (!busy_poll_ || !engine_running_ || on_engine_thread()) return false;
+  if (!busy_poll_ || !engine_running_ || rnr_waiters_.load() > 0 || on_engine_thread())
+    return false;
   last_poll_ns_ = now_ns();
   std::unique_lock l(engine_mu_, std::try_to_lock);
   if (!l.owns_lock()) {
@@ -104,7 +107,7 @@ bool Device::progress() {
     // As on the engine thread: a handler that throws stops the engine (never the program).
     log::layer("rnic").critical("{}: engine stopped by an exception: {}", name_, e.what());
     io_.stop();
-    park_cv_.notify_all();
+    wake_parked();
   }
   polled_handlers_ += n;
   return n > 0;
@@ -113,6 +116,13 @@ bool Device::progress() {
 void Device::end_busy_poll() {
   if (!lease_wanted_.load()) return;
   last_poll_ns_ = 0;
+  wake_parked();
+}
+
+// Under park_mu_, so the notification cannot fall between the parked thread's check of its
+// condition and its wait (it would then wait out the lease).
+void Device::wake_parked() {
+  std::lock_guard l(park_mu_);
   park_cv_.notify_all();
 }
 
@@ -193,7 +203,7 @@ bool Device::stop(std::chrono::milliseconds bound) {
   if (on_engine_thread()) return false;
   work_.reset();
   io_.stop();
-  park_cv_.notify_all();
+  wake_parked();
   const auto deadline = std::chrono::steady_clock::now() + bound;
   while (engine_running_ && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -243,7 +253,7 @@ void Device::forget_stat_in_forked_child() {
 Device::~Device() {
   work_.reset();
   io_.stop();
-  park_cv_.notify_all();
+  wake_parked();
   if (engine_.joinable()) engine_.join();
   stat_.reset();
 }

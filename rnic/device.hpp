@@ -67,10 +67,12 @@ class Device {
   bool on_polling_thread() const;
 
   // Busy polling (issue 15's progress model): when on, a CQ of this device that a program polls
-  // and finds empty calls progress(), and the polling thread runs the engine's ready handlers
-  // itself (reads, placements, completions, doorbells, timers, connection steps) while the
-  // engine thread stays parked; the engine thread takes over again kBusyPollLease after the
-  // last poll. Off by default. Any thread.
+  // and finds empty several times in a row calls progress(), and the polling thread runs the
+  // engine's ready handlers itself (reads, placements, completions, doorbells, timers,
+  // connection steps) while the engine thread stays parked; the engine thread takes over
+  // kBusyPollLease after the last poll. Off by default. Any thread. Suspended while a QP of the
+  // device has a soft RNR wait (QpInit::rnr_wait): its wait for a receive must be the engine
+  // thread's, since the polling thread is the one that would post it.
   void set_busy_poll(bool on) { busy_poll_ = on; }
   bool busy_poll() const { return busy_poll_; }
   // Runs the engine's ready handlers on this thread, without blocking, if the engine thread is
@@ -80,13 +82,22 @@ class Device {
   // The program is about to block (it armed a CQ for an event): the engine thread takes over at
   // once instead of after the lease.
   void end_busy_poll();
-  static constexpr std::chrono::microseconds kBusyPollLease{1000};
-  // Handlers run by the engine thread and by polling threads, and times the engine parked.
+  static constexpr std::chrono::microseconds kBusyPollLease{250};
+  // Tests: a longer lease, so that what a test makes happen while its thread polls is run by
+  // that thread even when the machine deschedules it for a while.
+  void set_busy_poll_lease(std::chrono::microseconds lease) { lease_us_ = lease.count(); }
+  // Empty polls in a row on a thread before a poll drives progress: a program that looks once
+  // and then waits some other way does not take the engine.
+  static constexpr unsigned kEmptyPollsBeforeProgress = 4;
+  // QueuePair: one more (+1) or one fewer (-1) QP with a soft RNR wait.
+  void count_rnr_waiter(int delta) { rnr_waiters_ += delta; }
+  // Handlers run by the engine thread and by polling threads, lease periods the engine thread
+  // spent parked, and times it was handed the engine back by end_busy_poll().
   struct EngineStats {
-    std::uint64_t engine_handlers = 0, polled_handlers = 0, parks = 0;
+    std::uint64_t engine_handlers = 0, polled_handlers = 0, parks = 0, handbacks = 0;
   };
   EngineStats engine_stats() const {
-    return {engine_handlers_.load(), polled_handlers_.load(), parks_.load()};
+    return {engine_handlers_.load(), polled_handlers_.load(), parks_.load(), handbacks_.load()};
   }
 
   // ibv_dereg_mr: takes the region out of the table and, on the engine thread, out of every
@@ -152,7 +163,10 @@ class Device {
   std::atomic<std::int64_t> last_poll_ns_{0};
   std::mutex park_mu_;
   std::condition_variable park_cv_;
-  std::atomic<std::uint64_t> engine_handlers_{0}, polled_handlers_{0}, parks_{0};
+  std::atomic<std::uint64_t> engine_handlers_{0}, polled_handlers_{0}, parks_{0}, handbacks_{0};
+  std::atomic<int> rnr_waiters_{0};
+  std::atomic<std::int64_t> lease_us_{kBusyPollLease.count()};
+  void wake_parked();
   std::thread engine_;
   // The engine thread's id, set once by the constructor: stop()'s join() clears engine_'s while
   // other threads may be asking on_engine_thread().

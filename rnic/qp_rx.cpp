@@ -61,7 +61,9 @@ class QueuePair::RxSink : public mpa::FpduSink {
   QueuePair& qp_;
 };
 
-QueuePair::~QueuePair() = default;
+QueuePair::~QueuePair() {
+  if (init_.rnr_wait.count() > 0) dev_.count_rnr_waiter(-1);
+}
 
 void QueuePair::recv_push(const Wc& wc, bool solicited) {
   if (rx_.batching) {
@@ -325,7 +327,8 @@ bool QueuePair::take_rqe() {
   // QpInit::rnr_wait: the application may be waiting for a completion held in the batch
   // before it posts the receive.
   // A busy-polling program thread running this handler is the application: it cannot post
-  // while it waits here, so it does not wait.
+  // while it waits here, so it does not wait (Device::progress() does not run while a QP has a
+  // soft RNR wait; this covers a QP made while a poll was under way).
   const auto rnr_wait = dev_.on_polling_thread() ? std::chrono::milliseconds(0) : init_.rnr_wait;
   if (rnr_wait.count() > 0) recv_flush();
   if (init_.srq) {

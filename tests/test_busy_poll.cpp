@@ -13,6 +13,7 @@
 #include "endpoint_pair.hpp"
 #include "raw_peer.hpp"
 #include "rnic/device.hpp"
+#include "rnic/queue_pair.hpp"
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;
@@ -33,6 +34,19 @@ std::optional<ibv_wc> spin_wc(ibv_cq* cq, std::chrono::milliseconds limit = 10s)
   while (std::chrono::steady_clock::now() < end)
     if (ibv_poll_cq(cq, 1, &wc) == 1) return wc;
   return std::nullopt;
+}
+
+// Polls `cq` (empty) until the device's engine thread has parked for this thread, at most 5 s:
+// from then on the polling thread is the one that runs the engine.
+bool take_engine(rnic::Device& dev, ibv_cq* cq) {
+  const auto parks = dev.engine_stats().parks;
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  ibv_wc wc;
+  while (std::chrono::steady_clock::now() < end) {
+    if (ibv_poll_cq(cq, 1, &wc) != 0) return false;
+    if (dev.engine_stats().parks > parks) return true;
+  }
+  return false;
 }
 
 void fill(std::vector<std::uint8_t>& v, unsigned seed) {
@@ -218,9 +232,8 @@ TEST(BusyPoll, TheEngineThreadTakesOverWhenTheProgramStopsPolling) {
   auto* smr = p.client->reg(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
   auto* dmr = p.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE);
   ASSERT_EQ(post_one_recv(p.server->qp(), dst.data(), 300, dmr->lkey, 77), 0);
-  // One more poll now, so the lease is fresh when the Send goes.
-  ibv_wc wc;
-  EXPECT_EQ(ibv_poll_cq(p.server->recv_cq(), 1, &wc), 0);
+  // The polling thread holds the engine when the Send goes, and then stops polling.
+  ASSERT_TRUE(take_engine(dev, p.server->recv_cq()));
   const auto polled = dev.engine_stats().polled_handlers;
   ASSERT_EQ(post_one(p.client->qp(), {.op = IBV_WR_SEND,
                                       .addr = src.data(),
@@ -240,8 +253,9 @@ TEST(BusyPoll, TheEngineThreadTakesOverWhenTheProgramStopsPolling) {
   EXPECT_EQ(dst, src);
 }
 
-// Polling an armed CQ (the poll between ibv_req_notify_cq and waiting for the event) does not
-// take the engine: the program is about to sleep, and the engine thread delivers the event.
+// Arming a CQ (what a program does before it sleeps on the channel) hands the engine back to
+// the engine thread at once, and polling an armed CQ (the poll between ibv_req_notify_cq and
+// waiting for the event) does not take it: the engine thread delivers the event.
 TEST(BusyPoll, AnArmedCqIsWaitedOnNotDriven) {
   std::vector<std::uint8_t> src(64), dst(64, 0);  // outlive the endpoints
   auto p = connect_pair();
@@ -252,7 +266,12 @@ TEST(BusyPoll, AnArmedCqIsWaitedOnNotDriven) {
   auto* smr = p.client->reg(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
   auto* dmr = p.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE);
   ASSERT_EQ(post_one_recv(p.server->qp(), dst.data(), 64, dmr->lkey, 8), 0);
+  ASSERT_TRUE(take_engine(dev, p.server->recv_cq()));
+  const auto handbacks = dev.engine_stats().handbacks;
   ASSERT_EQ(ibv_req_notify_cq(p.server->recv_cq(), 0), 0);
+  // Arming handed the engine back at once (not at the end of the lease).
+  EXPECT_TRUE(eventually([&] { return dev.engine_stats().handbacks > handbacks; }, 5s))
+      << "arming the CQ did not hand the engine back";
   const auto polled = dev.engine_stats().polled_handlers;
   ASSERT_EQ(post_one(p.client->qp(), {.op = IBV_WR_SEND,
                                       .addr = src.data(),
@@ -281,6 +300,7 @@ TEST(BusyPoll, AProtocolErrorFoundWhilePollingEndsTheQpCleanly) {
   auto p = connect_pair();
   auto& dev = device_of(*p.server);
   dev.set_busy_poll(true);
+  dev.set_busy_poll_lease(2s);  // the polling thread keeps the engine however it is scheduled
   auto* smr = p.client->reg(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
   auto* m1 = p.server->reg(r1.data(), r1.size(), IBV_ACCESS_LOCAL_WRITE);
   auto* m2 = p.server->reg(r2.data(), r2.size(), IBV_ACCESS_LOCAL_WRITE);
@@ -288,8 +308,7 @@ TEST(BusyPoll, AProtocolErrorFoundWhilePollingEndsTheQpCleanly) {
   ASSERT_EQ(post_one_recv(p.server->qp(), r2.data(), 64, m2->lkey, 12), 0);
   auto* cm = p.client->reg(cr.data(), cr.size(), IBV_ACCESS_LOCAL_WRITE);
   ASSERT_EQ(post_one_recv(p.client->qp(), cr.data(), 64, cm->lkey, 31), 0);
-  ibv_wc wc;
-  EXPECT_EQ(ibv_poll_cq(p.server->recv_cq(), 1, &wc), 0);  // takes the engine
+  ASSERT_TRUE(take_engine(dev, p.server->recv_cq()));
   const auto before = dev.engine_stats();
   ASSERT_EQ(post_one(p.client->qp(), {.op = IBV_WR_RDMA_WRITE,
                                       .addr = src.data(),
@@ -347,4 +366,56 @@ TEST(BusyPoll, TwoThreadsPollingOneDeviceTakeTurns) {
   EXPECT_EQ(e1, "");
   EXPECT_EQ(e2, "");
   EXPECT_GT(device_of(s1).engine_stats().polled_handlers, before.polled_handlers);
+}
+
+// A program that looks at its CQ a few times and then waits some other way does not take the
+// engine: fewer than kEmptyPollsBeforeProgress empty polls in a row run nothing.
+TEST(BusyPoll, AFewEmptyPollsDoNotTakeTheEngine) {
+  auto p = connect_pair();
+  auto& dev = device_of(*p.server);
+  dev.set_busy_poll(true);
+  ibv_wc wc;
+  // A completion resets the thread's count of empty polls.
+  ASSERT_EQ(ping_pong(*p.server, *p.client, 2, 8), "");
+  std::this_thread::sleep_for(20ms);  // the lease of the ping-pong's polls runs out
+  const auto before = dev.engine_stats();
+  std::vector<std::uint8_t> src(8, 1), dst(8);
+  auto* smr = p.client->reg(src.data(), 8, IBV_ACCESS_LOCAL_WRITE);
+  auto* dmr = p.server->reg(dst.data(), 8, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(post_one_recv(p.server->qp(), dst.data(), 8, dmr->lkey, 1), 0);
+  ASSERT_EQ(post_one(p.client->qp(), {.op = IBV_WR_SEND,
+                                      .addr = src.data(),
+                                      .len = 8,
+                                      .lkey = smr->lkey,
+                                      .flags = 0,
+                                      .wr_id = 2}),
+            0);
+  ASSERT_TRUE(eventually([&] { return p.server->recv_cq()->cq->used() == 1; }, 5s));
+  ASSERT_EQ(ibv_poll_cq(p.server->recv_cq(), 1, &wc), 1);  // resets the count
+  for (unsigned i = 0; i + 1 < rnic::Device::kEmptyPollsBeforeProgress; ++i)
+    EXPECT_EQ(ibv_poll_cq(p.server->recv_cq(), 1, &wc), 0);
+  const auto after = dev.engine_stats();
+  EXPECT_EQ(after.polled_handlers, before.polled_handlers);
+  EXPECT_EQ(after.parks, before.parks) << "a few polls parked the engine thread";
+  p.client->dereg(smr);
+  p.server->dereg(dmr);
+}
+
+// A QP with a soft RNR wait (QpInit::rnr_wait) suspends busy polling on its device: the wait
+// for a receive must be the engine thread's, since the polling thread is the one that posts it
+// (the drop-in refuses RNIC_BUSY_POLL=1 with RNIC_RNR_WAIT_MS).
+TEST(BusyPoll, ASoftRnrWaitKeepsTheWorkOnTheEngineThread) {
+  auto p = connect_pair();
+  auto& dev = device_of(*p.server);
+  dev.set_busy_poll(true);
+  rnic::QpInit init;
+  init.rnr_wait = std::chrono::milliseconds(100);
+  {
+    auto waiting = std::make_shared<rnic::QueuePair>(dev, init);
+    ASSERT_EQ(ping_pong(*p.server, *p.client, 20, 9), "");
+    EXPECT_EQ(dev.engine_stats().polled_handlers, 0u);
+    EXPECT_EQ(dev.engine_stats().parks, 0u);
+  }
+  ASSERT_EQ(ping_pong(*p.server, *p.client, 20, 10), "");
+  EXPECT_GT(dev.engine_stats().polled_handlers, 0u) << "busy polling did not come back";
 }

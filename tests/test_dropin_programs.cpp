@@ -173,6 +173,12 @@ TEST(DropinDevice, BusyPollSettingIsChecked) {
       << "the refusal should name the variable" << bad.describe();
   EXPECT_EQ(bad.output().find(kDevice), std::string::npos)
       << "no device with a bad setting" << bad.describe();
+  Program both("ibv_devices with RNIC_BUSY_POLL=1 and RNIC_RNR_WAIT_MS=100",
+               rnic_run({"env", "RNIC_BUSY_POLL=1", "RNIC_RNR_WAIT_MS=100", "ibv_devices"}));
+  both.wait(kQuickLimit);
+  EXPECT_NE(both.output().find("RNIC_RNR_WAIT_MS is set"), std::string::npos)
+      << "busy polling with a soft RNR wait should be refused" << both.describe();
+  EXPECT_EQ(both.output().find(kDevice), std::string::npos) << both.describe();
   Program env("env under rnic run --busy-poll", rnic_run({"env"}, {"--busy-poll"}));
   env.wait(kQuickLimit);
   ASSERT_TRUE(exited_ok(env));

@@ -155,6 +155,12 @@ Settings parse_settings(const char* (*get)(const char*)) {
       s.busy_poll = false;
     else
       fail("RNIC_BUSY_POLL", v, "0 or 1");
+    // The soft RNR wait waits for the program to post a receive; with busy polling the thread
+    // that would wait is the program's own (rnic::Device::progress()).
+    if (s.busy_poll && s.rnr_wait.count() > 0)
+      fail("RNIC_BUSY_POLL", v,
+           "0 while RNIC_RNR_WAIT_MS is set (a busy-polling thread cannot wait for itself to "
+           "post a receive)");
   }
   if (const char* v = get("RNIC_CAPTURE_DIR"); v && *v) {
     struct stat st {};

@@ -244,7 +244,10 @@ int poll_cq_op(ibv_cq* c, int num_entries, ibv_wc* wc) {
   int total = 0;
   while (total < num_entries) {
     const int want = std::min(num_entries - total, 32);
-    const int n = cq->cq->poll(std::span<rnic::Wc>(buf, static_cast<std::size_t>(want)));
+    // Only the first chunk may run the engine (busy polling): a poll that got completions
+    // returns them.
+    const int n =
+        cq->cq->poll(std::span<rnic::Wc>(buf, static_cast<std::size_t>(want)), total == 0);
     for (int i = 0; i < n; ++i) {
       const rnic::Wc& w = buf[i];
       ibv_wc& o = wc[total + i];

@@ -180,7 +180,9 @@ int ibv_poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   int total = 0;
   while (total < num_entries) {
     const int want = std::min(num_entries - total, 32);
-    const int n = cq->cq->poll(std::span<rnic::Wc>(buf, static_cast<std::size_t>(want)));
+    // Only the first chunk may run the engine (busy polling).
+    const int n =
+        cq->cq->poll(std::span<rnic::Wc>(buf, static_cast<std::size_t>(want)), total == 0);
     for (int i = 0; i < n; ++i) wc[total + i] = to_ibv_wc(buf[i]);
     total += n;
     if (n < want) break;
