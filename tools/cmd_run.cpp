@@ -187,7 +187,8 @@ Runner add_run_command(CLI::App& app) {
                 "A thread that polls an empty CQ does the emulated RNIC's receive work itself\n"
                 "(reads, placements, completions) while the engine thread steps aside: no\n"
                 "thread hop and no wake-up between the socket and the program (perftest's\n"
-                "latency tests). The engine thread takes over 1 ms after the last poll");
+                "latency tests). The engine thread takes over 250 us after the last poll.\n"
+                "Not with --rnr-wait (the polling thread cannot wait for itself)");
   sub->add_option("--capture-dir", o->capture_dir,
                   "Record every connection of the program as a pcap in this directory\n"
                   "(PROGRAM-PID.pcap, PROGRAM-PID-2.pcap, ...), for Wireshark, rnic decode and\n"

@@ -26,8 +26,9 @@
 //   RNIC_BUSY_POLL    1: a thread that polls an empty CQ runs the engine's ready work itself
 //                     (receives, placements, completions) while the engine thread steps aside,
 //                     so a spinning program (perftest) has no thread hop and no wake-up on its
-//                     path; the engine thread takes over 1 ms after the last poll
-//                     (docs/progress-model.md). 0 (default): the engine thread does it all
+//                     path; the engine thread takes over 250 us after the last poll
+//                     (docs/progress-model.md); not with RNIC_RNR_WAIT_MS. 0 (default): the
+//                     engine thread does it all
 //   RNIC_CAPTURE_DIR  record every connection of the process as a pcap in this directory
 //   RNIC_LOG          log levels, as --log-level: "debug" or "mpa=trace,rnic=debug" (default:
 //   error)
