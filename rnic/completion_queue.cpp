@@ -89,7 +89,9 @@ int CompletionQueue::poll(std::span<Wc> out, bool may_progress) {
   if (out.empty() || !may_progress || armed || !dev_ || !dev_->busy_poll()) return 0;
   if (++empty_polls < Device::kEmptyPollsBeforeProgress) return 0;
   if (!dev_->progress()) return 0;
-  return take(out, nullptr);
+  const int got = take(out, nullptr);
+  if (got > 0) empty_polls = 0;  // a completion ends the run of empty polls, however it came
+  return got;
 }
 
 int CompletionQueue::take(std::span<Wc> out, bool* armed) {

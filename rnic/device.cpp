@@ -213,8 +213,8 @@ bool Device::stop(std::chrono::milliseconds bound) {
   if (busy_poll_)
     log::layer("engine").info(
         "{}: busy polling: {} handlers ran on polling threads, {} on the engine thread, which "
-        "parked {} times",
-        name_, polled_handlers_.load(), engine_handlers_.load(), parks_.load());
+        "spent {} lease periods parked and was handed the engine back {} times by arming",
+        name_, polled_handlers_.load(), engine_handlers_.load(), parks_.load(), handbacks_.load());
   // Nothing answers on the engine any more: `rnic stat` finds no RNIC here.
   stat_.reset();
   return true;

@@ -160,10 +160,11 @@ std::size_t SharedReceiveQueue::size() const {
 
 QueuePair::QueuePair(Device& dev, const QpInit& init)
     : dev_(dev), init_(init), qp_num_(dev.next_qp_num()) {
-  if (init_.rnr_wait.count() > 0) dev_.count_rnr_waiter(+1);
   std::size_t n = 1;
   while (n < init_.caps.max_send_wr) n <<= 1;
   sq_.resize(n);
+  // Last, so that a constructor that threw counts nothing (the destructor would not run).
+  if (init_.rnr_wait.count() > 0) dev_.count_rnr_waiter(+1);
 }
 
 bool QueuePair::set_state(QpState s) {

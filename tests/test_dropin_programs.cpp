@@ -179,6 +179,12 @@ TEST(DropinDevice, BusyPollSettingIsChecked) {
   EXPECT_NE(both.output().find("RNIC_RNR_WAIT_MS is set"), std::string::npos)
       << "busy polling with a soft RNR wait should be refused" << both.describe();
   EXPECT_EQ(both.output().find(kDevice), std::string::npos) << both.describe();
+  Program flags("rnic run --busy-poll --rnr-wait 100",
+                rnic_run({"env"}, {"--busy-poll", "--rnr-wait", "100"}));
+  flags.wait(kQuickLimit);
+  EXPECT_TRUE(flags.status().exited() && flags.status().code == 2) << flags.describe();
+  EXPECT_NE(flags.output().find("--busy-poll with --rnr-wait"), std::string::npos)
+      << flags.describe();
   Program env("env under rnic run --busy-poll", rnic_run({"env"}, {"--busy-poll"}));
   env.wait(kQuickLimit);
   ASSERT_TRUE(exited_ok(env));

@@ -56,6 +56,11 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
     std::cerr << "rnic run: no program to run (rnic run [OPTIONS] -- PROGRAM [ARGS...])\n";
     return 2;
   }
+  if (o.busy_poll && !o.rnr_wait.empty() && o.rnr_wait != "0") {
+    std::cerr << "rnic run: --busy-poll with --rnr-wait " << o.rnr_wait
+              << ": a busy-polling thread cannot wait for itself to post a receive\n";
+    return 2;
+  }
   std::string looked;
   const std::string dir = dropin_dir(&looked);
   if (dir.empty()) {

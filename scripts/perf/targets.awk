@@ -31,7 +31,7 @@ END {
   ratio_target(t1, "perftest", "ib_write_bw", 1048576, "ib_write_bw 1 MiB", 0.95)
   t2 = "8-byte round trip <= raw TCP + 2 us polling, + 4 us blocking"
   rtt_target(t2, "perftest", "ib_send_lat", 8, "ib_send_lat 8 B (busy-polls its CQ; the engine thread receives) vs tcp_lat", 2)
-  rtt_target(t2, "perftest", "ib_send_lat_busypoll", 8, "ib_send_lat 8 B under rnic run --busy-poll (the polling thread receives) vs tcp_lat", 2)
+  rtt_target(t2, "perftest", "ib_send_lat_busypoll", 8, "ib_send_lat 8 B under rnic run --busy-poll (the polling thread receives) vs tcp_lat (which blocks in read())", 2)
   rtt_target(t2, "qperf", "rc_lat", 8, "qperf rc_lat 8 B (waits on the completion channel) vs tcp_lat", 4)
   t3 = "64-byte RDMA Write rate >= 3 M msg/s with a deep send queue"
   if (have("perftest", "ib_write_rate", 64)) {
