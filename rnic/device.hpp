@@ -154,8 +154,8 @@ class Device {
   bool revoke_now(STag stag);
   void engine_loop();
   // Busy polling: whoever runs handlers holds engine_mu_ (the engine thread for one handler at a
-  // time, a poller for one io_.poll()); lease_wanted_ asks the engine thread to park until no
-  // program thread has polled for kBusyPollLease (last_poll_ns_, steady clock).
+  // time, a poller for up to 64 in one progress()); lease_wanted_ asks the engine thread to park
+  // until no program thread has polled for the lease (lease_us_; last_poll_ns_, steady clock).
   std::atomic<bool> busy_poll_{false};
   std::mutex engine_mu_;
   std::atomic<bool> lease_wanted_{false};
