@@ -26,7 +26,7 @@
 set -uo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RNIC="${RNIC:-$SRC/build/rnic}"
-. "$SRC/scripts/siwvm/signatures.sh"  # close_race_on_wire, siw_bad_crc_on_wire
+. "$SRC/scripts/siwvm/signatures.sh"  # TSHARK, close_race_on_wire, siw_bad_crc_on_wire
 CACHE="${SIWVM_CACHE:-$SRC/build/siwvm}"
 RES=""; ONLY="."
 while [ $# -gt 0 ]; do
@@ -394,12 +394,18 @@ mixed_ours_params() {  # from the drop-in's `--log cm=info` lines "... ESTABLISH
               /IRD\/ORD/! s/(markers [a-z]+\/[a-z]+)/\1, IRD\/ORD 0\/0 0\/0/
               s/ p2p rtr ([a-z]+)/, peer-to-peer RTR \1/' | paste -sd ';' | sed 's/;/; /g'
 }
-tshark_check() {  # FILE [TSHARK OPTIONS]: prints "ok N" or the problem
-  local f="$1" nf bad mal; shift
-  nf=$(timeout 60 tshark "$@" -r "$f" -Y 'iwarp_mpa' -T fields -e frame.number 2>/dev/null | wc -l)
-  bad=$(timeout 60 tshark "$@" -r "$f" -V -Y 'iwarp_mpa' 2>/dev/null | grep -c 'Bad CRC32')
-  mal=$(timeout 60 tshark "$@" -r "$f" -Y '_ws.malformed' -T fields -e frame.number 2>/dev/null | wc -l)
-  if [ "$nf" -gt 0 ] && [ "$bad" = 0 ] && [ "$mal" = 0 ]; then echo "ok $nf"; else echo "MPA frames $nf, bad CRC $bad, malformed $mal"; fi
+tshark_check() {  # FILE [TSHARK OPTIONS]: prints "ok N" or the problem (with tshark's own words)
+  local f="$1" nf bad mal rc out err; shift
+  out=$(mktemp); err=$(mktemp)
+  timeout 60 "${TSHARK[@]}" "$@" -r "$f" -Y 'iwarp_mpa' -T fields -e frame.number > "$out" 2>"$err"
+  rc=$?; nf=$(wc -l < "$out")
+  bad=$(timeout 60 "${TSHARK[@]}" "$@" -r "$f" -V -Y 'iwarp_mpa' 2>/dev/null | grep -c 'Bad CRC32')
+  mal=$(timeout 60 "${TSHARK[@]}" "$@" -r "$f" -Y '_ws.malformed' -T fields -e frame.number 2>/dev/null | wc -l)
+  if [ "$rc" = 0 ] && [ "$nf" -gt 0 ] && [ "$bad" = 0 ] && [ "$mal" = 0 ]; then echo "ok $nf"
+  else
+    echo "MPA frames $nf, bad CRC $bad, malformed $mal$([ "$rc" = 0 ] || echo ", tshark exit $rc: $(grep -v 'Running as user' "$err" | head -2 | tr '\n|' ' /')")"
+  fi
+  rm -f "$out" "$err"
 }
 judge_mixed() {  # AID: judge one attempt of a mixed case (sets orc grc why pcol dcol tcol ours)
   local a="$1" log="$RES/$1.ours.log" op wp pp want f t drc nf tbad bw last

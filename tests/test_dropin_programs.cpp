@@ -846,9 +846,10 @@ TEST(DropinCapture, PerftestConnectionsRecordedAsReadablePcaps) {
       EXPECT_TRUE(exited_ok(tshark));
       EXPECT_TRUE(no_error_lines(tshark));
       // tshark's iWARP dissectors find the same FPDUs as rnic decode (one RDMAP opcode each).
-      Program fpdus("tshark FPDUs", {"tshark", "-o", "tcp.reassemble_out_of_order:TRUE", "-r", file,
-                                     "-Y", "iwarp_mpa.fpdu", "-T", "fields", "-E", "occurrence=a",
-                                     "-E", "aggregator=,", "-e", "iwarp_rdma.opcode"});
+      Program fpdus("tshark FPDUs", {"tshark", "-o", "tcp.try_heuristic_first:TRUE", "-o",
+                                     "tcp.reassemble_out_of_order:TRUE", "-r", file, "-Y",
+                                     "iwarp_mpa.fpdu", "-T", "fields", "-E", "occurrence=a", "-E",
+                                     "aggregator=,", "-e", "iwarp_rdma.opcode"});
       fpdus.wait(kQuickLimit);
       EXPECT_TRUE(exited_ok(fpdus));
       int tshark_fpdus = 0;

@@ -152,10 +152,11 @@ TEST(EnlargeDemoCapture, OpensCleanlyInTheDecoderAndTshark) {
   EXPECT_EQ(theirs.opcode_counts, f.opcode_counts);
   // Our Sends carry this protocol, not RPC-over-RDMA or SMB Direct: tshark's guesses at those
   // would call them malformed.
-  const auto detail = test::run_command(
-      "tshark --disable-protocol rpcordma --disable-protocol smb_direct "
-      "-o tcp.reassemble_out_of_order:TRUE -r '" +
-      pcap.path + "' -V");
+  const auto detail =
+      test::run_command(test::kTshark +
+                        " --disable-protocol rpcordma --disable-protocol smb_direct "
+                        "-o tcp.reassemble_out_of_order:TRUE -r '" +
+                        pcap.path + "' -V");
   std::size_t good = 0;
   for (std::size_t at = 0; (at = detail.find("(Good CRC32)", at)) != std::string::npos; ++at)
     ++good;

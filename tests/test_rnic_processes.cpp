@@ -132,13 +132,13 @@ TEST(RnicProcesses, LiveCaptureOpensInTshark) {
     if (r.kind == trace::Record::Kind::Fpdu && r.ddp) our_keys.push_back(test::key_of(r));
   EXPECT_EQ(theirs.keys, our_keys);
   // Every FPDU's CRC is good in tshark's eyes.
-  auto detail = test::run_command("tshark -r '" + pcap.path + "' -V");
+  auto detail = test::run_command(test::kTshark + " -r '" + pcap.path + "' -V");
   std::size_t good = 0;
   for (std::size_t at = 0; (at = detail.find("(Good CRC32)", at)) != std::string::npos; ++at)
     ++good;
   EXPECT_EQ(good, ours.flows[0].fpdus);
   EXPECT_EQ(detail.find("Bad CRC32"), std::string::npos);
-  auto bad = test::run_command("tshark -r '" + pcap.path +
+  auto bad = test::run_command(test::kTshark + " -r '" + pcap.path +
                                "' -Y '_ws.malformed || _ws.expert.severity >= \"error\"'");
   EXPECT_TRUE(bad.empty()) << bad;
 }
@@ -251,7 +251,7 @@ TEST_P(ProtectionError, TsharkReadsTheTerminate) {
   unsigned layer = 0, etype = 0, code = 0;
   ASSERT_EQ(std::sscanf(f.terminate, "layer %u etype %u code %x", &layer, &etype, &code), 3);
   auto out = test::run_command(
-      "tshark -r '" + cpcap.path +
+      test::kTshark + " -r '" + cpcap.path +
       "' -Y 'iwarp_rdma.opcode == 7' -T fields -E separator=, -e iwarp_rdma.term_layer "
       "-e iwarp_rdma.term_etype_rdma -e iwarp_rdma.term_etype_ddp -e iwarp_rdma.term_errcode_rdma "
       "-e iwarp_rdma.term_errcode_ddp_tagged -e iwarp_rdma.term_errcode_ddp_untagged "
@@ -265,8 +265,8 @@ TEST_P(ProtectionError, TsharkReadsTheTerminate) {
   // DDP-layer errors carry the failing DDP header: M and D set. (tshark 4.0 gives the D and R
   // bits no filter names of their own, so read its detail view.)
   if (layer == 1) {
-    auto detail =
-        test::run_command("tshark -r '" + cpcap.path + "' -Y 'iwarp_rdma.opcode == 7' -V");
+    auto detail = test::run_command(test::kTshark + " -r '" + cpcap.path +
+                                    "' -Y 'iwarp_rdma.opcode == 7' -V");
     EXPECT_NE(detail.find("M bit: Set"), std::string::npos) << detail;
     EXPECT_NE(detail.find("D bit: Set"), std::string::npos) << detail;
     EXPECT_NE(detail.find("Terminated DDP Header"), std::string::npos) << detail;

@@ -4,13 +4,18 @@
 # case another attempt only when one of these confirms what the programs' logs said (see
 # docs/siw-interop.md); tests/siw_signatures.sh checks them on committed captures.
 
+# tshark as every check here runs it: heuristic dissectors (MPA's) before the ones registered
+# for a port, else a connection whose ephemeral port Wireshark gives to another protocol (57000 is
+# IRC's) shows no MPA frame at all (tests/test_generated_traces.cpp, GeneratedTracePorts).
+TSHARK=(tshark -o tcp.try_heuristic_first:TRUE)
+
 # close_race_on_wire PCAP: siw's close race. True when, on the connection of siw's last Send
 # (the data-exchange connection of perftest -R), that Send carries the MSN of our last Send
 # there (the same close-handshake exchange), our FIN on that connection comes after it, and
 # before that FIN we neither closed nor reset that connection and siw sent no FIN or RST on it.
 # (An RST of siw's on another connection, e.g. perftest's listen race, does not count.)
 close_race_on_wire() {
-  timeout 60 tshark --disable-protocol rpcordma -r "$1" \
+  timeout 60 "${TSHARK[@]}" --disable-protocol rpcordma -r "$1" \
     -Y 'iwarp_rdma.opcode == 3 || tcp.flags.fin == 1 || tcp.flags.reset == 1' \
     -T fields -e tcp.stream -e ip.src -e iwarp_rdma.opcode -e iwarp_ddp.msn -e tcp.flags.fin \
     -e tcp.flags.reset 2>/dev/null | awk -F'\t' '
@@ -34,6 +39,6 @@ close_race_on_wire() {
 # siw_bad_crc_on_wire PCAP: siw sent an FPDU whose MPA CRC does not match its octets (tshark's
 # own check, independent of our decoder).
 siw_bad_crc_on_wire() {
-  [ "$(timeout 60 tshark --disable-protocol rpcordma -r "$1" -V -Y 'iwarp_mpa && ip.src == 10.0.2.15' \
+  [ "$(timeout 60 "${TSHARK[@]}" --disable-protocol rpcordma -r "$1" -V -Y 'iwarp_mpa && ip.src == 10.0.2.15' \
         2>/dev/null | grep -c 'Bad CRC32')" -gt 0 ]
 }
