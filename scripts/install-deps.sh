@@ -25,6 +25,7 @@ PKGS=(
   gnuplot-nox                        # rnic enlarge-bench's plot
   python3
   iproute2 util-linux                # ip, unshare: tests in network namespaces of their own
+  vde2                               # wirefilter: the impaired link (scripts/impair.sh; no netem here)
   jq                                 # the README examples pipe --json output through it
   gdb                                # backtraces of a real program a test kills at its deadline
   chromium fonts-dejavu-core         # headless browser test of rnic replay --html (tests/test_html_view.cpp)

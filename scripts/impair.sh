@@ -1,0 +1,170 @@
+#!/bin/bash
+# scripts/impair.sh - run two programs across an impaired link: loss, burst loss, delay, jitter,
+# reordering, duplication, rate. The host kernel has no netem, so the link is a userspace one
+# (docs/impaired-link.md): two network namespaces this script creates, a TAP device in each,
+# joined through two VDE switches by VDE's `wirefilter` (Debian vde2), which drops, delays,
+# reorders and duplicates Ethernet frames on the way. The programs' kernel TCP sees real loss and
+# reordering: it retransmits, and its receiver holds segments beyond holes. Everything the script
+# creates is removed when it ends, however it ends.
+#
+#   scripts/impair.sh [LINK OPTIONS] -- SUBCOMMAND [ARGS...]
+#       `rnic SUBCOMMAND ARGS --server --bind 10.77.0.2` in one namespace, then
+#       `rnic SUBCOMMAND ARGS --client 10.77.0.2` in the other (xfer, ping: every rnic program
+#       with --server/--client)
+#   scripts/impair.sh [LINK OPTIONS] --server-cmd CMD --client-cmd CMD
+#       any two commands (bash -c), e.g. the drop-in: --server-cmd 'rnic run -- rping -s -a $PEER'
+#       --client-cmd 'rnic run -- rping -c -a $PEER -C 10 -V'; $PEER is the server's address
+#
+# LINK OPTIONS (both directions; wirefilter's own units):
+#   --loss PCT       frames lost, percent (0-100, fractions allowed)
+#   --burst LEN      mean length of a loss burst, frames (Gilbert model; with --loss)
+#   --delay MS       one-way delay, milliseconds
+#   --jitter MS      uniform jitter around --delay, milliseconds
+#   --reorder        let frames overtake each other (with --jitter: reordering)
+#   --dup PCT        frames duplicated, percent
+#   --rate BYTES     bandwidth, octets per second
+#   --timeout S      bound on each program, 1..86400 (default 300); it is killed after that
+#   --expect-holes   fail unless the link was really impaired: TCP retransmitted (with --loss) and
+#                    a receiver queued segments out of order (with --reorder/--loss)
+# Env: RNIC (default build/rnic). Exit status: the client's, or the server's when the client
+# passed; 1 when --expect-holes is not met; 77 when the machine cannot make the link (not root,
+# no /dev/net/tun, no ip/vde_switch/wirefilter): the one line printed says which.
+set -uo pipefail
+SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RNIC="${RNIC:-$SRC/build/rnic}"
+LOSS="" BURST="" DELAY="" JITTER="" REORDER=0 DUP="" RATE="" TIMEOUT=300 EXPECT=0
+SCMD="" CCMD="" SUB=()
+die() { echo "impair: $*" >&2; exit 2; }
+num() { [[ "$2" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "$1 wants a number, not '$2'"; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --loss) num "$1" "${2-}"; LOSS=$2; shift 2 ;;
+    --burst) num "$1" "${2-}"; BURST=$2; shift 2 ;;
+    --delay) num "$1" "${2-}"; DELAY=$2; shift 2 ;;
+    --jitter) num "$1" "${2-}"; JITTER=$2; shift 2 ;;
+    --reorder) REORDER=1; shift ;;
+    --dup) num "$1" "${2-}"; DUP=$2; shift 2 ;;
+    --rate) num "$1" "${2-}"; RATE=$2; shift 2 ;;
+    --timeout) num "$1" "${2-}"; TIMEOUT=$2; shift 2 ;;
+    --expect-holes) EXPECT=1; shift ;;
+    --server-cmd) SCMD=${2?--server-cmd wants a command}; shift 2 ;;
+    --client-cmd) CCMD=${2?--client-cmd wants a command}; shift 2 ;;
+    --) shift; SUB=("$@"); break ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    *) die "unknown option $1 (see --help)" ;;
+  esac
+done
+for p in LOSS DUP; do
+  v=${!p}; [ -z "$v" ] || awk -v v="$v" 'BEGIN { exit !(v <= 100) }' || die "--${p,,} $v is above 100 percent"
+done
+[ -n "$BURST" ] && [ -z "$LOSS" ] && die "--burst needs --loss"
+awk -v t="$TIMEOUT" 'BEGIN { exit !(t >= 1 && t <= 86400) }' || die "--timeout $TIMEOUT is not 1..86400 s"
+if [ ${#SUB[@]} -gt 0 ]; then
+  [ -z "$SCMD$CCMD" ] || die "give either -- SUBCOMMAND or --server-cmd/--client-cmd, not both"
+elif [ -z "$SCMD" ] || [ -z "$CCMD" ]; then
+  die "nothing to run: give -- SUBCOMMAND ARGS, or --server-cmd and --client-cmd (see --help)"
+fi
+
+# What the machine must allow (else skip, exit 77, one line).
+skip() { echo "SKIPPED: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "making network namespaces and TAP devices needs root"
+[ -c /dev/net/tun ] || skip "no /dev/net/tun"
+for t in ip vde_switch vde_plug wirefilter; do
+  command -v $t >/dev/null || skip "no $t (scripts/install-deps.sh installs iproute2 and vde2)"
+done
+[ ${#SUB[@]} -eq 0 ] || [ -x "$RNIC" ] || die "no rnic binary at $RNIC (build first)"
+
+W=$(mktemp -d /tmp/rnic-impair.XXXXXX)
+NA="rnicimp$$a" NB="rnicimp$$b"   # client side, server side
+A=10.77.0.1 B=10.77.0.2
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  [ -f "$W/wf.pid" ] && kill "$(cat "$W/wf.pid")" 2>/dev/null
+  for f in "$W"/sw*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+  ip netns del "$NA" 2>/dev/null; ip netns del "$NB" 2>/dev/null
+  rm -rf "$W"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The link: tapA (in NA) - vde_plug - switch 1 - wirefilter - switch 2 - vde_plug - tapB (in NB).
+ip netns add "$NA" && ip netns add "$NB" || skip "ip netns add refused"
+for side in "$NA:$A" "$NB:$B"; do
+  ns=${side%%:*} addr=${side#*:}
+  ip -n "$ns" link set lo up && ip -n "$ns" tuntap add dev tap0 mode tap &&
+    ip -n "$ns" addr add "$addr/24" dev tap0 && ip -n "$ns" link set tap0 up ||
+    skip "cannot make a TAP device in a network namespace"
+done
+for k in 1 2; do
+  vde_switch -s "$W/sw$k" -d -p "$W/sw$k.pid" > "$W/sw$k.log" 2>&1 || die "vde_switch failed: $(cat "$W/sw$k.log")"
+done
+ip netns exec "$NA" vde_plug "vde://$W/sw1" tap://tap0 > "$W/plugA.log" 2>&1 & PIDS+=($!)
+ip netns exec "$NB" vde_plug "vde://$W/sw2" tap://tap0 > "$W/plugB.log" 2>&1 & PIDS+=($!)
+WF=(wirefilter -v "$W/sw1:$W/sw2")
+DESC=""
+[ -n "$LOSS" ] && { WF+=(-l "$LOSS"); DESC="$DESC loss ${LOSS}%"; }
+[ -n "$BURST" ] && { WF+=(-L "$BURST"); DESC="$DESC in bursts of ~$BURST"; }
+if [ -n "$DELAY$JITTER" ]; then
+  d="${DELAY:-0}"; [ -n "$JITTER" ] && d="$d+${JITTER}U"
+  WF+=(-d "$d"); DESC="$DESC delay ${DELAY:-0} ms${JITTER:+ +-$JITTER ms}"
+fi
+[ "$REORDER" = 1 ] && { WF+=(-N); DESC="$DESC reordering"; }
+[ -n "$DUP" ] && { WF+=(-D "$DUP"); DESC="$DESC duplication ${DUP}%"; }
+[ -n "$RATE" ] && { WF+=(-b "$RATE"); DESC="$DESC rate $RATE B/s"; }
+"${WF[@]}" --daemon --pidfile "$W/wf.pid" > "$W/wf.log" 2>&1 || die "wirefilter failed: $(cat "$W/wf.log")"
+echo "impair: link $A ($NA) <->$([ -n "$DESC" ] && echo "$DESC" || echo " unimpaired") <-> $B ($NB)"
+
+# The link is up when the client side has the server side's link address: a UDP datagram
+# (not TCP: its counters are the report's) makes ARP ask through the filter; a lost frame is
+# asked again by the next try.
+up=0
+for _ in $(seq 1 100); do
+  ip netns exec "$NA" bash -c "echo > /dev/udp/$B/9" 2>/dev/null
+  if ip -n "$NA" neigh show "$B" | grep -q lladdr; then up=1; break; fi
+  sleep 0.1
+done
+[ "$up" = 1 ] || { echo "impair: the link never came up ($B unreachable from $NA)" >&2; exit 2; }
+
+tcp_counters() {  # NS: retransmitted segments, out-of-order queued segments, segments received
+  ip netns exec "$1" awk '
+    /^Tcp:/ && !th { for (i = 1; i <= NF; i++) h[i] = $i; th = 1; next }
+    /^Tcp:/ { for (i = 1; i <= NF; i++) if (h[i] == "RetransSegs") r = $i; else if (h[i] == "InSegs") n = $i }
+    /^TcpExt:/ && !eh { for (i = 1; i <= NF; i++) e[i] = $i; eh = 1; next }
+    /^TcpExt:/ { for (i = 1; i <= NF; i++) if (e[i] == "TCPOFOQueue") o = $i }
+    END { print r + 0, o + 0, n + 0 }' /proc/net/snmp /proc/net/netstat
+}
+
+export PEER=$B
+if [ ${#SUB[@]} -gt 0 ]; then
+  printf -v SCMD '%q ' "$RNIC" "${SUB[@]}" --server --bind "$B"
+  printf -v CCMD '%q ' "$RNIC" "${SUB[@]}" --client "$B"
+fi
+echo "impair: server ($NB): $SCMD"
+ip netns exec "$NB" timeout -k 5 "$TIMEOUT" bash -c "$SCMD" > "$W/server.log" 2>&1 &
+SPID=$!; PIDS+=("$SPID")
+for _ in $(seq 1 100); do
+  ip netns exec "$NB" ss -ltnH | grep -q . && break
+  kill -0 $SPID 2>/dev/null || break
+  sleep 0.1
+done
+echo "impair: client ($NA): $CCMD"
+ip netns exec "$NA" timeout -k 5 "$TIMEOUT" bash -c "$CCMD" > "$W/client.log" 2>&1
+crc=$?
+wait $SPID; src=$?
+for side in client server; do  # log lines ("[...]") left out
+  echo "impair: the $side's last lines:"; grep -v '^\[' "$W/$side.log" | tail -n 15 | sed 's/^/  /'
+done
+[ $crc = 124 ] && echo "impair: the client ran past --timeout $TIMEOUT s"
+[ $src = 124 ] && echo "impair: the server ran past --timeout $TIMEOUT s"
+read -r ra oa ia < <(tcp_counters "$NA")
+read -r rb ob ib < <(tcp_counters "$NB")
+echo "impair: TCP $NA (client): $ia segments in, $ra retransmitted, $oa queued out of order;" \
+  "$NB (server): $ib in, $rb retransmitted, $ob queued out of order"
+rc=$crc; [ $rc = 0 ] && rc=$src
+if [ "$EXPECT" = 1 ]; then
+  if [ -n "$LOSS" ] && [ $((ra + rb)) = 0 ]; then echo "impair: FAILED: --loss $LOSS but TCP retransmitted nothing"; rc=1; fi
+  if { [ "$REORDER" = 1 ] || [ -n "$LOSS" ]; } && [ $((oa + ob)) = 0 ]; then echo "impair: FAILED: no receiver queued a segment out of order"; rc=1; fi
+fi
+echo "impair: exit $rc (client $crc, server $src)"
+exit $rc

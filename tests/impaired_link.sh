@@ -1,0 +1,75 @@
+#!/bin/bash
+# ctest ImpairedLink.*: scripts/impair.sh, the link with real loss, delay, jitter, reordering,
+# duplication and rate limits between two network namespaces (VDE's wirefilter).
+#   options  a bad option or value is one line naming it, exit 2, before anything is created
+#   xfer     rnic xfer, every operation (Send, Write, Read, Write with Immediate, atomics) at
+#            0 B..16 MiB, each verified byte for byte: CRC off over 2 % loss, 1 +- 1 ms delay,
+#            reordering and 1 % duplication; CRC on over 1 % loss in bursts and a 40 MB/s rate
+#   rping    unmodified rping -V (100 x 65535 octets, verified) over the drop-in, both sides, over
+#            loss in bursts with jitter and reordering
+# In each run TCP must have retransmitted and a receiver must have queued segments out of order
+# (--expect-holes): the impairment happened. Skipped (77) only where the machine cannot make the
+# link (impair.sh says which: not root, no /dev/net/tun, no vde2).
+set -uo pipefail
+CASE=${1:?usage: impaired_link.sh options|xfer|rping RNIC}
+export RNIC=${2:?usage: impaired_link.sh options|xfer|rping RNIC}
+IMPAIR="$(cd "$(dirname "$0")/.." && pwd)/scripts/impair.sh"
+fails=0
+fail() { echo "FAILED: $*"; fails=1; }
+
+case "$CASE" in
+  options)
+    # ARGS | the word the one line must name
+    while IFS='|' read -r args word; do
+      err=$(bash "$IMPAIR" $args 2>&1 >/dev/null); rc=$?
+      lines=$(printf '%s\n' "$err" | grep -c .)
+      if [ $rc != 2 ] || [ "$lines" != 1 ] || ! grep -qF -- "$word" <<< "$err"; then
+        fail "impair.sh $args: exit $rc, $lines line(s), want 2 and one line naming '$word': $err"
+      else
+        echo "ok: impair.sh $args -> $err"
+      fi
+    done <<'EOF'
+--loss abc -- xfer|--loss
+--loss 150 -- xfer|above 100
+--dup 101 -- xfer|--dup
+--burst 3 -- xfer|--burst needs --loss
+--rate -5 -- xfer|--rate
+--timeout|--timeout
+--timeout 0 -- xfer|not 1..86400
+--frobnicate -- xfer|--frobnicate
+--loss 1|nothing to run
+--server-cmd true -- xfer|either
+--server-cmd true|nothing to run
+EOF
+    bash "$IMPAIR" --help | grep -q -- '--expect-holes' || fail "--help does not list --expect-holes"
+    ;;
+  xfer)
+    SIZES=(--sizes 0 1 4095 4096 65537 1048576 16777216)
+    run() {  # LINK OPTIONS... -- XFER OPTIONS...
+      local out rc
+      out=$(bash "$IMPAIR" --expect-holes --timeout 300 "$@" 2>&1); rc=$?
+      echo "$out"
+      [ $rc = 77 ] && exit 77
+      [ $rc = 0 ] || fail "impair.sh $* exited $rc"
+      grep -q 'client: 30 operations verified, 0 failed' <<< "$out" ||
+        fail "the client did not verify 30 operations (5 operations x 7 sizes minus atomics' 4)"
+      grep -q 'server: all checks passed' <<< "$out" || fail "the server did not pass its checks"
+    }
+    run --loss 2 --delay 1 --jitter 1 --reorder --dup 1 -- xfer "${SIZES[@]}" --crc off --timeout 60000
+    run --loss 1 --burst 3 --rate 40000000 --reorder --jitter 1 -- xfer "${SIZES[@]}" --crc required \
+      --timeout 60000
+    ;;
+  rping)
+    R=$RNIC
+    out=$(bash "$IMPAIR" --expect-holes --timeout 300 --loss 1 --burst 3 --jitter 1 --reorder \
+      --server-cmd "'$R' run -- rping -s -a \$PEER -C 100 -S 65535 -V" \
+      --client-cmd "'$R' run -- rping -c -a \$PEER -C 100 -S 65535 -V" 2>&1); rc=$?
+    echo "$out"
+    [ $rc = 77 ] && exit 77
+    [ $rc = 0 ] || fail "rping over the impaired link exited $rc"
+    grep -q 'client DISCONNECT EVENT' <<< "$out" || fail "the rping client did not end its connection"
+    ;;
+  *) echo "impaired_link.sh: unknown case $CASE"; exit 2 ;;
+esac
+[ $fails = 0 ] && echo "ImpairedLink.$CASE passed"
+exit $fails
