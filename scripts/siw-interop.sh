@@ -106,7 +106,24 @@ p1|w2s|65536|65536|100|ok|--crc required|perftest ib_write_bw -R -F client on ou
 p2|w2s|65536|65536|100|ok|--crc off|as p1, CRC off
 p3|s2w|65536|65536|100|ok|--crc required|siw's ib_write_bw -R -F client -> ib_write_bw server on our drop-in, CRC on
 p4|s2w|65536|65536|100|ok|--crc off|as p3, CRC off
+n1|o2s|65535|65535|20|ok|--crc required|impaired link (netem in the guest, both ways): 2 % loss, 2 +- 1 ms delay, CRC on
+n2|s2o|65535|65535|20|ok|--crc off|siw's client over the same link, CRC off
+n3|o2s|4096|4096|50|ok|--crc off|impaired link: 1 % loss, 1 ms delay, 10 % of frames sent early (reordered), CRC off
+n4|s2o|4096|4096|50|ok|--crc required|siw's client over the same link, CRC on
+n5|r2s|65535|65535|20|ok|--crc required|unmodified rping client on our drop-in -> siw's rping server over the impaired link of n1, CRC on
+n6|s2r|65535|65535|20|ok|--crc off|siw's rping client -> unmodified rping server on our drop-in over the link of n3, CRC off
 EOT
+)
+# The impaired cases (n*): netem's options on the guest's link, both directions, for that case only
+# (scripts/siwvm/scenarios/interop.sh: egress netem, ingress through ifb0). The host's side is
+# slirp, whose TCP recovers what netem takes, so our RNIC sees the stalls and retransmission
+# delays; siw's TCP sees the losses both ways, and the guest's capture shows the holes in siw's
+# direction (netem drops before the capture point). Judged as "ok" plus: netem dropped frames,
+# and `rnic replay` of the guest's capture of the case opens holes.
+declare -A NETEM=(
+  [n1]="loss 2% delay 2ms 1ms" [n2]="loss 2% delay 2ms 1ms"
+  [n3]="loss 1% delay 1ms reorder 10% 50%" [n4]="loss 1% delay 1ms reorder 10% 50%"
+  [n5]="loss 2% delay 2ms 1ms" [n6]="loss 1% delay 1ms reorder 10% 50%"
 )
 # Our initiator's first-FPDU delay must work (a local self-check, two `rnic ping` processes on
 # 127.0.0.1). If it does not, rev 2 cases fall back to --p2p (siw answers a P2P Request with
@@ -148,7 +165,7 @@ mixed_cmd() {  # mixed_cmd DIR PORT SIZE COUNT: the host program's command line 
   esac
 }
 
-: > "$RES/plan.txt"; FWD=""; n=0
+: > "$RES/plan.txt"; FWD=""; n=0; rm -f "$RES"/*.netem
 declare -A GPORT HPORT SKIP
 while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   [ -n "$id" ] || continue
@@ -175,6 +192,7 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
       GPORT[$aid]=$((7200 + n)); HPORT[$aid]=$((BASE + n))
       FWD="$FWD,tcp:127.0.0.1:${HPORT[$aid]}-:${GPORT[$aid]}"
       echo "$aid $role ${GPORT[$aid]} $gsz $cnt$gate" >> "$RES/plan.txt"
+      [ -z "${NETEM[$id]:-}" ] || echo "${NETEM[$id]}" > "$RES/$aid.netem"
     done
   else
     # siw's ib_write_bw client (s2w) gets spare attempts too (siw's close race), each against a
@@ -185,6 +203,7 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
       n=$((n + 1))
       HPORT[$aid]=$((BASE + 1000 + n)); GPORT[$aid]=${HPORT[$aid]}
       echo "$aid $role ${HPORT[$aid]} $gsz $cnt$gate" >> "$RES/plan.txt"
+      [ -z "${NETEM[$id]:-}" ] || echo "${NETEM[$id]}" > "$RES/$aid.netem"
     done
   fi
 done <<< "$CASES"
@@ -407,6 +426,18 @@ tshark_check() {  # FILE [TSHARK OPTIONS]: prints "ok N" or the problem (with ts
   fi
   rm -f "$out" "$err"
 }
+link_check() {  # AID: an impaired case's evidence that the link was impaired (sets lk, adds to why)
+  local nt="$RES/out/$1.netem.txt" drops holes  # (the case's netem options: NETEM[$id])
+  if ! grep -q 'qdisc netem' "$nt" 2>/dev/null; then
+    lk="netem was not set"; why="$why; netem was not set on the guest's link"; return
+  fi
+  drops=$(grep -oE 'dropped [0-9]+' "$nt" | awk '{ s += $2 } END { print s + 0 }')
+  holes=$(timeout 120 "$RNIC" replay "$RES/$1.siw.pcap" --quiet 2>/dev/null |
+          grep -oE 'holes opened [0-9]+' | awk '{ s += $3 } END { print s + 0 }')
+  [ "$drops" -gt 0 ] || why="$why; netem dropped nothing"
+  [ "$holes" -gt 0 ] || why="$why; rnic replay of siw's capture opens no hole"
+  lk="link: netem ${NETEM[$id]}, $drops frames dropped; rnic replay of siw's capture: $holes holes"
+}
 judge_mixed() {  # AID: judge one attempt of a mixed case (sets orc grc why pcol dcol tcol ours)
   local a="$1" log="$RES/$1.ours.log" op wp pp want f t drc nf tbad bw last
   local -a pcs
@@ -447,6 +478,7 @@ judge_mixed() {  # AID: judge one attempt of a mixed case (sets orc grc why pcol
   if [ "$orc" != 0 ]; then
     last=$(grep -vE '^\[|^ *$' "$log" | tail -1 | cut -c1-120 | tr '|' '/'); [ -n "$last" ] && ours="$ours; $last"
   fi
+  if [ -n "${NETEM[$id]:-}" ]; then link_check "$a"; ours="$ours; $lk"; fi
   if [ -n "$why" ] && { [ "$dir" = r2s ] || [ "$dir" = w2s ]; } && race_suspect "$RES/$a.siw.pcap"; then
     why="$why; siw accept race: siw answered none of our FPDUs on the first connection (see docs/siw-interop.md)"
   fi
@@ -545,6 +577,7 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     dcol="no pcap"; tcol="no pcap"; why="$why; no pcap"
   fi
   ours=$(grep -m1 -E '^([0-9]+ pings of .* verified|server done|rnic ping (client|server):)' "$log" | sed -E 's/ average round trip.*//' | cut -c1-150 | tr '|' '/')
+  if [ -n "${NETEM[$id]:-}" ]; then link_check "$id"; ours="$ours; $lk"; fi
   if [ -n "$why" ] && [ "$dir" = o2s ] && grep -q 'no completion within' "$log" \
      && ! timeout 60 "$RNIC" decode "$RES/$id.siw.pcap" 2>/dev/null | grep -qE 'R>I @[0-9]+ +FPDU'; then
     why="$why; siw accept race: siw answered none of our FPDUs (see docs/siw-interop.md)"

@@ -124,7 +124,9 @@ cp "$SIWSRC/siw.ko" "$KSTAGE/lib/modules/$KVER/updates/siw.ko"
 
 # ------------------------------------------------------------------ 4. modules
 timeout 120 depmod -b "$KSTAGE" "$KVER"
-MODS="virtio_pci virtio_net 9pnet_virtio 9p siw rdma_ucm rdma_cm iw_cm ib_cm ib_uverbs crc32c_generic libcrc32c af_packet"
+# netem, ingress, mirred, matchall and ifb: the impaired cases (n*) of scripts/siw-interop.sh set
+# loss, delay and reordering on the guest's link, both ways (egress netem; ingress through ifb0)
+MODS="virtio_pci virtio_net 9pnet_virtio 9p siw rdma_ucm rdma_cm iw_cm ib_cm ib_uverbs crc32c_generic libcrc32c af_packet sch_netem sch_ingress act_mirred cls_matchall ifb"
 : > "$CACHE/modules.order"
 for m in $MODS; do
   modprobe -d "$KSTAGE" -S "$KVER" --show-depends "$m" >> "$CACHE/modules.order" 2>/dev/null \
@@ -177,7 +179,7 @@ put_elf() {  # put_elf FILE: the file plus its shared-library closure resolved i
 }
 put "$STAGE/lib64/ld-linux-x86-64.so.2"
 BINS=""
-for b in rping ucmatose ibv_devices ibv_devinfo ip rdma ss tcpdump ib_write_bw ib_read_bw ib_send_bw; do
+for b in rping ucmatose ibv_devices ibv_devinfo ip rdma ss tc tcpdump ib_write_bw ib_read_bw ib_send_bw; do
   f=$(find "$STAGE/usr/bin" "$STAGE/usr/sbin" "$STAGE/bin" "$STAGE/sbin" -maxdepth 1 -name "$b" 2>/dev/null | head -1)
   [ -n "$f" ] || { log "WARN: $b not in the staged packages"; continue; }
   while [ -L "$f" ]; do t="$(readlink "$f")"; case "$t" in /*) f="$STAGE$t" ;; *) f="$(dirname "$f")/$t" ;; esac; done

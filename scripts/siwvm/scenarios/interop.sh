@@ -15,7 +15,12 @@
 # host creates /mnt/host/ID.go, and skips the line (rc "skipped") on /mnt/host/ID.skip.
 # For each case the guest writes $OUT/ID.guest.log and $OUT/ID.guest.rc (the program's exit status,
 # or "killed" when it was still running CASE_TIMEOUT seconds in, or 3 s after the host's ID.done).
-# The whole session is captured on eth0 (siw's side of slirp) straight into $OUT/guest.pcap.
+# A case with a file /mnt/host/ID.netem runs over an impaired link: its words are netem's options
+# (e.g. "loss 2% delay 2ms 1ms"), set on eth0's egress (siw -> host) and, through ifb0, on its
+# ingress (host -> siw) for that case only; $OUT/ID.netem.txt keeps `tc -s qdisc` of both after it
+# (sent, dropped), so the host can tell the impairment happened.
+# The whole session is captured on eth0 (siw's side of slirp) straight into $OUT/guest.pcap:
+# outgoing frames after netem (a frame it drops is not in the capture), incoming ones before it.
 . "$SDIR/lib.sh"
 H=/mnt/host
 CASE_TIMEOUT=${CASE_TIMEOUT:-90}
@@ -26,6 +31,23 @@ TP=$!
 i=0; while [ $i -lt 100 ] && ! grep -q 'listening on' /tmp/tcpdump.log; do sleep 0.1; i=$((i + 1)); done
 log "capture started"
 mark guest-up
+netem_on() {  # netem_on ID: the case's impairment, both directions
+  args=$(cat "$H/$1.netem")
+  # shellcheck disable=SC2086
+  tc qdisc replace dev eth0 root netem $args &&
+    ip link set ifb0 up &&
+    tc qdisc replace dev eth0 handle ffff: ingress &&
+    tc filter replace dev eth0 parent ffff: protocol all matchall action mirred egress redirect dev ifb0 &&
+    tc qdisc replace dev ifb0 root netem $args ||
+    log "$1: netem $args could not be set"
+  log "$1: netem $args on eth0 (egress) and ifb0 (ingress)"
+}
+netem_off() {  # netem_off ID: keep the counters, then a plain link again
+  { echo "# eth0 egress (siw -> host)"; tc -s qdisc show dev eth0
+    echo "# ifb0 = eth0 ingress (host -> siw)"; tc -s qdisc show dev ifb0; } > "$OUT/$1.netem.txt" 2>&1
+  tc qdisc del dev eth0 root 2>/dev/null; tc qdisc del dev eth0 ingress 2>/dev/null
+  tc qdisc del dev ifb0 root 2>/dev/null; sync
+}
 wait_file() {  # wait_file FILE TENTHS
   j=0; while [ ! -e "$1" ] && [ "$j" -lt "$2" ]; do sleep 0.1; j=$((j + 1)); done; [ -e "$1" ]
 }
@@ -35,6 +57,7 @@ while read -r id role port size count gate; do
     j=0; while [ ! -e "$H/$id.go" ] && [ ! -e "$H/$id.skip" ] && [ "$j" -lt $((CASE_TIMEOUT * 10)) ]; do sleep 0.1; j=$((j + 1)); done
     if [ ! -e "$H/$id.go" ]; then echo skipped > "$OUT/$id.guest.rc"; continue; fi
   fi
+  netem=0; if [ -e "$H/$id.netem" ]; then netem_on "$id"; netem=1; fi
   case "$role" in
     srv)
       rping -s -a 10.0.2.15 -p "$port" -C "$count" -S "$size" -V > "$OUT/$id.guest.log" 2>&1 &
@@ -51,7 +74,7 @@ while read -r id role port size count gate; do
       ;;
     cli)
       if ! wait_file "$H/$id.go" $((CASE_TIMEOUT * 10)); then
-        echo "host never said go" > "$OUT/$id.guest.log"; echo nogo > "$OUT/$id.guest.rc"; continue
+        echo "host never said go" > "$OUT/$id.guest.log"; echo nogo > "$OUT/$id.guest.rc"; [ "$netem" = 1 ] && netem_off "$id"; continue
       fi
       rping -c -a 10.0.2.2 -p "$port" -C "$count" -S "$size" -V > "$OUT/$id.guest.log" 2>&1 &
       pid=$!
@@ -65,12 +88,12 @@ while read -r id role port size count gate; do
       ;;
     bwc)
       if ! wait_file "$H/$id.go" $((CASE_TIMEOUT * 10)); then
-        echo "host never said go" > "$OUT/$id.guest.log"; echo nogo > "$OUT/$id.guest.rc"; continue
+        echo "host never said go" > "$OUT/$id.guest.log"; echo nogo > "$OUT/$id.guest.rc"; [ "$netem" = 1 ] && netem_off "$id"; continue
       fi
       ib_write_bw -R -F -d siw0 -p "$port" -s "$size" -n "$count" 10.0.2.2 > "$OUT/$id.guest.log" 2>&1 &
       pid=$!
       ;;
-    *) log "bad plan line: $id $role"; continue ;;
+    *) log "bad plan line: $id $role"; [ "$netem" = 1 ] && netem_off "$id"; continue ;;
   esac
   prog=rping; case "$role" in ucm) prog=ucmatose ;; bws|bwc) prog=ib_write_bw ;; esac
   log "$id: $prog $role port $port size $size count $count (pid $pid)"
@@ -89,6 +112,7 @@ while read -r id role port size count gate; do
     wait "$pid"; rc=$?
   fi
   log "$id: $prog exit $rc"
+  [ "$netem" = 1 ] && netem_off "$id"
   echo "$rc" > "$OUT/$id.guest.rc"; sync
 done < "$H/plan.txt"
 sleep 0.5

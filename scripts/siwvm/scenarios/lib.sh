@@ -2,6 +2,7 @@
 # busybox-static prefers its own applets over PATH; functions win over applets.
 ip() { /bin/ip "$@"; }
 ss() { /bin/ss "$@"; }
+tc() { /sbin/tc "$@"; }
 log() { echo "[guest $(cut -d' ' -f1 /proc/uptime)] $*"; }
 # wait_listen PORT [TENTHS]: until a TCP listener on PORT exists (siw listens with a kernel socket)
 wait_listen() {
