@@ -16,6 +16,8 @@
 
 namespace iwarp::rnic {
 
+class SegmentTap;
+
 // Makes the wire tap that records a connection (nullptr: none), given where it runs.
 using TapFactory = std::function<std::shared_ptr<WireTap>(const TapInfo&)>;
 
@@ -68,6 +70,10 @@ struct CmOptions {
   // Makes a receive-side segment shaper (a simulated impaired wire, sim/impaired_wire.hpp) for
   // every QP this id starts (RxOptions::shaper); empty: none.
   RxShaperFactory rx_shaper;
+  // The real-segment receive mode (rnic/segment_tap.hpp): every QP this id starts also gets the
+  // TCP segments of its connection as they arrive on the tap's interface. Shared: the tap lives
+  // as long as any id that was given it. Empty: the socket's stream only.
+  std::shared_ptr<SegmentTap> segment_tap;
   // Told what every QP this id starts receives (RxOptions::observer; rnic xfer --explain).
   std::shared_ptr<RxObserver> rx_observer;
   TapFactory tap;

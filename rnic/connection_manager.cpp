@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/v6_only.hpp>
@@ -15,6 +16,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -22,10 +24,22 @@
 #include "ddp/segment.hpp"
 #include "ddp/terminate.hpp"
 #include "mpa/fpdu.hpp"
+#include "rnic/segment_tap.hpp"
 
 namespace iwarp::rnic {
 
 namespace {
+// The largest receive buffer TCP autotuning may reach here (/proc/sys/net/ipv4/tcp_rmem's third
+// value; 6 MiB, Linux's default, when it cannot be read).
+int tcp_rmem_max() {
+  int lo = 0, def = 0, hi = 6 << 20;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/tcp_rmem", "r")) {
+    if (std::fscanf(f, "%d %d %d", &lo, &def, &hi) != 3) hi = 6 << 20;
+    std::fclose(f);
+  }
+  return hi;
+}
+
 // The engine's sockets must not leak into a program's exec()ed children: a child that kept a
 // connection's socket open would keep the peer from ever seeing it close (asio opens them
 // without SOCK_CLOEXEC).
@@ -615,9 +629,38 @@ void CmId::start_qp(const mpa::ConnectionParams& negotiated, bool initiator) {
   RxOptions rx;
   rx.shaper = opts_.rx_shaper;
   rx.observer = opts_.rx_observer;
+  // The real-segment mode: the socket's octets are numbered from the peer's ISN + 1 + the MPA
+  // frame it sent (RFC 5044 §7.1: FPDUs follow the frame), so that they line up with the
+  // segments the tap reads off the wire.
+  std::optional<std::pair<tcp::endpoint, tcp::endpoint>> tapped;
+  if (opts_.segment_tap) {
+    boost::system::error_code e1, e2;
+    const auto remote = sock_->remote_endpoint(e1);
+    const auto local = sock_->local_endpoint(e2);
+    const auto isn = e1 || e2 ? std::nullopt : opts_.segment_tap->peer_isn(remote, local);
+    if (!isn) {
+      logger().warn(
+          "{}: the segment tap on {} saw no SYN of this connection: it is received from the "
+          "socket's stream only",
+          peer(), opts_.segment_tap->ifname());
+    } else {
+      rx.stream_start = *isn + 1 + static_cast<std::uint32_t>(frame_buf_.size());
+      rx.shaper = opts_.segment_tap->socket_numbering();
+      // The window TCP advertises never exceeds the receive buffer, which the kernel may grow
+      // up to tcp_rmem's maximum (Linux reports sizes doubled, as it accounts them); 64 KiB
+      // more for what is in flight as the window moves.
+      boost::asio::socket_base::receive_buffer_size rcvbuf;
+      boost::system::error_code e3;
+      sock_->get_option(rcvbuf, e3);
+      const int rb = std::max(e3 ? 0 : rcvbuf.value(), tcp_rmem_max());
+      rx.tap_window = static_cast<std::uint32_t>(std::clamp(rb, 64 << 10, 1 << 30)) + (64u << 10);
+      tapped.emplace(remote, local);
+    }
+  }
   qp->start(std::make_unique<SocketTransport>(std::move(*sock_)), st, {}, tap_, on_closed,
             std::move(rx));
   sock_.reset();
+  if (tapped) opts_.segment_tap->attach(tapped->first, tapped->second, qp);
 }
 
 void CmId::connect(const std::string& host, std::uint16_t port, std::shared_ptr<QueuePair> qp,

@@ -281,10 +281,27 @@ void QueuePair::rx_hole_closed(const mpa::Hole& h, bool first) {
   if (r.sends || r.read_responses || r.read_requests || r.writes) rx_event(r);
 }
 
-void QueuePair::receive_segment(TcpSeq seq, Bytes payload) {
-  boost::asio::post(dev_.io(), [self = shared_from_this(), seq, p = std::move(payload)] {
+void QueuePair::receive_segment(TcpSeq seq, Bytes payload,
+                                std::shared_ptr<std::atomic<std::int64_t>> pending) {
+  // Taken off `pending` when the last copy of the handler goes: run or dropped.
+  std::shared_ptr<void> done;
+  if (pending)
+    done = std::shared_ptr<void>(nullptr,
+                                 [pending, n = static_cast<std::int64_t>(payload.size()) +
+                                               kPendingSegmentOverhead](void*) { *pending -= n; });
+  const bool tapped = pending != nullptr;
+  boost::asio::post(dev_.io(), [self = shared_from_this(), seq, p = std::move(payload),
+                                done = std::move(done), tapped] {
     if (self->closed_ || !self->rx_.segments) return;
-    {
+    if (tapped) {
+      // A live tap's copy of octets the socket also delivers (counted there). The kernel drops
+      // a segment beyond its receive window; so does the segment path: nothing beyond the
+      // window's reach of the in-order point is taken from the tap.
+      const auto window = self->rx_.opts.tap_window;
+      const TcpSeq end = seq + static_cast<std::uint32_t>(p.size());
+      if (window != 0 && end - self->rx_.segments->next_seq() > static_cast<std::int32_t>(window))
+        return;
+    } else {
       std::lock_guard l(self->mu_);
       self->stats_.bytes_received += p.size();
     }

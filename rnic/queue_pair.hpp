@@ -127,6 +127,9 @@ struct RxOptions {
   // read is one in-order segment).
   RxShaperFactory shaper;
   std::shared_ptr<RxObserver> observer;  // timeline events (engine thread)
+  // Live segment tap only: octets a tapped segment may reach beyond the in-order point (the
+  // socket's receive buffer, which bounds the window TCP advertises); 0: no bound.
+  std::uint32_t tap_window = 0;
 };
 
 // Why a connection ended, reported once to the connection manager.
@@ -172,7 +175,8 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
              std::shared_ptr<WireTap> tap, std::function<void(const QpClosed&)> on_closed,
              RxOptions rx = {});
   // Segments without a socket (replay, fuzzing): see SegmentInput.
-  void receive_segment(TcpSeq seq, Bytes payload) override;
+  void receive_segment(TcpSeq seq, Bytes payload,
+                       std::shared_ptr<std::atomic<std::int64_t>> pending = {}) override;
   void receive_fin(TcpSeq seq) override;
   std::vector<HoleInfo> hole_report() const override;
   mpa::SegmentReceiver::Stats segment_stats() const override;

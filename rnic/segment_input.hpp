@@ -3,7 +3,9 @@
 // see what the segment path made of them. QueuePair implements it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/bytes.hpp"
@@ -25,12 +27,20 @@ struct HoleInfo {
   std::uint32_t deferred_errors = 0;       // invalid FPDUs whose Terminate waits for it
 };
 
+// What a queued segment costs besides its octets (handler, allocation, bookkeeping), so that a
+// flood of tiny segments meets the same bound as a few large ones.
+inline constexpr std::int64_t kPendingSegmentOverhead = 256;
+
 class SegmentInput {
  public:
   virtual ~SegmentInput() = default;
   // One received TCP segment (any thread): it joins the segment path like one read from a
-  // socket, in any order.
-  virtual void receive_segment(TcpSeq seq, Bytes payload) = 0;
+  // socket, in any order. With `pending` (a live segment tap, which must bound what it has
+  // queued), the payload's size plus kPendingSegmentOverhead is taken off it once the segment
+  // has been handled or dropped, and the segment is taken only within RxOptions::tap_window of
+  // the in-order point.
+  virtual void receive_segment(TcpSeq seq, Bytes payload,
+                               std::shared_ptr<std::atomic<std::int64_t>> pending = {}) = 0;
   // The peer's FIN (any thread): as if the socket reached end of stream, once every octet
   // before `seq` has arrived.
   virtual void receive_fin(TcpSeq seq) = 0;

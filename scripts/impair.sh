@@ -19,16 +19,23 @@
 #   --loss PCT       frames lost, percent (0-100, fractions allowed)
 #   --burst LEN      mean length of a loss burst, frames (Gilbert model; with --loss)
 #   --delay MS       one-way delay, milliseconds
-#   --jitter MS      uniform jitter around --delay, milliseconds
+#   --jitter MS      uniform jitter of +-MS around --delay, milliseconds (without --delay: around
+#                    0, so about half the frames get none)
 #   --reorder        let frames overtake each other (with --jitter: reordering)
 #   --dup PCT        frames duplicated, percent
 #   --rate BYTES     bandwidth, octets per second
 #   --timeout S      bound on each program, 1..86400 (default 300); it is killed after that
-#   --expect-holes   fail unless the link was really impaired: TCP retransmitted (with --loss) and
-#                    a receiver queued segments out of order (with --reorder/--loss)
+#   --expect-holes   fail unless TCP retransmitted (with --loss) and a receiver queued segments out
+#                    of order (with --reorder/--loss). The VDE link also drops frames by itself
+#                    when bulk TCP overruns its socket buffers, so this shows holes happened, not
+#                    that the options alone made them; what wirefilter applied is printed.
 # Env: RNIC (default build/rnic). Exit status: the client's, or the server's when the client
-# passed; 1 when --expect-holes is not met; 77 when the machine cannot make the link (not root,
-# no /dev/net/tun, no ip/vde_switch/wirefilter): the one line printed says which.
+# passed (a server still running 20 s after the client ended is stopped); 1 when --expect-holes
+# is not met or wirefilter did not take the settings; 2 for a bad option (one line, before
+# anything is made); 77 when the machine cannot make the link (not root, no /dev/net/tun, no
+# ip/vde_switch/wirefilter): the one line printed says which. SIGINT/SIGTERM stop the programs
+# and remove the link at once. A run killed outright (SIGKILL) leaves its namespaces and daemons:
+# the next run removes them (their owner's PID is in their names).
 set -uo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RNIC="${RNIC:-$SRC/build/rnic}"
@@ -47,16 +54,18 @@ while [ $# -gt 0 ]; do
     --rate) num "$1" "${2-}"; RATE=$2; shift 2 ;;
     --timeout) num "$1" "${2-}"; TIMEOUT=$2; shift 2 ;;
     --expect-holes) EXPECT=1; shift ;;
-    --server-cmd) SCMD=${2?--server-cmd wants a command}; shift 2 ;;
-    --client-cmd) CCMD=${2?--client-cmd wants a command}; shift 2 ;;
+    --server-cmd|--client-cmd)
+      [ $# -ge 2 ] && [ -n "$2" ] || die "$1 wants a command"
+      if [ "$1" = --server-cmd ]; then SCMD=$2; else CCMD=$2; fi
+      shift 2 ;;
     --) shift; SUB=("$@"); break ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
-for p in LOSS DUP; do
-  v=${!p}; [ -z "$v" ] || awk -v v="$v" 'BEGIN { exit !(v <= 100) }' || die "--${p,,} $v is above 100 percent"
-done
+[ -z "$LOSS" ] || awk -v v="$LOSS" 'BEGIN { exit !(v <= 100) }' || die "--loss $LOSS is above 100 percent"
+# wirefilter sends a frame again while a draw says so: at 100 % for ever
+[ -z "$DUP" ] || awk -v v="$DUP" 'BEGIN { exit !(v < 100) }' || die "--dup $DUP is not below 100 percent"
 [ -n "$BURST" ] && [ -z "$LOSS" ] && die "--burst needs --loss"
 awk -v t="$TIMEOUT" 'BEGIN { exit !(t >= 1 && t <= 86400) }' || die "--timeout $TIMEOUT is not 1..86400 s"
 if [ ${#SUB[@]} -gt 0 ]; then
@@ -74,19 +83,36 @@ for t in ip vde_switch vde_plug wirefilter; do
 done
 [ ${#SUB[@]} -eq 0 ] || [ -x "$RNIC" ] || die "no rnic binary at $RNIC (build first)"
 
-W=$(mktemp -d /tmp/rnic-impair.XXXXXX)
+# What runs killed outright left (rnicimpPIDa/b, /tmp/rnic-impair.PID.*): removed once PID is gone.
+for d in /tmp/rnic-impair.*.*; do
+  [ -d "$d" ] || continue
+  old=${d#/tmp/rnic-impair.}; old=${old%%.*}
+  [[ "$old" =~ ^[0-9]+$ ]] && ! kill -0 "$old" 2>/dev/null || continue
+  for f in "$d"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+  ip netns pids "rnicimp${old}a" 2>/dev/null | xargs -r kill -9 2>/dev/null
+  ip netns pids "rnicimp${old}b" 2>/dev/null | xargs -r kill -9 2>/dev/null
+  ip netns del "rnicimp${old}a" 2>/dev/null; ip netns del "rnicimp${old}b" 2>/dev/null
+  rm -rf "$d"
+done
+W=$(mktemp -d "/tmp/rnic-impair.$$.XXXXXX")
 NA="rnicimp$$a" NB="rnicimp$$b"   # client side, server side
 A=10.77.0.1 B=10.77.0.2
 PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  [ -f "$W/wf.pid" ] && kill "$(cat "$W/wf.pid")" 2>/dev/null
-  for f in "$W"/sw*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+  local all=("${PIDS[@]}") f
+  for f in "$W"/*.pid; do [ -f "$f" ] && all+=("$(cat "$f")"); done
+  # what still runs in the namespaces (a program's children too)
+  all+=($(ip netns pids "$NA" 2>/dev/null) $(ip netns pids "$NB" 2>/dev/null))
+  kill "${all[@]}" 2>/dev/null
+  for _ in $(seq 1 20); do kill -0 "${all[@]}" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "${all[@]}" 2>/dev/null
+  wait 2>/dev/null
   ip netns del "$NA" 2>/dev/null; ip netns del "$NB" 2>/dev/null
   rm -rf "$W"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # The link: tapA (in NA) - vde_plug - switch 1 - wirefilter - switch 2 - vde_plug - tapB (in NB).
 ip netns add "$NA" && ip netns add "$NB" || skip "ip netns add refused"
@@ -112,8 +138,40 @@ fi
 [ "$REORDER" = 1 ] && { WF+=(-N); DESC="$DESC reordering"; }
 [ -n "$DUP" ] && { WF+=(-D "$DUP"); DESC="$DESC duplication ${DUP}%"; }
 [ -n "$RATE" ] && { WF+=(-b "$RATE"); DESC="$DESC rate $RATE B/s"; }
-"${WF[@]}" --daemon --pidfile "$W/wf.pid" > "$W/wf.log" 2>&1 || die "wirefilter failed: $(cat "$W/wf.log")"
-echo "impair: link $A ($NA) <->$([ -n "$DESC" ] && echo "$DESC" || echo " unimpaired") <-> $B ($NB)"
+"${WF[@]}" -M "$W/wf.mgmt" --daemon --pidfile "$W/wf.pid" > "$W/wf.log" 2>&1 ||
+  die "wirefilter failed: $(head -1 "$W/wf.log")"
+echo "impair: link $A ($NA) <->$([ -n "$DESC" ] && echo "$DESC" || echo " no wirefilter impairment") <-> $B ($NB)"
+# What wirefilter took (its management socket's showinfo): each asked setting must be there.
+for _ in $(seq 1 50); do [ -S "$W/wf.mgmt" ] && break; sleep 0.1; done
+INFO=$(timeout 5 python3 - "$W/wf.mgmt" <<'PY' 2>&1
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(2)
+s.connect(sys.argv[1])
+s.sendall(b"showinfo\n")
+out, end = b"", time.time() + 3
+while b"1000 Success" not in out and time.time() < end:
+    try:
+        chunk = s.recv(65536)
+    except socket.timeout:
+        break
+    if not chunk:
+        break
+    out += chunk
+print(out.decode(errors="replace"))
+PY
+)
+want() {  # LABEL VALUE: wirefilter's line LABEL shows VALUE both ways ("Loss L->R 2+0U R->L 2+0U")
+  awk -v l="$1" -v v="$2" '$1 == l && $2 == "L->R" && $3 == v && $4 == "R->L" && $5 == v { f = 1 }
+                           END { exit !f }' <<< "$INFO" || {
+    echo "impair: FAILED: wirefilter did not take $1 $2: $(grep -m1 "^$1" <<< "$INFO")"; exit 1; }
+}
+[ -z "$LOSS" ] || want Loss "$LOSS+0U"
+[ -z "$BURST" ] || want Lburst "$BURST+0U"
+[ -z "$DELAY$JITTER" ] || want Delay "${DELAY:-0}+${JITTER:-0}U"
+[ -z "$DUP" ] || want Dup "$DUP+0U"
+[ "$REORDER" = 0 ] || grep -q 'Fifoness FALSE' <<< "$INFO" || { echo "impair: FAILED: wirefilter keeps frames in order"; exit 1; }
+echo "impair: wirefilter: $(grep -E '^(Loss|Lburst|Delay|Dup|Bandw|Fifoness) ' <<< "$INFO" | sed -E 's/ +/ /g' | paste -sd ';' | sed 's/;/; /g')"
 
 # The link is up when the client side has the server side's link address: a UDP datagram
 # (not TCP: its counters are the report's) makes ARP ask through the filter; a lost frame is
@@ -149,14 +207,23 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 echo "impair: client ($NA): $CCMD"
-ip netns exec "$NA" timeout -k 5 "$TIMEOUT" bash -c "$CCMD" > "$W/client.log" 2>&1
-crc=$?
-wait $SPID; src=$?
+# In the background, so that a signal to this script is handled at once (bash runs a trap only
+# between commands; `wait` is one it interrupts).
+ip netns exec "$NA" timeout -k 5 "$TIMEOUT" bash -c "$CCMD" > "$W/client.log" 2>&1 &
+CPID=$!; PIDS+=("$CPID")
+wait "$CPID"; crc=$?
+# The server gets 20 s after the client ended (a failed client leaves it waiting for nobody).
+for _ in $(seq 1 200); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$SPID" 2>/dev/null; then
+  echo "impair: the server still ran 20 s after the client ended: stopped"
+  kill "$SPID" 2>/dev/null; ip netns pids "$NB" 2>/dev/null | xargs -r kill 2>/dev/null
+fi
+wait "$SPID"; src=$?
 for side in client server; do  # log lines ("[...]") left out
   echo "impair: the $side's last lines:"; grep -v '^\[' "$W/$side.log" | tail -n 15 | sed 's/^/  /'
 done
-[ $crc = 124 ] && echo "impair: the client ran past --timeout $TIMEOUT s"
-[ $src = 124 ] && echo "impair: the server ran past --timeout $TIMEOUT s"
+case $crc in 124|137) echo "impair: the client ran past --timeout $TIMEOUT s (killed)" ;; esac
+case $src in 124|137) echo "impair: the server ran past --timeout $TIMEOUT s (killed)" ;; esac
 read -r ra oa ia < <(tcp_counters "$NA")
 read -r rb ob ib < <(tcp_counters "$NB")
 echo "impair: TCP $NA (client): $ia segments in, $ra retransmitted, $oa queued out of order;" \

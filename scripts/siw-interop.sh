@@ -108,8 +108,8 @@ p3|s2w|65536|65536|100|ok|--crc required|siw's ib_write_bw -R -F client -> ib_wr
 p4|s2w|65536|65536|100|ok|--crc off|as p3, CRC off
 n1|o2s|65535|65535|20|ok|--crc required|impaired link (netem in the guest, both ways): 2 % loss, 2 +- 1 ms delay, CRC on
 n2|s2o|65535|65535|20|ok|--crc off|siw's client over the same link, CRC off
-n3|o2s|4096|4096|50|ok|--crc off|impaired link: 1 % loss, 1 ms delay, 10 % of frames sent early (reordered), CRC off
-n4|s2o|4096|4096|50|ok|--crc required|siw's client over the same link, CRC on
+n3|o2s|4096|4096|100|ok|--crc off|impaired link: 3 % loss, 1 ms delay, 10 % of frames sent early (reordered), CRC off
+n4|s2o|4096|4096|100|ok|--crc required|siw's client over the same link, CRC on
 n5|r2s|65535|65535|20|ok|--crc required|unmodified rping client on our drop-in -> siw's rping server over the impaired link of n1, CRC on
 n6|s2r|65535|65535|20|ok|--crc off|siw's rping client -> unmodified rping server on our drop-in over the link of n3, CRC off
 EOT
@@ -122,8 +122,8 @@ EOT
 # and `rnic replay` of the guest's capture of the case opens holes.
 declare -A NETEM=(
   [n1]="loss 2% delay 2ms 1ms" [n2]="loss 2% delay 2ms 1ms"
-  [n3]="loss 1% delay 1ms reorder 10% 50%" [n4]="loss 1% delay 1ms reorder 10% 50%"
-  [n5]="loss 2% delay 2ms 1ms" [n6]="loss 1% delay 1ms reorder 10% 50%"
+  [n3]="loss 3% delay 1ms reorder 10% 50%" [n4]="loss 3% delay 1ms reorder 10% 50%"
+  [n5]="loss 2% delay 2ms 1ms" [n6]="loss 3% delay 1ms reorder 10% 50%"
 )
 # Our initiator's first-FPDU delay must work (a local self-check, two `rnic ping` processes on
 # 127.0.0.1). If it does not, rev 2 cases fall back to --p2p (siw answers a P2P Request with
@@ -415,7 +415,7 @@ mixed_ours_params() {  # from the drop-in's `--log cm=info` lines "... ESTABLISH
 }
 tshark_check() {  # FILE [TSHARK OPTIONS]: prints "ok N" or the problem (with tshark's own words)
   local f="$1" nf bad mal rc out err; shift
-  out=$(mktemp); err=$(mktemp)
+  out=$(mktemp -p "$RES"); err=$(mktemp -p "$RES")  # in the results: never left in /tmp
   timeout 60 "${TSHARK[@]}" "$@" -r "$f" -Y 'iwarp_mpa' -T fields -e frame.number > "$out" 2>"$err"
   rc=$?; nf=$(wc -l < "$out")
   bad=$(timeout 60 "${TSHARK[@]}" "$@" -r "$f" -V -Y 'iwarp_mpa' 2>/dev/null | grep -c 'Bad CRC32')

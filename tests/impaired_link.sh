@@ -5,14 +5,16 @@
 #   xfer     rnic xfer, every operation (Send, Write, Read, Write with Immediate, atomics) at
 #            0 B..16 MiB, each verified byte for byte: CRC off over 2 % loss, 1 +- 1 ms delay,
 #            reordering and 1 % duplication; CRC on over 1 % loss in bursts and a 40 MB/s rate
+#   realseg  rnic xfer as in xfer with --real-segments tap0 on both sides (the real-segment
+#            receive mode): holes opened and closed and FPDUs placed beyond them, CRC off and on
 #   rping    unmodified rping -V (100 x 65535 octets, verified) over the drop-in, both sides, over
 #            loss in bursts with jitter and reordering
 # In each run TCP must have retransmitted and a receiver must have queued segments out of order
 # (--expect-holes): the impairment happened. Skipped (77) only where the machine cannot make the
 # link (impair.sh says which: not root, no /dev/net/tun, no vde2).
 set -uo pipefail
-CASE=${1:?usage: impaired_link.sh options|xfer|rping RNIC}
-export RNIC=${2:?usage: impaired_link.sh options|xfer|rping RNIC}
+CASE=${1:?usage: impaired_link.sh options|xfer|realseg|rping RNIC}
+export RNIC=${2:?usage: impaired_link.sh options|xfer|realseg|rping RNIC}
 IMPAIR="$(cd "$(dirname "$0")/.." && pwd)/scripts/impair.sh"
 fails=0
 fail() { echo "FAILED: $*"; fails=1; }
@@ -31,7 +33,7 @@ case "$CASE" in
     done <<'EOF'
 --loss abc -- xfer|--loss
 --loss 150 -- xfer|above 100
---dup 101 -- xfer|--dup
+--dup 101 -- xfer|--dup 101
 --burst 3 -- xfer|--burst needs --loss
 --rate -5 -- xfer|--rate
 --timeout|--timeout
@@ -40,14 +42,31 @@ case "$CASE" in
 --loss 1|nothing to run
 --server-cmd true -- xfer|either
 --server-cmd true|nothing to run
+--server-cmd|--server-cmd wants a command
+--client-cmd|--client-cmd wants a command
+--dup 100 -- xfer|not below 100
 EOF
     bash "$IMPAIR" --help | grep -q -- '--expect-holes' || fail "--help does not list --expect-holes"
+    # rnic's --real-segments: an interface that does not exist, or --wire beside it, is refused
+    # in the one line CLI11 gives every bad option (then its "Run with --help" hint)
+    while IFS='|' read -r args word; do
+      # shellcheck disable=SC2086
+      err=$(timeout 10 "$RNIC" xfer --server $args 2>&1); rc=$?
+      if [ $rc != 2 ] || ! head -1 <<< "$err" | grep -qF -- "$word" || [ "$(grep -vc 'Run with --help' <<< "$err")" != 1 ]; then
+        fail "rnic xfer --server $args: exit $rc, want 2 and one line naming '$word': $err"
+      else
+        echo "ok: rnic xfer --server $args -> $(head -1 <<< "$err")"
+      fi
+    done <<'EOF2'
+--real-segments nosuch0|--real-segments: nosuch0: no such interface
+--real-segments lo --wire reorder=0.1|--wire excludes --real-segments
+EOF2
     ;;
   xfer)
     SIZES=(--sizes 0 1 4095 4096 65537 1048576 16777216)
     run() {  # LINK OPTIONS... -- XFER OPTIONS...
       local out rc
-      out=$(bash "$IMPAIR" --expect-holes --timeout 300 "$@" 2>&1); rc=$?
+      out=$(bash "$IMPAIR" --expect-holes --timeout 150 "$@" 2>&1); rc=$?
       echo "$out"
       [ $rc = 77 ] && exit 77
       [ $rc = 0 ] || fail "impair.sh $* exited $rc"
@@ -58,6 +77,31 @@ EOF
     run --loss 2 --delay 1 --jitter 1 --reorder --dup 1 -- xfer "${SIZES[@]}" --crc off --timeout 60000
     run --loss 1 --burst 3 --rate 40000000 --reorder --jitter 1 -- xfer "${SIZES[@]}" --crc required \
       --timeout 60000
+    ;;
+  realseg)
+    # The real-segment receive mode: each side also reads its connection's TCP segments off its
+    # TAP device as they arrive, so octets beyond a real hole are placed before the kernel's TCP
+    # delivers them; both sides must report holes opened and closed and FPDUs placed beyond
+    # them, and every operation still verifies.
+    SIZES=(--sizes 0 1 4095 4096 65537 1048576 16777216)
+    for crc in off required; do
+      out=$(bash "$IMPAIR" --expect-holes --timeout 150 --loss 2 --delay 1 --jitter 1 --reorder \
+        -- xfer "${SIZES[@]}" --crc $crc --timeout 60000 --real-segments tap0 2>&1); rc=$?
+      echo "$out"
+      [ $rc = 77 ] && exit 77
+      [ $rc = 0 ] || fail "CRC $crc: impair.sh exited $rc"
+      grep -q 'client: 30 operations verified, 0 failed' <<< "$out" || fail "CRC $crc: the client did not verify 30 operations"
+      grep -q 'server: all checks passed' <<< "$out" || fail "CRC $crc: the server did not pass its checks"
+      for side in client server; do
+        line=$(grep "$side: segment path (real TCP segments on tap0)" <<< "$out")
+        [ -n "$line" ] || { fail "CRC $crc: the $side printed no segment-path line"; continue; }
+        opened=$(sed -E 's/.* ([0-9]+) holes opened.*/\1/' <<< "$line")
+        closed=$(sed -E 's/.* ([0-9]+) closed;.*/\1/' <<< "$line")
+        [ "$opened" -gt 0 ] && [ "$opened" = "$closed" ] || fail "CRC $crc: the $side's holes: $line"
+      done
+      placed=$(grep 'server: segment path' <<< "$out" | sed -E 's/.* ([0-9]+) FPDUs placed beyond a hole.*/\1/')
+      [ "${placed:-0}" -gt 0 ] || fail "CRC $crc: the server placed no FPDU beyond a hole"
+    done
     ;;
   rping)
     R=$RNIC

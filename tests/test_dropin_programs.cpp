@@ -841,7 +841,7 @@ TEST(DropinCapture, PerftestConnectionsRecordedAsReadablePcaps) {
       if (std::regex_search(out, m, std::regex(R"(RDMA Write (\d+))")))
         most_writes = std::max(most_writes, std::stoi(m[1].str()));
 
-      Program tshark("tshark -r", {"tshark", "-r", file});
+      Program tshark("tshark -r", {"tshark", "-o", "tcp.try_heuristic_first:TRUE", "-r", file});
       tshark.wait(kQuickLimit);
       EXPECT_TRUE(exited_ok(tshark));
       EXPECT_TRUE(no_error_lines(tshark));

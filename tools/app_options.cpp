@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "capture/pcap_tap.hpp"
+#include "common/log.hpp"
+#include "rnic/segment_tap.hpp"
 #include "sim/impaired_wire.hpp"
 
 namespace iwarp::tools {
@@ -122,6 +124,17 @@ void add_app_options(CLI::App& app, AppOptions& o) {
         auto w = sim::parse_wire_impairment(s);
         return w ? std::string{} : w.error();
       });
+  auto* wire = app.get_option("--wire");
+  app.add_option("--real-segments", o.real_segments,
+                 "Receive the real TCP segments as they arrive on interface IFACE, in arrival\n"
+                 "order (an AF_PACKET socket: root or CAP_NET_RAW; IPv4 over Ethernet), besides\n"
+                 "the socket's in-order stream: a segment beyond a real TCP hole (loss,\n"
+                 "reordering) is placed at once and its completion deferred until the hole\n"
+                 "closes. The connection must be made after the program starts (the tap learns\n"
+                 "the peer's ISN from its SYN). See docs/impaired-link.md")
+      ->type_name("IFACE")
+      ->excludes(wire)
+      ->check([](const std::string& ifname) { return rnic::SegmentTap::check(ifname); });
   app.add_option("--pcap", o.pcap, "Record what this side sends and receives to a pcap file")
       ->check([](const std::string& path) -> std::string {
         // Say so now, not after the connection is up.
@@ -149,19 +162,31 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o) {
   if (!o.pcap.empty()) e.cm.tap = capture::pcap_tap_factory(o.pcap);
   if (!o.wire.empty())
     e.cm.rx_shaper = sim::impaired_wire_shaper(*sim::parse_wire_impairment(o.wire));
+  if (!o.real_segments.empty()) {
+    // Checked when the option was parsed; should it fail now, the program runs on the socket's
+    // stream alone and says so.
+    auto tap = rnic::SegmentTap::open(o.real_segments);
+    if (tap)
+      e.cm.segment_tap = std::shared_ptr<rnic::SegmentTap>(std::move(*tap));
+    else
+      log::layer("tool").error("--real-segments {}: receiving from the socket only", tap.error());
+  }
   return e;
 }
 
 std::string describe_segment_path(const AppOptions& o, verbs::Endpoint& ep) {
-  if (o.wire.empty() || !ep.qp() || !ep.qp()->qp) return {};
+  if ((o.wire.empty() && o.real_segments.empty()) || !ep.qp() || !ep.qp()->qp) return {};
   const auto& qp = *ep.qp()->qp;
   const auto s = qp.segment_stats();
   const auto q = qp.stats();
+  const std::string source = o.wire.empty()
+                                 ? fmt::format("real TCP segments on {}", o.real_segments)
+                                 : fmt::format("simulated wire {}", o.wire);
   return fmt::format(
-      "segment path (simulated wire {}): {} segments received, {} out of order, {} duplicate "
+      "segment path ({}): {} segments received, {} out of order, {} duplicate "
       "octets; {} holes opened, {} closed; {} FPDUs placed beyond a hole, {} delivered when "
       "their hole closed",
-      o.wire, s.segments, s.ooo_segments, s.duplicate_bytes, s.holes_opened, s.holes_closed,
+      source, s.segments, s.ooo_segments, s.duplicate_bytes, s.holes_opened, s.holes_closed,
       q.ooo_placed, q.released);
 }
 

@@ -9,6 +9,7 @@
 #include "rnic/connection_manager.hpp"
 #include "rnic/device.hpp"
 #include "rnic/queue_pair.hpp"
+#include "rnic/segment_tap.hpp"
 
 namespace iwarp::verbs {
 
@@ -64,6 +65,9 @@ Endpoint::~Endpoint() {
   if (listen_id_) rdma_destroy_id(listen_id_);
   for (auto* mr : mrs_) ibv_dereg_mr(mr);
   rdma_destroy_event_channel(ech_);
+  // A segment tap (--real-segments) posts to the device's engine from its own thread: nothing
+  // more once the device goes.
+  if (opts_.cm.segment_tap) opts_.cm.segment_tap->detach_all();
   // The engine may still run handlers that touch the CQs: stop it first.
   if (own_ctx_) {
     ctx_->dev.reset();
