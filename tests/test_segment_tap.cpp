@@ -53,6 +53,13 @@ Bytes payload_of(const Bytes& f) {
   return Bytes(s.payload.begin(), s.payload.end());
 }
 
+// The frame of `frames` that carries `n` octets of payload (nullptr: none).
+const Bytes* data_frame(const std::vector<Bytes>& frames, std::size_t n) {
+  for (const auto& f : frames)
+    if (payload_of(f).size() == n) return &f;
+  return nullptr;
+}
+
 TEST(SegmentTapFrame, RealFramesParseToTheirFlowSequenceAndPayload) {
   const Bytes data{'F', 'P', 'D', 'U', 0, 1, 2, 3, 4, 5};
   const auto frames = sample_frames(data);
@@ -80,9 +87,7 @@ TEST(SegmentTapFrame, RealFramesParseToTheirFlowSequenceAndPayload) {
 
 TEST(SegmentTapFrame, EveryCutOfAFrameIsRefused) {
   const auto frames = sample_frames(Bytes(300, 0xab));
-  const Bytes* data = nullptr;
-  for (const auto& f : frames)
-    if (payload_of(f).size() == 300) data = &f;
+  const Bytes* data = data_frame(frames, 300);
   ASSERT_NE(data, nullptr);
   for (std::size_t cut = 0; cut < data->size(); ++cut) {
     SegmentTap::Segment s;
@@ -93,9 +98,7 @@ TEST(SegmentTapFrame, EveryCutOfAFrameIsRefused) {
 
 TEST(SegmentTapFrame, AFlippedBitFailsTheChecksumUnlessTheKernelVouchedForIt) {
   const auto frames = sample_frames(Bytes(64, 0x5a));
-  const Bytes* data = nullptr;
-  for (const auto& f : frames)
-    if (payload_of(f).size() == 64) data = &f;
+  const Bytes* data = data_frame(frames, 64);
   ASSERT_NE(data, nullptr);
   // Every bit of the IPv4 header (its own checksum; the addresses are in the TCP pseudo header
   // too), of the TCP header and of the payload.
@@ -125,9 +128,7 @@ TEST(SegmentTapFrame, AFlippedBitFailsTheChecksumUnlessTheKernelVouchedForIt) {
 
 TEST(SegmentTapFrame, ResetIsFlagged) {
   const auto frames = sample_frames(Bytes(16, 2));
-  const Bytes* data = nullptr;
-  for (const auto& f : frames)
-    if (payload_of(f).size() == 16) data = &f;
+  const Bytes* data = data_frame(frames, 16);
   ASSERT_NE(data, nullptr);
   Bytes f = *data;
   f[14 + 20 + 13] |= 0x04;  // RST (the checksum no longer matches: the kernel vouched)
@@ -138,9 +139,7 @@ TEST(SegmentTapFrame, ResetIsFlagged) {
 
 TEST(SegmentTapFrame, BadHeaderFieldsAreMalformedOrNotOurs) {
   const auto frames = sample_frames(Bytes(32, 1));
-  const Bytes* data = nullptr;
-  for (const auto& f : frames)
-    if (payload_of(f).size() == 32) data = &f;
+  const Bytes* data = data_frame(frames, 32);
   ASSERT_NE(data, nullptr);
   auto with = [&](std::size_t at, std::uint8_t v) {
     Bytes f = *data;
