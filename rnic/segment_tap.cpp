@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/bytes.hpp"
+#include "common/internet_checksum.hpp"
 
 namespace iwarp::rnic {
 
@@ -32,20 +33,12 @@ constexpr std::size_t kFrameBuffer = 65536 + kEthHeader;
 // delivers them), so a slow engine never makes it queue without bound.
 constexpr std::int64_t kMaxPendingOctets = 32 << 20;
 
-std::uint32_t sum16(const std::uint8_t* p, std::size_t n, std::uint32_t acc) {
-  for (; n > 1; p += 2, n -= 2) acc += static_cast<std::uint32_t>(p[0] << 8 | p[1]);
-  if (n) acc += static_cast<std::uint32_t>(p[0] << 8);
-  return acc;
-}
-
-// RFC 9293 §3.1: the checksum over the IPv4 pseudo header and the whole segment sums to 0xffff.
+// RFC 9293 §3.1: the checksum over the IPv4 pseudo header (addresses, protocol, TCP length)
+// and the whole segment, its own checksum field included, comes out 0.
 bool tcp_checksum_ok(const std::uint8_t* ip, const std::uint8_t* tcp, std::size_t tcp_len) {
-  std::uint32_t acc = sum16(ip + 12, 8, 0);  // source and destination addresses
-  acc += kProtoTcp;
-  acc += static_cast<std::uint32_t>(tcp_len);
-  acc = sum16(tcp, tcp_len, acc);
-  while (acc >> 16) acc = (acc & 0xffff) + (acc >> 16);
-  return acc == 0xffff;
+  const std::uint64_t pseudo =
+      checksum_add_words(ByteSpan(ip + 12, 8), kProtoTcp + std::uint64_t{tcp_len});
+  return internet_checksum(ByteSpan(tcp, tcp_len), checksum_fold(pseudo)) == 0;
 }
 
 std::string errno_text(const std::string& what, const std::string& ifname) {
@@ -209,11 +202,7 @@ SegmentTap::Frame SegmentTap::parse_frame(ByteSpan frame, bool csum_trusted, Seg
   const std::size_t total = load_be16(ip + 2);
   if (ihl < 20 || total < ihl || total > m) return Frame::Malformed;
   // RFC 791 §3.1: the header checksum (IP drops a frame that fails it; so does the tap).
-  if (!csum_trusted) {
-    std::uint32_t h = sum16(ip, ihl, 0);
-    while (h >> 16) h = (h & 0xffff) + (h >> 16);
-    if (h != 0xffff) return Frame::Malformed;
-  }
+  if (!csum_trusted && internet_checksum(ByteSpan(ip, ihl)) != 0) return Frame::Malformed;
   if (ip[9] != kProtoTcp) return Frame::Other;
   if ((load_be16(ip + 6) & 0x3fff) != 0) return Frame::Other;  // a fragment: left to IP
   // RFC 9293 §3.1: data offset in 32-bit words, at least 5.

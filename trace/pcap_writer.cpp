@@ -29,20 +29,6 @@ constexpr std::uint8_t kAck = 0x10;
 constexpr std::array<std::uint8_t, 6> kMac[2] = {{0x02, 0x00, 0x00, 0x00, 0x00, 0x01},
                                                  {0x02, 0x00, 0x00, 0x00, 0x00, 0x02}};
 
-// One's-complement sum of 16-bit big-endian words (RFC 1071 §4.1), not yet folded; an odd
-// trailing octet is padded with a zero octet on the right.
-std::uint64_t add_words(ByteSpan data, std::uint64_t acc) {
-  std::size_t i = 0;
-  for (; i + 1 < data.size(); i += 2) acc += load_be16(&data[i]);
-  if (i < data.size()) acc += std::uint64_t{data[i]} << 8;
-  return acc;
-}
-
-std::uint32_t fold(std::uint64_t acc) {
-  while (acc >> 16) acc = (acc & 0xffff) + (acc >> 16);
-  return static_cast<std::uint32_t>(acc);
-}
-
 // libpcap prefixes some messages with the file name; the caller adds it once.
 std::string strip_path_prefix(std::string msg, const std::string& path) {
   const std::string prefix = path + ": ";
@@ -52,10 +38,6 @@ std::string strip_path_prefix(std::string msg, const std::string& path) {
 }
 
 }  // namespace
-
-std::uint16_t internet_checksum(ByteSpan data, std::uint32_t initial) {
-  return static_cast<std::uint16_t>(~fold(add_words(data, initial)) & 0xffff);
-}
 
 struct PcapWriter::Impl {
   pcap_t* dead = nullptr;
@@ -144,7 +126,7 @@ struct PcapWriter::Impl {
     pw.u8(0);
     pw.u8(kProtoTcp);
     pw.be16(static_cast<std::uint16_t>(tcp_len));
-    const std::uint32_t pseudo_sum = fold(add_words(pseudo, 0));
+    const std::uint32_t pseudo_sum = checksum_fold(checksum_add_words(pseudo, 0));
     store_be16(&f[tcp_off + 16], internet_checksum(ByteSpan(f).subspan(tcp_off), pseudo_sum));
 
     const std::uint64_t t =

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/bytes.hpp"
+#include "common/internet_checksum.hpp"
 
 namespace iwarp::trace {
 
@@ -62,7 +63,6 @@ class PcapWriter {
   std::unique_ptr<Impl> impl_;
 };
 
-// RFC 1071 Internet checksum over `data` starting from a partial sum.
-std::uint16_t internet_checksum(ByteSpan data, std::uint32_t initial = 0);
+using iwarp::internet_checksum;  // common/internet_checksum.hpp (RFC 1071)
 
 }  // namespace iwarp::trace
