@@ -102,6 +102,18 @@ run() {
   fi
 }
 
+# wait_listening PID BOUND_S: true once process PID has a listening TCP socket (ss -p names
+# the owner: our own processes need no privilege); false if PID ended or BOUND_S passed.
+wait_listening() {
+  local pid=$1 k
+  for k in $(seq 1 $(($2 * 10))); do
+    ss -ltnpH 2>/dev/null | grep -q "pid=$pid," && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
 i=0
 bgpid=""
 while [ $i -lt ${#LINES[@]} ]; do
@@ -139,7 +151,13 @@ while [ $i -lt ${#LINES[@]} ]; do
       sout=$WORK/$n.server.out
       bash -c "exec $line" >"$sout" 2>&1 &
       spid=$!
-      sleep 0.5  # the server is listening long before a person types the client's line
+      # A person types the client's line once the server is up; a slow build (TSan, a loaded
+      # machine) can take seconds to listen, so wait for its listening socket (bounded).
+      if ! wait_listening "$spid" 60; then
+        echo "FAIL  the server of '$line' was not listening within 60 s:"
+        sed 's/^/      | /' "$sout" | tail -25
+        failed=1
+      fi
       n=$((n + 1))
       run 120 "$line  +  $client" bash -c "set -o pipefail; $client"
       # Its one client served, the server ends by itself.

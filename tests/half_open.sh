@@ -31,7 +31,7 @@ scenario() {
   "$RNIC" xfer --server --port "$port" --llp-timeout "$llp" --timeout $own --sizes 64,1048576 \
     > "$W/srv$llp" 2>&1 &
   local S=$!
-  for _ in $(seq 1 50); do ss -ltnH "sport = :$port" | grep -q . && break; sleep 0.1; done
+  for _ in $(seq 1 300); do ss -ltnH "sport = :$port" | grep -q . && break; sleep 0.1; done
   "$RNIC" xfer --client 127.0.0.1 --port "$port" --llp-timeout "$llp" --timeout $own \
     --sizes 64,1048576 --ops write --loop 1000000 > "$W/cli$llp" 2>&1 &
   local C=$!
