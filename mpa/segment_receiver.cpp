@@ -184,6 +184,8 @@ void SegmentReceiver::receive(TcpSeq seq, ByteSpan payload, SegmentVisitor& v) {
 
 void SegmentReceiver::add_chunk(std::uint64_t off, ByteSpan data) {
   held_octets_ += data.size();
+  stats_.held_copied_bytes += data.size();
+  stats_.peak_held_bytes = std::max<std::uint64_t>(stats_.peak_held_bytes, held_octets_);
   chunks_.emplace_hint(chunks_.lower_bound(off), off, Bytes(data.begin(), data.end()));
 }
 

@@ -143,6 +143,10 @@ class SegmentReceiver {
     // Segments whose search for FPDUs beyond a hole stopped at its budget (kDiscoverBudget in
     // segment_receiver.cpp); what it did not find goes through the stream when the hole closes.
     std::uint64_t discovery_cut = 0;
+    // Reassembly storage: octets copied into it (each is copied again when it is delivered,
+    // unless an FPDU placed beyond its hole claimed it) and the most it held at once.
+    std::uint64_t held_copied_bytes = 0;
+    std::uint64_t peak_held_bytes = 0;
     // Loop steps taken in receive(): holes and blocks visited, runs delivered, FPDU starts and
     // chains looked at. Per segment it stays bounded (by the holes and blocks a segment
     // reaches, which it closes or merges, and by the discovery limits): a count, not a time,

@@ -13,6 +13,7 @@
 #include "rnic/qp_types.hpp"
 #include "rnic/rx_observer.hpp"
 #include "rnic/rx_segment_shaper.hpp"
+#include "rnic/segment_input.hpp"
 
 namespace iwarp::rnic {
 
@@ -74,6 +75,8 @@ struct CmOptions {
   // TCP segments of its connection as they arrive on the tap's interface. Shared: the tap lives
   // as long as any id that was given it. Empty: the socket's stream only.
   std::shared_ptr<SegmentTap> segment_tap;
+  // What every QP this id starts does with data beyond a TCP hole (RxOptions::beyond_holes).
+  BeyondHoles beyond_holes = BeyondHoles::Place;
   // Told what every QP this id starts receives (RxOptions::observer; rnic xfer --explain).
   std::shared_ptr<RxObserver> rx_observer;
   TapFactory tap;

@@ -67,6 +67,8 @@ void QueuePair::rx_event(RxEvent e) {
 mpa::OooVerdict QueuePair::rx_ooo(const mpa::OooFpdu& f, const mpa::Hole& hole) {
   using V = mpa::OooVerdict;
   if (closed_ || state_.load() != QpState::Rts) return V::Wait;
+  // Hold: nothing is placed beyond a hole; the FPDU goes through the stream when it closes.
+  if (rx_.opts.beyond_holes == BeyondHoles::Hold) return V::Wait;
   auto seg = ddp::parse_segment(f.ulpdu);
   auto event = [&](RxEvent::Kind kind, std::string text,
                    std::optional<TermCode> term = std::nullopt) {
@@ -362,6 +364,18 @@ mpa::SegmentReceiver::Stats QueuePair::segment_stats() const {
       },
       kInspectBound);
   return ran ? *out : mpa::SegmentReceiver::Stats{};
+}
+
+QueuePair::HoleTiming QueuePair::hole_timing() const {
+  auto out = std::make_shared<HoleTiming>();
+  auto self = std::const_pointer_cast<QueuePair>(shared_from_this());
+  const bool ran = dev_.run_and_wait(
+      [self, out] {
+        const auto& c = self->rx_.hole_clock;
+        *out = HoleTiming{c.samples(), c.untracked(), c.not_kept()};
+      },
+      kInspectBound);
+  return ran ? std::move(*out) : HoleTiming{};
 }
 
 }  // namespace iwarp::rnic

@@ -116,7 +116,11 @@ class QueuePair::SegVisitor : public mpa::SegmentVisitor {
 void QueuePair::rx_start(Bytes leftover) {
   rx_.sink = std::make_shared<RxSink>(*this);
   rx_.visitor = std::make_shared<SegVisitor>(*this);
-  rx_.segments.emplace(rx_.reader->config(), rx_.opts.stream_start);
+  mpa::SegmentReceiver::Limits limits;
+  // Discard: no hole is ever opened, so every segment beyond the in-order point is dropped
+  // (counted as SegmentReceiver::Stats::dropped_hole_limit).
+  if (rx_.opts.beyond_holes == BeyondHoles::Discard) limits.max_holes = 0;
+  rx_.segments.emplace(rx_.reader->config(), rx_.opts.stream_start, limits);
   if (rx_.opts.shaper) {
     const std::size_t mss = setup_ ? setup_->emss : 1448;
     tap_wire_.shaper =
@@ -164,7 +168,18 @@ void QueuePair::rx_data(ByteSpan data) {
 
 void QueuePair::rx_segment(TcpSeq seq, ByteSpan payload) {
   if (closed_) return;
-  rx_.segments->receive(seq, payload, *rx_.visitor);
+  const std::int32_t ahead = seq - rx_.segments->next_seq();
+  if (ahead > 0) {
+    const std::uint64_t lo = rx_.segments->in_order() + static_cast<std::uint32_t>(ahead);
+    rx_.hole_clock.seen(rx_.segments->in_order(), lo, lo + payload.size());
+  }
+  if (rx_.hole_clock.open_runs() == 0) {
+    rx_.segments->receive(seq, payload, *rx_.visitor);
+  } else {
+    const auto began = HoleClock::Clock::now();
+    rx_.segments->receive(seq, payload, *rx_.visitor);
+    rx_.hole_clock.advanced(rx_.segments->in_order(), began, HoleClock::Clock::now());
+  }
   if (rx_.fin_seq) rx_check_fin();
 }
 

@@ -31,6 +31,7 @@
 #include "mpa/segment_receiver.hpp"
 #include "rnic/completion_queue.hpp"
 #include "rnic/device.hpp"
+#include "rnic/hole_clock.hpp"
 #include "rnic/qp_types.hpp"
 #include "rnic/recv_buffer.hpp"
 #include "rnic/rx_observer.hpp"
@@ -130,6 +131,7 @@ struct RxOptions {
   // Live segment tap only: octets a tapped segment may reach beyond the in-order point (the
   // socket's receive buffer, which bounds the window TCP advertises); 0: no bound.
   std::uint32_t tap_window = 0;
+  BeyondHoles beyond_holes = BeyondHoles::Place;  // what the segment path does beyond a hole
 };
 
 // Why a connection ended, reported once to the connection manager.
@@ -180,6 +182,13 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
   void receive_fin(TcpSeq seq) override;
   std::vector<HoleInfo> hole_report() const override;
   mpa::SegmentReceiver::Stats segment_stats() const override;
+  // The time from each TCP hole closing to the octets beyond it delivered (HoleClock), and
+  // the runs not timed; asked of the engine like segment_stats().
+  struct HoleTiming {
+    std::vector<HoleClock::Sample> samples;
+    std::uint64_t untracked = 0, not_kept = 0;
+  };
+  HoleTiming hole_timing() const;
   // The responder in peer-to-peer mode expects the initiator's RTR first (RFC 6581 §4); the
   // initiator sends it. Called by the CM with the negotiated RTR type.
   void send_rtr(mpa::RtrType type);
@@ -502,6 +511,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
   struct RxStream {
     RxOptions opts;
     std::optional<mpa::SegmentReceiver> segments;  // TCP segments in, holes tracked
+    HoleClock hole_clock;                          // hole closed -> octets beyond it delivered
     std::shared_ptr<SegVisitor> visitor;
     std::optional<mpa::FpduReader> reader;
     std::shared_ptr<RxSink> sink;

@@ -27,6 +27,27 @@ struct HoleInfo {
   std::uint32_t deferred_errors = 0;       // invalid FPDUs whose Terminate waits for it
 };
 
+// What the segment path does with data that arrives beyond a TCP hole (`--beyond-holes`; the
+// three arms of the placement benchmark, docs/beyond-holes.md):
+//  * Place: whole FPDUs found beyond it are placed at once, their completions deferred until
+//    it closes (qp_ooo.cpp; seed 004); the default.
+//  * Hold: they are kept in the segment receiver and placed in order when it closes (one more
+//    copy of every octet beyond a hole, and the memory to hold them).
+//  * Discard: every segment beyond the in-order point is dropped, as by a NIC that does no
+//    reassembly; the octets come again (a retransmission, or in the real-segment mode the
+//    socket's in-order stream).
+enum class BeyondHoles : std::uint8_t { Place, Hold, Discard };
+inline const char* to_string(BeyondHoles b) {
+  switch (b) {
+    case BeyondHoles::Hold:
+      return "hold";
+    case BeyondHoles::Discard:
+      return "discard";
+    default:
+      return "place";
+  }
+}
+
 // What a queued segment costs besides its octets (handler, allocation, bookkeeping), so that a
 // flood of tiny segments meets the same bound as a few large ones.
 inline constexpr std::int64_t kPendingSegmentOverhead = 256;

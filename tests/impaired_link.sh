@@ -7,14 +7,18 @@
 #            reordering and 1 % duplication; CRC on over 1 % loss in bursts and a 40 MB/s rate
 #   realseg  rnic xfer as in xfer with --real-segments tap0 on both sides (the real-segment
 #            receive mode): holes opened and closed and FPDUs placed beyond them, CRC off and on
+#   arms     the real-segment mode's other two arms (--beyond-holes hold, discard; realseg runs
+#            place): every operation verified; hold places nothing beyond a hole and times
+#            its holes, discard drops what is beyond the in-order point, opens no hole and
+#            still times the holes TCP closed (docs/beyond-holes.md)
 #   rping    unmodified rping -V (100 x 65535 octets, verified) over the drop-in, both sides, over
 #            loss in bursts with jitter and reordering
 # In each run TCP must have retransmitted and a receiver must have queued segments out of order
 # (--expect-holes): the impairment happened. Skipped (77) only where the machine cannot make the
 # link (impair.sh says which: not root, no /dev/net/tun, no vde2).
 set -uo pipefail
-CASE=${1:?usage: impaired_link.sh options|xfer|realseg|rping RNIC}
-export RNIC=${2:?usage: impaired_link.sh options|xfer|realseg|rping RNIC}
+CASE=${1:?usage: impaired_link.sh options|xfer|realseg|arms|rping RNIC}
+export RNIC=${2:?usage: impaired_link.sh options|xfer|realseg|arms|rping RNIC}
 IMPAIR="$(cd "$(dirname "$0")/.." && pwd)/scripts/impair.sh"
 fails=0
 fail() { echo "FAILED: $*"; fails=1; }
@@ -101,6 +105,37 @@ EOF2
       done
       placed=$(grep 'server: segment path' <<< "$out" | sed -E 's/.* ([0-9]+) FPDUs placed beyond a hole.*/\1/')
       [ "${placed:-0}" -gt 0 ] || fail "CRC $crc: the server placed no FPDU beyond a hole"
+    done
+    ;;
+  arms)
+    # num LINE WORDS: the number just before WORDS in LINE ("" when absent).
+    num() { grep -oE "[0-9]+ $2" <<< "$1" | head -1 | cut -d' ' -f1; }
+    for arm in hold discard; do
+      out=$(bash "$IMPAIR" --expect-holes --timeout 150 --loss 2 --delay 1 --jitter 1 --reorder \
+        -- xfer --sizes 0 4096 65537 4194304 --crc required --timeout 60000 --real-segments tap0 \
+        --beyond-holes $arm 2>&1); rc=$?
+      echo "$out"
+      [ $rc = 77 ] && exit 77
+      [ $rc = 0 ] || fail "$arm: impair.sh exited $rc"
+      grep -qE 'client: [1-9][0-9]* operations verified, 0 failed' <<< "$out" || fail "$arm: the client did not verify every operation"
+      grep -q 'server: all checks passed' <<< "$out" || fail "$arm: the server did not pass its checks"
+      for side in client server; do
+        path=$(grep "$side: segment path (real TCP segments on tap0)" <<< "$out")
+        arms=$(grep "$side: beyond holes: $arm;" <<< "$out")
+        [ -n "$path" ] && [ -n "$arms" ] || { fail "$arm: the $side printed no segment-path lines"; continue; }
+        opened=$(num "$path" "holes opened"); placed=$(num "$path" "FPDUs placed")
+        dropped=$(num "$arms" "segments dropped")
+        peak=$(grep -oE "peak [0-9]+" <<< "$arms" | cut -d' ' -f2)
+        [ "$placed" = 0 ] || fail "$arm: the $side placed $placed FPDUs beyond a hole"
+        if [ $arm = hold ]; then
+          [ "$opened" -gt 0 ] && [ "$peak" -gt 0 ] || fail "hold: the $side held nothing: $path / $arms"
+        else
+          [ "$opened" = 0 ] && [ "$peak" = 0 ] && [ "$dropped" -gt 0 ] || fail "discard: the $side: $path / $arms"
+        fi
+      done
+      # The server receives the bulk: TCP's holes closed under it and were timed.
+      st=$(num "$(grep "server: beyond holes" <<< "$out")" "holes \\(")
+      [ "${st:-0}" -gt 0 ] || fail "$arm: the server timed no hole"
     done
     ;;
   rping)

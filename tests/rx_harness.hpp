@@ -59,7 +59,8 @@ class Recorder : public RxObserver {
 
 // One QP (the MPA initiator) whose receive side is fed segments of a scripted peer stream.
 struct Harness {
-  explicit Harness(mpa::FramingConfig f = {true, false}, std::size_t buf = 1 << 20)
+  explicit Harness(mpa::FramingConfig f = {true, false}, std::size_t buf = 1 << 20,
+                   BeyondHoles beyond = BeyondHoles::Place)
       : framing(f),
         enc(f),
         scq(256, nullptr, nullptr),
@@ -85,6 +86,7 @@ struct Harness {
     RxOptions rx;
     rx.stream_start = TcpSeq{kIsn};
     rx.observer = rec;
+    rx.beyond_holes = beyond;
     auto t = std::make_unique<NullTransport>(dev.io(), [this](ByteSpan b) {
       std::lock_guard l(tx_mu);
       tx.insert(tx.end(), b.begin(), b.end());

@@ -28,6 +28,9 @@ const Names<mpa::CrcPolicy> kCrcPolicies = {{"required", mpa::CrcPolicy::Require
 const Names<mpa::MarkerPolicy> kMarkerPolicies = {{"required", mpa::MarkerPolicy::Required},
                                                   {"optional", mpa::MarkerPolicy::Optional},
                                                   {"off", mpa::MarkerPolicy::Off}};
+const Names<rnic::BeyondHoles> kBeyondHoles = {{"place", rnic::BeyondHoles::Place},
+                                               {"hold", rnic::BeyondHoles::Hold},
+                                               {"discard", rnic::BeyondHoles::Discard}};
 const Names<mpa::RtrType> kRtrTypes = {
     {"write", mpa::RtrType::Write}, {"read", mpa::RtrType::Read}, {"send", mpa::RtrType::Send}};
 
@@ -135,6 +138,22 @@ void add_app_options(CLI::App& app, AppOptions& o) {
       ->type_name("IFACE")
       ->excludes(wire)
       ->check([](const std::string& ifname) { return rnic::SegmentTap::check(ifname); });
+  auto* real = app.get_option("--real-segments");
+  app.add_option("--beyond-holes", o.beyond_holes,
+                 "What the segment path does with data beyond a TCP hole (--real-segments,\n"
+                 "--wire): place (at once, completions deferred until the hole closes), hold\n"
+                 "(kept, placed in order when it closes), discard (dropped: the socket's\n"
+                 "stream brings it again; needs --real-segments). See docs/beyond-holes.md")
+      ->check(CLI::IsMember(kBeyondHoles))
+      // Validators run once the whole command line is parsed, so the order does not matter.
+      // A simulated wire presents what it dropped never again: discarded data would be lost.
+      ->check([real](const std::string& v) -> std::string {
+        if (v == "discard" && real->count() == 0)
+          return "--beyond-holes discard needs --real-segments (the socket's stream brings the "
+                 "discarded data again; a simulated --wire would lose it)";
+        return {};
+      })
+      ->capture_default_str();
   app.add_option("--pcap", o.pcap, "Record what this side sends and receives to a pcap file")
       ->check([](const std::string& path) -> std::string {
         // Say so now, not after the connection is up.
@@ -162,6 +181,7 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o) {
   if (!o.pcap.empty()) e.cm.tap = capture::pcap_tap_factory(o.pcap);
   if (!o.wire.empty())
     e.cm.rx_shaper = sim::impaired_wire_shaper(*sim::parse_wire_impairment(o.wire));
+  e.cm.beyond_holes = named(kBeyondHoles, o.beyond_holes);
   if (!o.real_segments.empty()) {
     // Checked when the option was parsed; should it fail now, the program runs on the socket's
     // stream alone and says so.
@@ -174,7 +194,8 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o) {
   return e;
 }
 
-std::string describe_segment_path(const AppOptions& o, verbs::Endpoint& ep) {
+std::string describe_segment_path(const AppOptions& o, verbs::Endpoint& ep,
+                                  const std::string& prefix) {
   if ((o.wire.empty() && o.real_segments.empty()) || !ep.qp() || !ep.qp()->qp) return {};
   const auto& qp = *ep.qp()->qp;
   const auto s = qp.segment_stats();
@@ -182,12 +203,25 @@ std::string describe_segment_path(const AppOptions& o, verbs::Endpoint& ep) {
   const std::string source = o.wire.empty()
                                  ? fmt::format("real TCP segments on {}", o.real_segments)
                                  : fmt::format("simulated wire {}", o.wire);
+  const auto t = qp.hole_timing();
+  const auto sum = rnic::summarize(t.samples);
+  std::uint64_t beyond = 0;
+  for (const auto& x : t.samples) beyond += x.octets;
+  const std::uint64_t delivered = std::max<std::uint64_t>(q.bytes_received, 1);
   return fmt::format(
-      "segment path ({}): {} segments received, {} out of order, {} duplicate "
-      "octets; {} holes opened, {} closed; {} FPDUs placed beyond a hole, {} delivered when "
-      "their hole closed",
-      source, s.segments, s.ooo_segments, s.duplicate_bytes, s.holes_opened, s.holes_closed,
-      q.ooo_placed, q.released);
+      "{}segment path ({}): {} segments received, {} out of order, {} duplicate octets; {} "
+      "holes opened, {} closed; {} FPDUs placed beyond a hole, {} delivered when their hole "
+      "closed\n"
+      "{}beyond holes: {}; {} segments dropped; reassembly: peak {} octets held, {} octets "
+      "copied in ({:.3f} per octet received); hole closed -> octets beyond it delivered: {} "
+      "holes ({} octets beyond), p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us{}",
+      prefix, source, s.segments, s.ooo_segments, s.duplicate_bytes, s.holes_opened, s.holes_closed,
+      q.ooo_placed, q.released, prefix, o.beyond_holes, s.dropped_segments, s.peak_held_bytes,
+      s.held_copied_bytes,
+      static_cast<double>(s.held_copied_bytes) / static_cast<double>(delivered), sum.count, beyond,
+      static_cast<double>(sum.p50_ns) / 1e3, static_cast<double>(sum.p99_ns) / 1e3,
+      static_cast<double>(sum.max_ns) / 1e3,
+      t.untracked + t.not_kept ? fmt::format(" ({} not timed)", t.untracked + t.not_kept) : "");
 }
 
 std::string describe_params(const mpa::ConnectionParams& p) {

@@ -27,6 +27,7 @@ struct AppOptions {
   std::string pcap;
   std::string wire;           // --wire: simulated impaired wire on what this side receives
   std::string real_segments;  // --real-segments IFACE: the real-segment receive mode
+  std::string beyond_holes = "place";  // --beyond-holes: place, hold or discard
 };
 
 // The two sides of a two-process program: --server (-s), --client ADDR (-c), the address the
@@ -44,9 +45,12 @@ CLI::Validator llp_timeout_check();
 // Endpoint options from the command line; the pcap tap is set up when --pcap was given.
 verbs::EndpointOptions endpoint_options(const AppOptions& o);
 
-// With --wire: one line on what the segment path did (segments out of order, holes, FPDUs
-// placed beyond a hole, completions released when holes closed). Empty without --wire.
-std::string describe_segment_path(const AppOptions& o, verbs::Endpoint& ep);
+// With --wire or --real-segments: what the segment path did (segments out of order, holes,
+// FPDUs placed beyond a hole, completions released when holes closed, reassembly memory and
+// copies, the time from a hole closing to the octets beyond it delivered). Empty otherwise.
+// Every line starts with `prefix` ("client: ").
+std::string describe_segment_path(const AppOptions& o, verbs::Endpoint& ep,
+                                  const std::string& prefix = {});
 
 // A line saying what MPA negotiated, for programs to print.
 std::string describe_params(const mpa::ConnectionParams& p);

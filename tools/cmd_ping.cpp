@@ -194,7 +194,7 @@ int run_server(const PingOptions& o) {
       return fail_with("server", r.error());
     ++pings;
   }
-  if (auto s = describe_segment_path(o.app, ep); !s.empty()) print_lines("server: " + s);
+  if (auto s = describe_segment_path(o.app, ep, "server: "); !s.empty()) print_lines(s);
   if (!o.quiet) print_lines(fmt::format("server done: {} pings served", pings));
   return pings > 0 ? 0 : 1;
 }

@@ -435,7 +435,7 @@ int run_server(const XferOptions& o) {
     ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
   if (!report_regions(regions, fault)) return 1;
   if (!fault.empty()) return ibv_query_qp_state(ep.qp()) == IBV_QPS_ERR ? 0 : 1;
-  if (auto s = describe_segment_path(o.app, ep); !s.empty()) print_lines("server: " + s);
+  if (auto s = describe_segment_path(o.app, ep, "server: "); !s.empty()) print_lines(s);
   print_lines(failures ? "server: FAIL" : "server: all checks passed");
   return failures ? 1 : 0;
 }
@@ -719,7 +719,7 @@ int run_client(const XferOptions& o) {
     }
     if (i == 0) print_lines("client: write loop running");
   }
-  if (auto s = describe_segment_path(o.app, ep); !s.empty()) print_lines("client: " + s);
+  if (auto s = describe_segment_path(o.app, ep, "client: "); !s.empty()) print_lines(s);
   auto bye = c.command({kBye, 0, 0, 0, 0, {}});
   rdma_disconnect(ep.id());
   ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
