@@ -172,7 +172,7 @@ void SegmentReceiver::receive(TcpSeq seq, ByteSpan payload, SegmentVisitor& v) {
     v.on_hole_opened(*opened);
   }
   // FPDUs beyond a hole that this segment completed.
-  if (!blocks_.empty()) {
+  if (limits_.discover && !blocks_.empty()) {
     auto it = blocks_.upper_bound(at);
     if (it != blocks_.begin()) {
       --it;

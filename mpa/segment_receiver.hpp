@@ -103,6 +103,9 @@ class SegmentReceiver {
   struct Limits {
     std::size_t max_held = kMaxHeldMemory;  // held octets + kHeldEntryOverhead per entry
     std::size_t max_holes = kMaxHoles;
+    // Look for whole FPDUs beyond holes and offer them to the visitor; false: hold every
+    // octet beyond a hole for the stream (rnic's --beyond-holes hold: nothing to place).
+    bool discover = true;
   };
 
   // `start` is the sequence number of stream offset 0 (the first octet after the MPA frame).

@@ -9,9 +9,11 @@
 // has delivered every FPDU inside it: placed and completed, or its deferred completion
 // released). One sample per run: its octets and the time between those two moments, the first
 // taken when the step that closed the hole began (the segment filling it arrived), the second
-// when the step that delivered the run's last octet ended. The same
-// measure fits every arm: with Discard the segment path drops the octets beyond the hole and
-// the run is delivered when the socket's in-order stream brings them again.
+// when the step that delivered the run's last octet ended. The run's extent is fixed when its
+// hole closes: what arrives after that, adjoining it, is not behind that hole (with Discard it
+// is behind the run the segment path dropped) and is not timed. The same measure fits every
+// arm: with Discard the segment path drops the octets beyond the hole and the run is
+// delivered when the socket's in-order stream brings them again.
 #pragma once
 
 #include <algorithm>
@@ -39,8 +41,15 @@ class HoleClock {
   // [lo, hi) arrived beyond the in-order point `in_order` (a duplicate below it is not).
   void seen(std::uint64_t in_order, std::uint64_t lo, std::uint64_t hi) {
     if (lo <= in_order || hi <= lo) return;
+    // Adjoins a run whose hole has closed, until the in-order point passes it: not behind a
+    // hole (with Discard: behind the octets the segment path dropped).
+    if (lo <= tail_) {
+      tail_ = std::max(tail_, hi);
+      return;
+    }
     if (runs_.size() >= kMaxRuns && !runs_.find(lo) && !runs_.find(lo - 1) && !runs_.find(hi)) {
-      ++untracked_;
+      if (lo > untracked_hi_) ++untracked_;  // once per run, not per segment
+      untracked_hi_ = std::max(untracked_hi_, hi);
       return;
     }
     runs_.insert(lo, hi);
@@ -48,21 +57,23 @@ class HoleClock {
   // A step that began at `began` (a segment arrived, a read returned) and ended at `now` moved
   // the in-order point to `in_order`.
   void advanced(std::uint64_t in_order, Clock::time_point began, Clock::time_point now) {
-    while (!runs_.empty()) {
-      const auto f = runs_.front();
-      if (f.lo > in_order) return;  // its hole is still open
-      if (!closed_at_) closed_at_ = began;
-      if (f.hi > in_order) return;  // being delivered
-      record(f.hi - f.lo, now - *closed_at_);
-      runs_.pop_front();
-      closed_at_.reset();
+    for (;;) {
+      if (!closing_) {
+        if (runs_.empty() || runs_.front().lo > in_order) return;  // no hole has closed
+        closing_ = Closing{runs_.front(), began};                  // its extent fixed now
+        tail_ = closing_->run.hi;
+        runs_.pop_front();
+      }
+      if (closing_->run.hi > in_order) return;  // being delivered
+      record(closing_->run.hi - closing_->run.lo, now - closing_->at);
+      closing_.reset();
     }
   }
 
   const std::vector<Sample>& samples() const { return samples_; }
   std::uint64_t untracked() const { return untracked_; }  // runs not timed (kMaxRuns)
   std::uint64_t not_kept() const { return not_kept_; }    // samples past kMaxSamples
-  std::size_t open_runs() const { return runs_.size(); }
+  std::size_t open_runs() const { return runs_.size() + (closing_ ? 1 : 0); }
 
  private:
   void record(std::uint64_t octets, Clock::duration d) {
@@ -73,8 +84,14 @@ class HoleClock {
     samples_.push_back({octets, static_cast<std::uint64_t>(std::max<std::int64_t>(
                                     0, std::chrono::nanoseconds(d).count()))});
   }
-  IntervalSet<std::uint64_t> runs_;
-  std::optional<Clock::time_point> closed_at_;  // when the first run's hole closed
+  struct Closing {
+    IntervalSet<std::uint64_t>::Range run;
+    Clock::time_point at;  // when its hole closed
+  };
+  IntervalSet<std::uint64_t> runs_;  // runs whose hole is open
+  std::optional<Closing> closing_;   // the run being delivered
+  std::uint64_t tail_ = 0;           // arrivals adjoining a closed run reach this far
+  std::uint64_t untracked_hi_ = 0;
   std::vector<Sample> samples_;
   std::uint64_t untracked_ = 0, not_kept_ = 0;
 };

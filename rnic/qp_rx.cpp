@@ -118,8 +118,19 @@ void QueuePair::rx_start(Bytes leftover) {
   rx_.visitor = std::make_shared<SegVisitor>(*this);
   mpa::SegmentReceiver::Limits limits;
   // Discard: no hole is ever opened, so every segment beyond the in-order point is dropped
-  // (counted as SegmentReceiver::Stats::dropped_hole_limit).
+  // (counted as SegmentReceiver::Stats::dropped_hole_limit). Only where something brings the
+  // octets again in order: a live segment tap's connection (tap_window set), whose socket
+  // does. A simulated wire or a replay presents a segment once: there it would lose data.
+  if (rx_.opts.beyond_holes == BeyondHoles::Discard && rx_.opts.tap_window == 0) {
+    logger().warn(
+        "QP {}: data beyond holes is discarded only with a live segment tap (whose socket "
+        "brings it again): held instead",
+        qp_num_);
+    rx_.opts.beyond_holes = BeyondHoles::Hold;
+  }
   if (rx_.opts.beyond_holes == BeyondHoles::Discard) limits.max_holes = 0;
+  // Hold: nothing beyond a hole is placed, so none of it is searched for FPDUs either.
+  if (rx_.opts.beyond_holes == BeyondHoles::Hold) limits.discover = false;
   rx_.segments.emplace(rx_.reader->config(), rx_.opts.stream_start, limits);
   if (rx_.opts.shaper) {
     const std::size_t mss = setup_ ? setup_->emss : 1448;

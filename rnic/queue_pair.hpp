@@ -131,7 +131,9 @@ struct RxOptions {
   // Live segment tap only: octets a tapped segment may reach beyond the in-order point (the
   // socket's receive buffer, which bounds the window TCP advertises); 0: no bound.
   std::uint32_t tap_window = 0;
-  BeyondHoles beyond_holes = BeyondHoles::Place;  // what the segment path does beyond a hole
+  // What the segment path does beyond a hole; Discard only with tap_window set (a live segment
+  // tap: the socket brings the octets again), Hold otherwise.
+  BeyondHoles beyond_holes = BeyondHoles::Place;
 };
 
 // Why a connection ended, reported once to the connection manager.

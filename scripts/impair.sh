@@ -143,21 +143,33 @@ fi
 echo "impair: link $A ($NA) <->$([ -n "$DESC" ] && echo "$DESC" || echo " no wirefilter impairment") <-> $B ($NB)"
 # What wirefilter took (its management socket's showinfo): each asked setting must be there.
 for _ in $(seq 1 50); do [ -S "$W/wf.mgmt" ] && break; sleep 0.1; done
-INFO=$(timeout 5 python3 - "$W/wf.mgmt" <<'PY' 2>&1
+# Asked again (up to 5 times, 3 s each) until it answers in full: a loaded machine's daemon
+# can be slow to serve its first client (the placement benchmark saw an empty answer).
+INFO=$(timeout 20 python3 - "$W/wf.mgmt" <<'PY' 2>&1
 import socket, sys, time
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(2)
-s.connect(sys.argv[1])
-s.sendall(b"showinfo\n")
-out, end = b"", time.time() + 3
-while b"1000 Success" not in out and time.time() < end:
+out = b""
+for attempt in range(5):
+    out = b""
     try:
-        chunk = s.recv(65536)
-    except socket.timeout:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(2)
+        s.connect(sys.argv[1])
+        s.sendall(b"showinfo\n")
+        end = time.time() + 3
+        while b"1000 Success" not in out and time.time() < end:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            out += chunk
+        s.close()
+    except OSError as e:
+        out = str(e).encode()
+    if b"1000 Success" in out:
         break
-    if not chunk:
-        break
-    out += chunk
+    time.sleep(0.5)
 print(out.decode(errors="replace"))
 PY
 )

@@ -107,7 +107,8 @@ run() {
 wait_listening() {
   local pid=$1 k
   for k in $(seq 1 $(($2 * 10))); do
-    ss -ltnpH 2>/dev/null | grep -q "pid=$pid," && return 0
+    # Not `ss | grep -q`: under pipefail, ss killed by SIGPIPE after grep's match fails it.
+    [[ $(ss -ltnpH 2>/dev/null) == *"pid=$pid,"* ]] && return 0
     kill -0 "$pid" 2>/dev/null || return 1
     sleep 0.1
   done

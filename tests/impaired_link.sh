@@ -22,6 +22,20 @@ export RNIC=${2:?usage: impaired_link.sh options|xfer|realseg|arms|rping RNIC}
 IMPAIR="$(cd "$(dirname "$0")/.." && pwd)/scripts/impair.sh"
 fails=0
 fail() { echo "FAILED: $*"; fails=1; }
+# verified_run LABEL OPS IMPAIR_ARGS...: one impair.sh run, its output printed and left in $out;
+# it must exit 0 (77 skips the case), the client must verify OPS operations (a number or an ERE)
+# with none failed, and the server must pass its checks.
+verified_run() {
+  local label=$1 ops=$2 rc
+  shift 2
+  out=$(bash "$IMPAIR" --expect-holes --timeout 150 "$@" 2>&1); rc=$?
+  echo "$out"
+  [ $rc = 77 ] && exit 77
+  [ $rc = 0 ] || fail "$label: impair.sh exited $rc"
+  grep -qE "client: $ops operations verified, 0 failed" <<< "$out" ||
+    fail "$label: the client did not verify $ops operations"
+  grep -q 'server: all checks passed' <<< "$out" || fail "$label: the server did not pass its checks"
+}
 
 case "$CASE" in
   options)
@@ -67,20 +81,12 @@ EOF
 EOF2
     ;;
   xfer)
+    # 30 operations: 5 operations x 7 sizes, minus the atomics' 4 sizes other than 8 octets.
     SIZES=(--sizes 0 1 4095 4096 65537 1048576 16777216)
-    run() {  # LINK OPTIONS... -- XFER OPTIONS...
-      local out rc
-      out=$(bash "$IMPAIR" --expect-holes --timeout 150 "$@" 2>&1); rc=$?
-      echo "$out"
-      [ $rc = 77 ] && exit 77
-      [ $rc = 0 ] || fail "impair.sh $* exited $rc"
-      grep -q 'client: 30 operations verified, 0 failed' <<< "$out" ||
-        fail "the client did not verify 30 operations (5 operations x 7 sizes minus atomics' 4)"
-      grep -q 'server: all checks passed' <<< "$out" || fail "the server did not pass its checks"
-    }
-    run --loss 2 --delay 1 --jitter 1 --reorder --dup 1 -- xfer "${SIZES[@]}" --crc off --timeout 60000
-    run --loss 1 --burst 3 --rate 40000000 --reorder --jitter 1 -- xfer "${SIZES[@]}" --crc required \
-      --timeout 60000
+    verified_run "loss, dup" 30 --loss 2 --delay 1 --jitter 1 --reorder --dup 1 -- \
+      xfer "${SIZES[@]}" --crc off --timeout 60000
+    verified_run "burst, rate" 30 --loss 1 --burst 3 --rate 40000000 --reorder --jitter 1 -- \
+      xfer "${SIZES[@]}" --crc required --timeout 60000
     ;;
   realseg)
     # The real-segment receive mode: each side also reads its connection's TCP segments off its
@@ -89,13 +95,8 @@ EOF2
     # them, and every operation still verifies.
     SIZES=(--sizes 0 1 4095 4096 65537 1048576 16777216)
     for crc in off required; do
-      out=$(bash "$IMPAIR" --expect-holes --timeout 150 --loss 2 --delay 1 --jitter 1 --reorder \
-        -- xfer "${SIZES[@]}" --crc $crc --timeout 60000 --real-segments tap0 2>&1); rc=$?
-      echo "$out"
-      [ $rc = 77 ] && exit 77
-      [ $rc = 0 ] || fail "CRC $crc: impair.sh exited $rc"
-      grep -q 'client: 30 operations verified, 0 failed' <<< "$out" || fail "CRC $crc: the client did not verify 30 operations"
-      grep -q 'server: all checks passed' <<< "$out" || fail "CRC $crc: the server did not pass its checks"
+      verified_run "CRC $crc" 30 --loss 2 --delay 1 --jitter 1 --reorder -- \
+        xfer "${SIZES[@]}" --crc $crc --timeout 60000 --real-segments tap0
       for side in client server; do
         line=$(grep "$side: segment path (real TCP segments on tap0)" <<< "$out")
         [ -n "$line" ] || { fail "CRC $crc: the $side printed no segment-path line"; continue; }
@@ -111,14 +112,10 @@ EOF2
     # num LINE WORDS: the number just before WORDS in LINE ("" when absent).
     num() { grep -oE "[0-9]+ $2" <<< "$1" | head -1 | cut -d' ' -f1; }
     for arm in hold discard; do
-      out=$(bash "$IMPAIR" --expect-holes --timeout 150 --loss 2 --delay 1 --jitter 1 --reorder \
-        -- xfer --sizes 0 4096 65537 4194304 --crc required --timeout 60000 --real-segments tap0 \
-        --beyond-holes $arm 2>&1); rc=$?
-      echo "$out"
-      [ $rc = 77 ] && exit 77
-      [ $rc = 0 ] || fail "$arm: impair.sh exited $rc"
-      grep -qE 'client: [1-9][0-9]* operations verified, 0 failed' <<< "$out" || fail "$arm: the client did not verify every operation"
-      grep -q 'server: all checks passed' <<< "$out" || fail "$arm: the server did not pass its checks"
+      # 17 operations: 5 operations x 4 sizes, minus the atomics' 3 sizes other than 8 octets.
+      verified_run "$arm" 17 --loss 2 --delay 1 --jitter 1 --reorder -- \
+        xfer --sizes 0 4096 65537 4194304 --crc required --timeout 60000 --real-segments tap0 \
+        --beyond-holes $arm
       for side in client server; do
         path=$(grep "$side: segment path (real TCP segments on tap0)" <<< "$out")
         arms=$(grep "$side: beyond holes: $arm;" <<< "$out")

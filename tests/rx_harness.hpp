@@ -60,7 +60,7 @@ class Recorder : public RxObserver {
 // One QP (the MPA initiator) whose receive side is fed segments of a scripted peer stream.
 struct Harness {
   explicit Harness(mpa::FramingConfig f = {true, false}, std::size_t buf = 1 << 20,
-                   BeyondHoles beyond = BeyondHoles::Place)
+                   BeyondHoles beyond = BeyondHoles::Place, std::uint32_t tap_window = 0)
       : framing(f),
         enc(f),
         scq(256, nullptr, nullptr),
@@ -87,6 +87,7 @@ struct Harness {
     rx.stream_start = TcpSeq{kIsn};
     rx.observer = rec;
     rx.beyond_holes = beyond;
+    rx.tap_window = tap_window;  // as a live segment tap's connection has it
     auto t = std::make_unique<NullTransport>(dev.io(), [this](ByteSpan b) {
       std::lock_guard l(tx_mu);
       tx.insert(tx.end(), b.begin(), b.end());

@@ -6,15 +6,20 @@
 // segment path (tests/rx_harness.hpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
 #include <thread>
 
+#include "process_support.hpp"
 #include "rnic/hole_clock.hpp"
 #include "rx_harness.hpp"
+#include "test_support.hpp"
 
 using namespace iwarp;
 using namespace iwarp::rnic;
 using namespace iwarp::rnic::rx_harness;
 using namespace std::chrono_literals;
+using iwarp::test::Process;
 
 namespace {
 
@@ -47,6 +52,30 @@ TEST(HoleClock, TimesEachRunFromItsHoleClosingToItsLastOctetDelivered) {
   EXPECT_EQ(summarize(c.samples(), 150).count, 1u) << "by octets beyond the hole";
 }
 
+// What arrives adjoining a run after its hole closed (with Discard: while the socket catches
+// up with what the segment path dropped) is not behind a hole: the run keeps the extent it had
+// when its hole closed, and the arrivals make no run of their own.
+TEST(HoleClock, ARunsExtentIsFixedWhenItsHoleCloses) {
+  HoleClock c;
+  const auto t0 = HoleClock::Clock::time_point{} + 1s;
+  c.seen(0, 100, 200);
+  c.advanced(100, t0 + 10us, t0 + 11us);  // closed; the socket has not brought [100, 200)
+  c.seen(100, 200, 300);                  // the tap goes on beyond it
+  c.seen(100, 300, 400);
+  c.advanced(250, t0 + 20us, t0 + 30us);  // the socket's stream passes the run
+  ASSERT_EQ(c.samples().size(), 1u);
+  EXPECT_EQ(c.samples()[0].octets, 100u) << "what it had when its hole closed";
+  EXPECT_EQ(c.samples()[0].ns, 20000u);
+  c.seen(250, 400, 500);  // still adjoining: no hole before it
+  c.seen(250, 600, 700);  // beyond a real gap [500, 600): a new run
+  EXPECT_EQ(c.open_runs(), 1u);
+  c.advanced(600, t0 + 40us, t0 + 41us);
+  c.advanced(700, t0 + 50us, t0 + 52us);
+  ASSERT_EQ(c.samples().size(), 2u);
+  EXPECT_EQ(c.samples()[1].octets, 100u);
+  EXPECT_EQ(c.samples()[1].ns, 12000u);
+}
+
 TEST(HoleClock, RunsAndSamplesAreBounded) {
   HoleClock c;
   for (std::uint64_t i = 0; i < HoleClock::kMaxRuns + 10; ++i) c.seen(0, 10 + 3 * i, 11 + 3 * i);
@@ -54,6 +83,10 @@ TEST(HoleClock, RunsAndSamplesAreBounded) {
   EXPECT_EQ(c.untracked(), 10u);
   c.seen(0, 11, 12);  // touching a tracked run: still timed
   EXPECT_EQ(c.untracked(), 10u);
+  const std::uint64_t past = 10 + 3 * (HoleClock::kMaxRuns + 20);
+  c.seen(0, past, past + 5);
+  c.seen(0, past + 5, past + 9);  // the same untracked run: counted once
+  EXPECT_EQ(c.untracked(), 11u);
   const auto t = HoleClock::Clock::now();
   c.advanced(~std::uint64_t{0} >> 1, t, t);
   EXPECT_EQ(c.samples().size(), HoleClock::kMaxRuns);
@@ -128,6 +161,7 @@ TEST(BeyondHoles, HoldPlacesNothingBeyondAHoleAndDeliversItInOrderWhenItCloses) 
     EXPECT_FALSE(region_has(h, 65536, s.w)) << "held, not placed";
     EXPECT_FALSE(region_has(h, 4096, s.b));
     EXPECT_EQ(h.qp->stats().ooo_placed, 0u);
+    EXPECT_EQ(h.qp->segment_stats().ooo_fpdus_found, 0u) << "not even searched for";
     EXPECT_TRUE(h.poll(h.rcq).empty());
     auto holes = h.qp->hole_report();
     ASSERT_EQ(holes.size(), 1u);
@@ -143,7 +177,7 @@ TEST(BeyondHoles, HoldPlacesNothingBeyondAHoleAndDeliversItInOrderWhenItCloses) 
 }
 
 TEST(BeyondHoles, DiscardDropsWhatIsBeyondAndTakesItAgainInOrder) {
-  Harness h({true, false}, 1 << 20, BeyondHoles::Discard);
+  Harness h({true, false}, 1 << 20, BeyondHoles::Discard, 1u << 24);
   const auto s = build(h);
   h.inject_all({s.s3, s.s1, s.s2});
   EXPECT_FALSE(region_has(h, 65536, s.w));
@@ -168,6 +202,87 @@ TEST(BeyondHoles, DiscardDropsWhatIsBeyondAndTakesItAgainInOrder) {
   ASSERT_EQ(t.samples.size(), 1u) << "the hole is timed though its data was dropped";
   EXPECT_EQ(t.samples[0].octets, beyond_octets(h, s));
   EXPECT_TRUE(h.canaries_intact());
+}
+
+// Without a live segment tap nothing would bring discarded octets again (a replay, a
+// simulated wire): the QP holds them instead.
+TEST(BeyondHoles, DiscardWithoutALiveTapHoldsInstead) {
+  Harness h({true, false}, 1 << 20, BeyondHoles::Discard, 0);
+  const auto s = build(h);
+  h.inject_all({s.s3, s.s1, s.s2});
+  auto st = h.qp->segment_stats();
+  EXPECT_EQ(st.dropped_segments, 0u);
+  EXPECT_EQ(st.holes_opened, 2u);
+  EXPECT_EQ(h.qp->stats().ooo_placed, 0u) << "held, as with Hold";
+  h.inject_all({s.s0});
+  expect_all_delivered(h, s);
+}
+
+// The options, on the programs: a value that cannot work is one line naming what it needs.
+TEST(BeyondHolesCli, AValueThatCannotWorkIsOneLine) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* named;
+  };
+  const Case cases[] = {
+      {{"--beyond-holes", "discard"}, "--real-segments"},
+      {{"--beyond-holes", "discard", "--wire", "reorder=0.3"}, "--real-segments"},
+      {{"--beyond-holes", "hold"}, "--wire"},
+      {{"--beyond-holes", "sometimes", "--wire", "reorder=0.3"}, "sometimes"},
+      {{"--hole-times", "/nonexistent-dir/h.csv", "--wire", "reorder=0.3"}, "/nonexistent-dir"},
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    std::vector<std::string> args{"xfer", "--client", "127.0.0.1", "--port", "1"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    Process p(args, "beyond_bad" + std::to_string(i++));
+    EXPECT_EQ(p.wait(10s), 2) << c.named;
+    const std::string out = p.output();
+    EXPECT_NE(out.find(c.named), std::string::npos) << out;
+    EXPECT_LE(std::count(out.begin(), out.end(), '\n'), 2) << out;
+  }
+}
+
+// Two processes through a simulated wire with --beyond-holes hold: every operation verifies,
+// nothing is placed beyond a hole, and --hole-times writes one row per hole the line reports.
+TEST(BeyondHolesCli, HoldOverTheWireWritesItsHoleTimes) {
+  const std::string port = test::free_port();
+  ASSERT_FALSE(port.empty());
+  const std::string csv = ::testing::TempDir() + "beyond_hold_times.csv";
+  std::remove(csv.c_str());
+  Process server(
+      {"xfer", "--server", "--bind", "127.0.0.1", "--port", port, "--sizes", "4096", "1048576",
+       "--wire", "reorder=0.3,seed=5", "--beyond-holes", "hold", "--hole-times", csv},
+      "beyond_hold_server");
+  ASSERT_TRUE(server.wait_for_output("listening")) << server.output();
+  Process client({"xfer", "--client", "127.0.0.1", "--port", port, "--sizes", "4096", "1048576",
+                  "--ops", "write,send", "--loop", "2"},
+                 "beyond_hold_client");
+  EXPECT_EQ(client.wait(120s), 0) << client.output();
+  EXPECT_EQ(server.wait(30s), 0) << server.output();
+  const std::string out = server.output();
+  EXPECT_NE(out.find("server: all checks passed"), std::string::npos) << out;
+  EXPECT_NE(out.find("0 FPDUs placed beyond a hole"), std::string::npos) << out;
+  EXPECT_NE(client.output().find("MB/s goodput"), std::string::npos) << client.output();
+  const auto at = out.find("server: beyond holes: hold;");
+  ASSERT_NE(at, std::string::npos) << out;
+  unsigned long long holes = 0;
+  const auto d = out.find("delivered: ", at);
+  ASSERT_NE(d, std::string::npos) << out;
+  ASSERT_EQ(std::sscanf(out.c_str() + d, "delivered: %llu holes", &holes), 1) << out;
+  EXPECT_GT(holes, 0u) << out;
+  std::ifstream f(csv);
+  std::string line;
+  ASSERT_TRUE(std::getline(f, line));
+  EXPECT_EQ(line, "octets_beyond,ns");
+  unsigned long long rows = 0;
+  while (std::getline(f, line)) {
+    unsigned long long octets = 0, ns = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "%llu,%llu", &octets, &ns), 2) << line;
+    EXPECT_GT(octets, 0u) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, holes);
 }
 
 }  // namespace

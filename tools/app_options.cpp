@@ -147,13 +147,27 @@ void add_app_options(CLI::App& app, AppOptions& o) {
       ->check(CLI::IsMember(kBeyondHoles))
       // Validators run once the whole command line is parsed, so the order does not matter.
       // A simulated wire presents what it dropped never again: discarded data would be lost.
-      ->check([real](const std::string& v) -> std::string {
+      ->check([real, wire](const std::string& v) -> std::string {
         if (v == "discard" && real->count() == 0)
           return "--beyond-holes discard needs --real-segments (the socket's stream brings the "
                  "discarded data again; a simulated --wire would lose it)";
+        if (v != "place" && real->count() == 0 && wire->count() == 0)
+          return "--beyond-holes " + v +
+                 " needs --real-segments or --wire (over the socket alone no segment arrives "
+                 "beyond a hole)";
         return {};
       })
       ->capture_default_str();
+  app.add_option("--hole-times", o.hole_times,
+                 "With --real-segments or --wire: at the end, write each TCP hole's octets\n"
+                 "beyond it and the time from its closing to them delivered (ns) to FILE, CSV\n"
+                 "(docs/beyond-holes.md)")
+      ->type_name("FILE")
+      ->check([](const std::string& path) -> std::string {
+        std::ofstream f(path, std::ios::binary | std::ios::app);
+        if (!f) return fmt::format("cannot write {}: {}", path, std::strerror(errno));
+        return {};
+      });
   app.add_option("--pcap", o.pcap, "Record what this side sends and receives to a pcap file")
       ->check([](const std::string& path) -> std::string {
         // Say so now, not after the connection is up.
@@ -208,20 +222,30 @@ std::string describe_segment_path(const AppOptions& o, verbs::Endpoint& ep,
   std::uint64_t beyond = 0;
   for (const auto& x : t.samples) beyond += x.octets;
   const std::uint64_t delivered = std::max<std::uint64_t>(q.bytes_received, 1);
+  std::string written;
+  if (!o.hole_times.empty()) {
+    std::ofstream f(o.hole_times, std::ios::binary | std::ios::trunc);
+    f << "octets_beyond,ns\n";
+    for (const auto& x : t.samples) f << x.octets << ',' << x.ns << '\n';
+    written = f ? fmt::format("; {} timings written to {}", t.samples.size(), o.hole_times)
+                : fmt::format("; could not write {}: {}", o.hole_times, std::strerror(errno));
+  }
   return fmt::format(
       "{}segment path ({}): {} segments received, {} out of order, {} duplicate octets; {} "
       "holes opened, {} closed; {} FPDUs placed beyond a hole, {} delivered when their hole "
       "closed\n"
       "{}beyond holes: {}; {} segments dropped; reassembly: peak {} octets held, {} octets "
       "copied in ({:.3f} per octet received); hole closed -> octets beyond it delivered: {} "
-      "holes ({} octets beyond), p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us{}",
+      "holes ({} octets beyond), p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us{}{}",
       prefix, source, s.segments, s.ooo_segments, s.duplicate_bytes, s.holes_opened, s.holes_closed,
       q.ooo_placed, q.released, prefix, o.beyond_holes, s.dropped_segments, s.peak_held_bytes,
       s.held_copied_bytes,
       static_cast<double>(s.held_copied_bytes) / static_cast<double>(delivered), sum.count, beyond,
       static_cast<double>(sum.p50_ns) / 1e3, static_cast<double>(sum.p99_ns) / 1e3,
       static_cast<double>(sum.max_ns) / 1e3,
-      t.untracked + t.not_kept ? fmt::format(" ({} not timed)", t.untracked + t.not_kept) : "");
+      t.untracked + t.not_kept ? fmt::format(" ({} holes not timed)", t.untracked + t.not_kept)
+                               : "",
+      written);
 }
 
 std::string describe_params(const mpa::ConnectionParams& p) {

@@ -28,6 +28,7 @@ struct AppOptions {
   std::string wire;           // --wire: simulated impaired wire on what this side receives
   std::string real_segments;  // --real-segments IFACE: the real-segment receive mode
   std::string beyond_holes = "place";  // --beyond-holes: place, hold or discard
+  std::string hole_times;              // --hole-times FILE: each hole's timing, CSV
 };
 
 // The two sides of a two-process program: --server (-s), --client ADDR (-c), the address the
@@ -48,7 +49,8 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o);
 // With --wire or --real-segments: what the segment path did (segments out of order, holes,
 // FPDUs placed beyond a hole, completions released when holes closed, reassembly memory and
 // copies, the time from a hole closing to the octets beyond it delivered). Empty otherwise.
-// Every line starts with `prefix` ("client: ").
+// Every line starts with `prefix` ("client: "). With --hole-times FILE it also writes each
+// timed hole there (CSV: octets_beyond,ns); a file it cannot write is said in the text.
 std::string describe_segment_path(const AppOptions& o, verbs::Endpoint& ep,
                                   const std::string& prefix = {});
 

@@ -697,12 +697,13 @@ int run_client(const XferOptions& o) {
       }
     }
   }
+  const auto loop_t0 = std::chrono::steady_clock::now();
+  const std::size_t loop_write = std::min<std::size_t>(max, 1u << 20);
   for (int i = 0; i < o.loop; ++i) {
     // Writes of 1 MiB, for tests that kill a process mid-transfer.
     for (int k = 0; k < 16; ++k)
-      c.post(IBV_WR_RDMA_WRITE, c.data.data(),
-             static_cast<std::uint32_t>(std::min<std::size_t>(max, 1u << 20)), data_mr->lkey,
-             c.regions["good"].addr, c.regions["good"].rkey);
+      c.post(IBV_WR_RDMA_WRITE, c.data.data(), static_cast<std::uint32_t>(loop_write),
+             data_mr->lkey, c.regions["good"].addr, c.regions["good"].rkey);
     int flushed = 0;
     for (int k = 0; k < 16; ++k) {
       auto wc = ep.wait(ep.send_cq());
@@ -718,6 +719,24 @@ int run_client(const XferOptions& o) {
       return 3;
     }
     if (i == 0) print_lines("client: write loop running");
+  }
+  if (o.loop > 0) {
+    // The Writes' completions say only that TCP took them; a Read behind them is answered once
+    // the server has placed them all (RFC 5040 §5.5: a Read Request is processed in order
+    // after the Writes before it), so the time to its completion is the goodput's.
+    c.post(IBV_WR_RDMA_READ, c.data.data(), 1, data_mr->lkey, c.regions["good"].addr,
+           c.regions["good"].rkey);
+    auto wc = ep.wait(ep.send_cq());
+    if (!wc || wc->status != IBV_WC_SUCCESS)
+      return say_fail("client", "write loop: the Read after it: " +
+                                    (wc ? std::string(ibv_wc_status_str(wc->status)) : wc.error()));
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_t0).count();
+    const double octets = 16.0 * static_cast<double>(loop_write) * o.loop;
+    print_lines(fmt::format(
+        "client: write loop: {} x 16 Writes of {} octets placed in the server's memory in "
+        "{:.3f} s: {:.1f} MB/s goodput",
+        o.loop, loop_write, s, octets / s / 1e6));
   }
   if (auto s = describe_segment_path(o.app, ep, "client: "); !s.empty()) print_lines(s);
   auto bye = c.command({kBye, 0, 0, 0, 0, {}});
@@ -758,7 +777,8 @@ Runner add_xfer_command(CLI::App& app) {
       "--unsafe-ignore-ord", o->unsafe_ignore_ord,
       "Client: send more RDMA Reads than the negotiated ORD (to test a peer's IRD check)");
   sub->add_option("--loop", o->loop,
-                  "Client: afterwards Write 16 MiB this many times (for kill tests)");
+                  "Client: afterwards post 16 Writes of the largest --sizes (at most 1 MiB) this\n"
+                  "many times, then print the goodput (kill tests, the placement benchmark)");
   sub->add_flag("--verbose,-v", o->verbose, "Print every operation");
   sub->add_flag("--explain", o->explain,
                 "Print each event this side's receive engine reports (placements, completions,\n"
