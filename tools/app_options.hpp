@@ -25,8 +25,8 @@ struct AppOptions {
   int llp_timeout_ms = static_cast<int>(rnic::kLlpTimeout.count());  // CmOptions::llp_timeout
   std::size_t emss = 0;
   std::string pcap;
-  std::string wire;           // --wire: simulated impaired wire on what this side receives
-  std::string real_segments;  // --real-segments IFACE: the real-segment receive mode
+  std::string wire;                    // --wire: simulated impaired wire on what this side receives
+  std::string real_segments;           // --real-segments IFACE: the real-segment receive mode
   std::string beyond_holes = "place";  // --beyond-holes: place, hold or discard
   std::string hole_times;              // --hole-times FILE: each hole's timing, CSV
 };
