@@ -609,13 +609,9 @@ int run_fault(Client& c, const std::string& fault) {
   auto ev = c.ep.wait_event(RDMA_CM_EVENT_DISCONNECTED);
   if (!ev) return say_fail("client", "expected the connection to end: " + ev.error());
   print_lines("client: DISCONNECTED: " + ev->detail);
-  int n = 0, flushed = 0, ok = 0;
   for (;;) {
     ibv_wc wc;
     if (ibv_poll_cq(c.ep.send_cq(), 1, &wc) != 1) break;
-    ++n;
-    if (wc.status == IBV_WC_WR_FLUSH_ERR) ++flushed;
-    if (wc.status == IBV_WC_SUCCESS) ++ok;
     print_lines(fmt::format("client: send WR completion {} ({}){}", ibv_wc_status_str(wc.status),
                             ibv_wc_opcode_str(wc.opcode),
                             wc.vendor_err
