@@ -67,9 +67,6 @@ void QueuePair::rx_event(RxEvent e) {
 mpa::OooVerdict QueuePair::rx_ooo(const mpa::OooFpdu& f, const mpa::Hole& hole) {
   using V = mpa::OooVerdict;
   if (closed_ || state_.load() != QpState::Rts) return V::Wait;
-  // Hold: nothing is placed beyond a hole (the receiver does not even look, see rx_start); the
-  // FPDU goes through the stream when it closes.
-  if (rx_.opts.beyond_holes == BeyondHoles::Hold) return V::Wait;
   auto seg = ddp::parse_segment(f.ulpdu);
   auto event = [&](RxEvent::Kind kind, std::string text,
                    std::optional<TermCode> term = std::nullopt) {
