@@ -1,6 +1,7 @@
 #!/bin/bash
-# ctest SiwSignatures.ReadSiwsOwnWire: scripts/siwvm/signatures.sh on captures of siw's wire kept
-# from real interop runs (tests/golden/siw_signatures/), and on edits of them that must not match.
+# ctest SiwSignatures.ReadSiwsOwnWire: scripts/siwvm/signatures.sh on captures of siw's wire and on
+# a log of siw's rping kept from real interop runs (tests/golden/siw_signatures/), and on edits of
+# them that must not match.
 set -uo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$SRC/scripts/siwvm/signatures.sh"
@@ -35,5 +36,22 @@ expect yes "siw's bad CRC on the wire of a run where it happened" siw_bad_crc_on
 expect no "no bad CRC on the close race's wire" siw_bad_crc_on_wire "$G/close_race.pcap"
 editcap -r "$G/bad_crc.pcap" "$T/good.pcap" 1-127 2>/dev/null
 expect no "the same connection before the bad FPDU" siw_bad_crc_on_wire "$T/good.pcap"
+# rping_exit_race.log: siw's rping client of case c5 in the CI run of 2026-11-27 (50 pings of 1000
+# octets, -V; our server had verified all 50), exit 255. rping's own exit race, rdma-core PR #1622.
+L="$G/rping_exit_race.log"
+expect yes "rping's exit race in the log of a run where it happened" rping_exit_race "$L" 255
+expect no "the same log with exit status 1" rping_exit_race "$L" 1
+expect no "the same log with exit status 0" rping_exit_race "$L" 0
+{ echo 'server DISCONNECT EVENT...'; echo 'wait for RDMA_READ_ADV state 10'; tail -1 "$L"; } > "$T/server.log"
+expect yes "rping's server lines before the same failure" rping_exit_race "$T/server.log" 255
+{ echo 'cq completion failed status 5'; cat "$L"; } > "$T/completion.log"
+expect no "a failed completion before it" rping_exit_race "$T/completion.log" 255
+{ echo 'data mismatch!'; cat "$L"; } > "$T/mismatch.log"
+expect no "a failed verification before it" rping_exit_race "$T/mismatch.log" 255
+tail -1 "$L" > "$T/no_disconnect.log"
+expect no "without the disconnect (the channel went before the run ended)" rping_exit_race "$T/no_disconnect.log" 255
+{ cat "$L"; echo 'rping: something after'; } > "$T/not_last.log"
+expect no "with the failure not the last line" rping_exit_race "$T/not_last.log" 255
+expect no "a log that is not there" rping_exit_race "$T/missing.log" 255
 if [ "$fails" != 0 ]; then echo "$fails signature check(s) failed"; exit 1; fi
 echo "all signature checks passed"

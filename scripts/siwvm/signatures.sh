@@ -1,8 +1,10 @@
 # shellcheck shell=bash
 # Signatures of siw's own failures, read from siw's wire (the guest's capture of one case: siw at
-# 10.0.2.15, the host, i.e. us, at 10.0.2.2). Sourced by scripts/siw-interop.sh, which gives a
-# case another attempt only when one of these confirms what the programs' logs said (see
-# docs/siw-interop.md); tests/siw_signatures.sh checks them on committed captures.
+# 10.0.2.15, the host, i.e. us, at 10.0.2.2), and of rping's own exit race, read from its log.
+# Sourced by scripts/siw-interop.sh, which gives a case another attempt only when one of the wire
+# signatures confirms what the programs' logs said, and passes an rping that exited 255 only on
+# rping_exit_race (see docs/siw-interop.md); tests/siw_signatures.sh checks them on committed
+# captures and logs.
 
 # tshark as every check here runs it: heuristic dissectors (MPA's) before the ones registered
 # for a port, else a connection whose ephemeral port Wireshark gives to another protocol (57000 is
@@ -41,4 +43,22 @@ close_race_on_wire() {
 siw_bad_crc_on_wire() {
   [ "$(timeout 60 "${TSHARK[@]}" --disable-protocol rpcordma -r "$1" -V -Y 'iwarp_mpa && ip.src == 10.0.2.15' \
         2>/dev/null | grep -c 'Bad CRC32')" -gt 0 ]
+}
+
+# rping_exit_race LOG RC: rping's own exit race, not siw's and not ours (rdma-core pull request
+# #1622, 2025; Debian 12's rdma-core 44 predates it). rping's CM thread loops on rdma_get_cm_event
+# with no way to stop; when main destroys the event channel after the last event but before that
+# thread is back in the call, the call fails and rping exits 255 after a complete run. True when
+# RC is 255, the log's last line is that failure, rping saw the disconnect, and every other line is
+# one rping prints on a clean run (with -V, a failed verification or completion would print more).
+rping_exit_race() {
+  local -a lines; local i n
+  [ "$2" = 255 ] && [ -f "$1" ] || return 1
+  mapfile -t lines < <(grep -v '^[[:space:]]*$' "$1")
+  n=${#lines[@]}
+  [ "$n" -ge 2 ] && [ "${lines[n - 1]}" = "rdma_get_cm_event: Bad file descriptor" ] || return 1
+  grep -qE '^(client|server) DISCONNECT EVENT\.\.\.$' "$1" || return 1
+  for ((i = 0; i < n - 1; i++)); do
+    [[ "${lines[i]}" =~ ^((client|server)\ DISCONNECT\ EVENT\.\.\.|wait\ for\ RDMA_READ_ADV\ state\ 10)$ ]] || return 1
+  done
 }
