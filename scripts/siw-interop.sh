@@ -112,6 +112,8 @@ n3|o2s|4096|4096|100|ok|--crc off|impaired link: 3 % loss, 1 ms delay, 10 % of f
 n4|s2o|4096|4096|100|ok|--crc required|siw's client over the same link, CRC on
 n5|r2s|65535|65535|20|ok|--crc required|unmodified rping client on our drop-in -> siw's rping server over the impaired link of n1, CRC on
 n6|s2r|65535|65535|20|ok|--crc off|siw's rping client -> unmodified rping server on our drop-in over the link of n3, CRC off
+n7|w2s|65536|65536|300|ok|--crc required|perftest ib_write_bw -R -F client on our drop-in -> siw's server over the impaired link of n1, CRC on
+n8|s2w|65536|65536|100|ok|--crc off|siw's ib_write_bw -R -F client -> ib_write_bw server on our drop-in over the link of n3, CRC off
 EOT
 )
 # The impaired cases (n*): netem's options on the guest's link, both directions, for that case only
@@ -124,6 +126,7 @@ declare -A NETEM=(
   [n1]="loss 2% delay 2ms 1ms" [n2]="loss 2% delay 2ms 1ms"
   [n3]="loss 3% delay 1ms reorder 10% 50%" [n4]="loss 3% delay 1ms reorder 10% 50%"
   [n5]="loss 2% delay 2ms 1ms" [n6]="loss 3% delay 1ms reorder 10% 50%"
+  [n7]="loss 2% delay 2ms 1ms" [n8]="loss 3% delay 1ms reorder 10% 50%"
 )
 # Our initiator's first-FPDU delay must work (a local self-check, two `rnic ping` processes on
 # 127.0.0.1). If it does not, rev 2 cases fall back to --p2p (siw answers a P2P Request with
@@ -427,16 +430,32 @@ tshark_check() {  # FILE [TSHARK OPTIONS]: prints "ok N" or the problem (with ts
   rm -f "$out" "$err"
 }
 link_check() {  # AID: an impaired case's evidence that the link was impaired (sets lk, adds to why)
-  local nt="$RES/out/$1.netem.txt" drops holes  # (the case's netem options: NETEM[$id])
-  if ! grep -q 'qdisc netem' "$nt" 2>/dev/null; then
-    lk="netem was not set"; why="$why; netem was not set on the guest's link"; return
+  local nt="$RES/out/$1.netem.txt" drops dout din holes  # (the case's netem options: NETEM[$id])
+  # netem on both: eth0's egress (siw -> host) and ifb0 (eth0's ingress, host -> siw)
+  if [ "$(awk 'BEGIN { i = 0 } /^# ifb0/ { i = 1 } /qdisc netem/ { n[i]++ } END { print (n[0] > 0) + (n[1] > 0) }' "$nt" 2>/dev/null)" != 2 ]; then
+    lk="netem was not set both ways"; why="$why; netem was not set both ways on the guest's link (see $nt)"; return
   fi
-  drops=$(grep -oE 'dropped [0-9]+' "$nt" | awk '{ s += $2 } END { print s + 0 }')
-  holes=$(timeout 120 "$RNIC" replay "$RES/$1.siw.pcap" --quiet 2>/dev/null |
+  read -r dout din < <(awk 'BEGIN { i = 0 } /^# ifb0/ { i = 1 } match($0, /dropped [0-9]+/) { d[i] += substr($0, RSTART + 8, RLENGTH - 8) }
+                            END { print d[0] + 0, d[1] + 0 }' "$nt")
+  drops=$((dout + din))
+  # What each side's TCP was given, after netem both ways: siw's frames from eth0 (captured after
+  # egress netem) and ours from ifb0 (after ingress netem). eth0 alone shows our frames before
+  # netem, so a case whose data flows only to siw (w2s) would show no hole in it.
+  local seen="$RES/$1.siw-seen.pcap" what="siw's capture"
+  if [ -s "$RES/out/guest-ifb0.pcap" ] && timeout 60 tcpdump -r "$RES/out/guest.pcap" -w "$RES/$1.siw-out.pcap" \
+       "src host 10.0.2.15 and tcp port ${GPORT[$1]}" 2>/dev/null \
+     && timeout 60 tcpdump -r "$RES/out/guest-ifb0.pcap" -w "$RES/$1.siw-in.pcap" "tcp port ${GPORT[$1]}" 2>/dev/null \
+     && timeout 60 mergecap -F pcap -w "$seen" "$RES/$1.siw-out.pcap" "$RES/$1.siw-in.pcap" 2>/dev/null; then
+    what="what the impaired link delivered both ways (siw's eth0 out, ifb0 in)"
+  else
+    seen="$RES/$1.siw.pcap"
+  fi
+  rm -f "$RES/$1.siw-out.pcap" "$RES/$1.siw-in.pcap"
+  holes=$(timeout 120 "$RNIC" replay "$seen" --quiet 2>/dev/null |
           grep -oE 'holes opened [0-9]+' | awk '{ s += $3 } END { print s + 0 }')
   [ "$drops" -gt 0 ] || why="$why; netem dropped nothing"
-  [ "$holes" -gt 0 ] || why="$why; rnic replay of siw's capture opens no hole"
-  lk="link: netem ${NETEM[$id]}, $drops frames dropped; rnic replay of siw's capture: $holes holes"
+  [ "$holes" -gt 0 ] || why="$why; rnic replay of $what opens no hole"
+  lk="link: netem ${NETEM[$id]}, frames dropped $dout siw -> us, $din us -> siw; rnic replay of $what: $holes holes"
 }
 judge_mixed() {  # AID: judge one attempt of a mixed case (sets orc grc why pcol dcol tcol ours)
   local a="$1" log="$RES/$1.ours.log" op wp pp want f t drc nf tbad bw last

@@ -21,6 +21,8 @@
 # (sent, dropped), so the host can tell the impairment happened.
 # The whole session is captured on eth0 (siw's side of slirp) straight into $OUT/guest.pcap:
 # outgoing frames after netem (a frame it drops is not in the capture), incoming ones before it.
+# Incoming frames after netem, i.e. what siw's TCP was given, are captured on ifb0 into
+# $OUT/guest-ifb0.pcap (only impaired cases send anything through ifb0).
 . "$SDIR/lib.sh"
 H=/mnt/host
 CASE_TIMEOUT=${CASE_TIMEOUT:-90}
@@ -28,7 +30,16 @@ CASE_TIMEOUT=${CASE_TIMEOUT:-90}
 echo 'file siw_cm.c +p' > /proc/dynamic_debug/control 2>/dev/null || log "no dynamic debug"
 tcpdump -i eth0 -n -s 0 -U --immediate-mode -B 16384 -w "$OUT/guest.pcap" tcp > /tmp/tcpdump.log 2>&1 &
 TP=$!
+TPI=""
+# The image's ifb module is loaded with the build host's numifbs=0 (Debian's modprobe.d), so no
+# ifb0 exists until it is made; without it, netem_on could impair only siw's egress.
+ip link show ifb0 > /dev/null 2>&1 || ip link add ifb0 type ifb || log "no ifb0: incoming frames cannot be impaired"
+if ip link set ifb0 up 2>/dev/null; then
+  tcpdump -i ifb0 -n -s 0 -U --immediate-mode -B 16384 -w "$OUT/guest-ifb0.pcap" tcp > /tmp/tcpdump-ifb0.log 2>&1 &
+  TPI=$!
+fi
 i=0; while [ $i -lt 100 ] && ! grep -q 'listening on' /tmp/tcpdump.log; do sleep 0.1; i=$((i + 1)); done
+i=0; while [ -n "$TPI" ] && [ $i -lt 100 ] && ! grep -q 'listening on' /tmp/tcpdump-ifb0.log; do sleep 0.1; i=$((i + 1)); done
 log "capture started"
 mark guest-up
 netem_on() {  # netem_on ID: the case's impairment, both directions
@@ -117,6 +128,7 @@ while read -r id role port size count gate; do
 done < "$H/plan.txt"
 sleep 0.5
 kill -INT "$TP" 2>/dev/null; wait "$TP" 2>/dev/null
+if [ -n "$TPI" ]; then kill -INT "$TPI" 2>/dev/null; wait "$TPI" 2>/dev/null; cat /tmp/tcpdump-ifb0.log; fi
 cat /tmp/tcpdump.log
 dmesg | grep -i siw > "$OUT/siw-dmesg.txt"
 log "plan done"
