@@ -112,8 +112,8 @@ n3|o2s|4096|4096|100|ok|--crc off|impaired link: 3 % loss, 1 ms delay, 10 % of f
 n4|s2o|4096|4096|100|ok|--crc required|siw's client over the same link, CRC on
 n5|r2s|65535|65535|20|ok|--crc required|unmodified rping client on our drop-in -> siw's rping server over the impaired link of n1, CRC on
 n6|s2r|65535|65535|20|ok|--crc off|siw's rping client -> unmodified rping server on our drop-in over the link of n3, CRC off
-n7|w2s|65536|65536|300|ok|--crc required|perftest ib_write_bw -R -F client on our drop-in -> siw's server over the impaired link of n1, CRC on
-n8|s2w|65536|65536|100|ok|--crc off|siw's ib_write_bw -R -F client -> ib_write_bw server on our drop-in over the link of n3, CRC off
+n7|w2s|65536|65536|100|ok|--crc required|perftest ib_write_bw -R -F client on our drop-in -> siw's server over the impaired link of n3, CRC on
+n8|s2w|65536|65536|100|ok|--crc off|siw's ib_write_bw -R -F client -> ib_write_bw server on our drop-in over the link of n1, CRC off
 EOT
 )
 # The impaired cases (n*): netem's options on the guest's link, both directions, for that case only
@@ -126,7 +126,7 @@ declare -A NETEM=(
   [n1]="loss 2% delay 2ms 1ms" [n2]="loss 2% delay 2ms 1ms"
   [n3]="loss 3% delay 1ms reorder 10% 50%" [n4]="loss 3% delay 1ms reorder 10% 50%"
   [n5]="loss 2% delay 2ms 1ms" [n6]="loss 3% delay 1ms reorder 10% 50%"
-  [n7]="loss 2% delay 2ms 1ms" [n8]="loss 3% delay 1ms reorder 10% 50%"
+  [n7]="loss 3% delay 1ms reorder 10% 50%" [n8]="loss 2% delay 2ms 1ms"
 )
 # Our initiator's first-FPDU delay must work (a local self-check, two `rnic ping` processes on
 # 127.0.0.1). If it does not, rev 2 cases fall back to --p2p (siw answers a P2P Request with

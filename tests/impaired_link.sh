@@ -13,15 +13,20 @@
 #            still times the holes TCP closed (docs/beyond-holes.md)
 #   rping    unmodified rping -V (100 x 65535 octets, verified) over the drop-in, both sides, over
 #            loss in bursts with jitter and reordering
+#   rpingseg unmodified rping -V over the drop-in with `rnic run --real-segments tap0` (the server
+#            places beyond holes, the client holds), over 2 % loss: each QP's segment path,
+#            printed when rping destroys it, shows holes opened and closed
 # In each run TCP must have retransmitted and a receiver must have queued segments out of order
 # (--expect-holes): the impairment happened. Skipped (77) only where the machine cannot make the
 # link (impair.sh says which: not root, no /dev/net/tun, no vde2).
 set -uo pipefail
-CASE=${1:?usage: impaired_link.sh options|xfer|realseg|arms|rping RNIC}
-export RNIC=${2:?usage: impaired_link.sh options|xfer|realseg|arms|rping RNIC}
+CASE=${1:?usage: impaired_link.sh options|xfer|realseg|arms|rping|rpingseg RNIC}
+export RNIC=${2:?usage: impaired_link.sh options|xfer|realseg|arms|rping|rpingseg RNIC}
 IMPAIR="$(cd "$(dirname "$0")/.." && pwd)/scripts/impair.sh"
 fails=0
 fail() { echo "FAILED: $*"; fails=1; }
+# num TEXT WORDS: the number just before WORDS in TEXT
+num() { grep -oE "[0-9]+ $2" <<< "$1" | head -1 | cut -d' ' -f1; }
 # verified_run LABEL OPS IMPAIR_ARGS...: one impair.sh run, its output printed and left in $out;
 # it must exit 0 (77 skips the case), the client must verify OPS operations (a number or an ERE)
 # with none failed, and the server must pass its checks.
@@ -110,7 +115,6 @@ EOF2
     ;;
   arms)
     # num LINE WORDS: the number just before WORDS in LINE ("" when absent).
-    num() { grep -oE "[0-9]+ $2" <<< "$1" | head -1 | cut -d' ' -f1; }
     for arm in hold discard; do
       # 17 operations: 5 operations x 4 sizes, minus the atomics' 3 sizes other than 8 octets.
       verified_run "$arm" 17 --loss 2 --delay 1 --jitter 1 --reorder -- \
@@ -144,6 +148,32 @@ EOF2
     [ $rc = 77 ] && exit 77
     [ $rc = 0 ] || fail "rping over the impaired link exited $rc"
     grep -q 'client DISCONNECT EVENT' <<< "$out" || fail "the rping client did not end its connection"
+    ;;
+  rpingseg)
+    # The real-segment mode in an unmodified program: `rnic run --real-segments` on both sides,
+    # the server placing beyond holes, the client holding; rping moves 64 KiB both ways (the
+    # server Reads the client's buffer, then Writes its own back), so both see holes. Each QP's
+    # segment path is printed when rping destroys it.
+    R=$RNIC
+    out=$(bash "$IMPAIR" --expect-holes --timeout 300 --loss 2 --delay 1 \
+      --server-cmd "'$R' run --real-segments tap0 -- rping -s -a \$PEER -C 50 -S 65535 -V" \
+      --client-cmd "'$R' run --real-segments tap0 --beyond-holes hold -- rping -c -a \$PEER -C 50 -S 65535 -V" 2>&1); rc=$?
+    echo "$out"
+    [ $rc = 77 ] && exit 77
+    [ $rc = 0 ] || fail "rping with --real-segments over the impaired link exited $rc"
+    grep -q 'client DISCONNECT EVENT' <<< "$out" || fail "the rping client did not end its connection"
+    for arm in place hold; do
+      # the two lines of one QP's report come together: the segment path, then the arm's
+      path=$(grep -B1 -E "rnic verbs: rping qp [0-9]+: beyond holes: $arm;" <<< "$out" | head -1 |
+             grep -E "rnic verbs: rping qp [0-9]+: segment path \(real TCP segments on tap0\)")
+      arms=$(grep -E "rnic verbs: rping qp [0-9]+: beyond holes: $arm;" <<< "$out" | head -1)
+      [ -n "$path" ] && [ -n "$arms" ] || { fail "$arm: no segment path reported by rping's QP"; continue; }
+      opened=$(num "$path" "holes opened"); closed=$(num "$path" "closed;"); placed=$(num "$path" "FPDUs placed")
+      [ "${opened:-0}" -gt 0 ] && [ "$opened" = "$closed" ] || fail "$arm: holes opened/closed: $path"
+      [ "$arm" = hold ] && [ "${placed:-1}" != 0 ] && fail "hold placed FPDUs beyond a hole: $path"
+      [ "$arm" = place ] && [ "${placed:-0}" = 0 ] && fail "place placed no FPDU beyond a hole: $path"
+      echo "rpingseg: $arm: ${opened} holes opened and closed, ${placed} FPDUs placed beyond them"
+    done
     ;;
   *) echo "impaired_link.sh: unknown case $CASE"; exit 2 ;;
 esac

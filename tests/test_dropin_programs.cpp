@@ -9,6 +9,7 @@
 // cores. Deadlines only detect hangs (a program still running at its deadline is killed and the
 // test fails saying so); nothing here asserts on timing.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -189,6 +190,50 @@ TEST(DropinDevice, BusyPollSettingIsChecked) {
   env.wait(kQuickLimit);
   ASSERT_TRUE(exited_ok(env));
   EXPECT_NE(env.output().find("RNIC_BUSY_POLL=1"), std::string::npos) << env.describe();
+}
+
+// The real-segment mode's settings (RNIC_REAL_SEGMENTS, RNIC_BEYOND_HOLES; `rnic run
+// --real-segments/--beyond-holes`): a bad one is one line naming it and no device; hold or
+// discard without real segments is refused, as the other programs refuse it. The mode itself
+// runs in ImpairedLink.rpingseg (unmodified rping over a lossy link between two namespaces).
+TEST(DropinDevice, RealSegmentSettingsAreChecked) {
+  struct Bad {
+    const char* setting;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{"RNIC_REAL_SEGMENTS=nosuch0", "nosuch0: no such interface"},
+                       Bad{"RNIC_BEYOND_HOLES=sideways", "place, hold or discard"},
+                       Bad{"RNIC_BEYOND_HOLES=hold", "RNIC_REAL_SEGMENTS with it"},
+                       Bad{"RNIC_BEYOND_HOLES=discard", "RNIC_REAL_SEGMENTS with it"}}) {
+    Program bad(std::string("ibv_devices with ") + b.setting,
+                rnic_run({"env", b.setting, "ibv_devices"}));
+    bad.wait(kQuickLimit);
+    EXPECT_NE(bad.output().find(b.says), std::string::npos) << bad.describe();
+    EXPECT_EQ(bad.output().find(kDevice), std::string::npos)
+        << "no device with a bad setting" << bad.describe();
+  }
+  Program hold("rnic run --beyond-holes hold", rnic_run({"env"}, {"--beyond-holes", "hold"}));
+  hold.wait(kQuickLimit);
+  EXPECT_TRUE(hold.status().exited() && hold.status().code == 2) << hold.describe();
+  EXPECT_NE(hold.output().find("--beyond-holes hold needs --real-segments"), std::string::npos)
+      << hold.describe();
+  Program nosuch("rnic run --real-segments nosuch0",
+                 rnic_run({"env"}, {"--real-segments", "nosuch0"}));
+  nosuch.wait(kQuickLimit);
+  EXPECT_FALSE(exited_ok(nosuch)) << nosuch.describe();
+  EXPECT_NE(nosuch.output().find("nosuch0: no such interface"), std::string::npos)
+      << nosuch.describe();
+  // Tapping an interface needs CAP_NET_RAW: where this runs without it, the refusal says so.
+  Program lo("ibv_devices under rnic run --real-segments lo --beyond-holes discard",
+             rnic_run({"ibv_devices"}, {"--real-segments", "lo", "--beyond-holes", "discard"}));
+  lo.wait(kQuickLimit);
+  if (::geteuid() == 0) {
+    ASSERT_TRUE(exited_ok(lo));
+    EXPECT_NE(lo.output().find(kDevice), std::string::npos) << lo.describe();
+  } else {
+    EXPECT_FALSE(exited_ok(lo)) << lo.describe();
+    EXPECT_NE(lo.output().find("lo"), std::string::npos) << lo.describe();
+  }
 }
 
 // `ibv_devinfo -v` fields (first occurrence of "name: value"), from one run per process.

@@ -11,6 +11,7 @@
 
 #include "capture/pcap_tap.hpp"
 #include "common/log.hpp"
+#include "rnic/segment_report.hpp"
 #include "rnic/segment_tap.hpp"
 #include "sim/impaired_wire.hpp"
 
@@ -188,7 +189,8 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o) {
   e.ird = static_cast<std::uint8_t>(o.ird);
   e.ord = static_cast<std::uint8_t>(o.ord);
   e.timeout = std::chrono::milliseconds(o.timeout_ms);
-  e.cm.mpa_timeout = std::chrono::milliseconds(std::min(o.timeout_ms, 5000));
+  e.cm.mpa_timeout =
+      std::min(std::chrono::milliseconds(o.timeout_ms), rnic::CmOptions::kProgramMpaTimeout);
   e.cm.first_fpdu_delay = std::chrono::milliseconds(o.first_fpdu_delay_ms);
   e.cm.llp_timeout = std::chrono::milliseconds(o.llp_timeout_ms);
   e.cm.emss = o.emss;
@@ -211,41 +213,11 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o) {
 std::string describe_segment_path(const AppOptions& o, verbs::Endpoint& ep,
                                   const std::string& prefix) {
   if ((o.wire.empty() && o.real_segments.empty()) || !ep.qp() || !ep.qp()->qp) return {};
-  const auto& qp = *ep.qp()->qp;
-  const auto s = qp.segment_stats();
-  const auto q = qp.stats();
   const std::string source = o.wire.empty()
                                  ? fmt::format("real TCP segments on {}", o.real_segments)
                                  : fmt::format("simulated wire {}", o.wire);
-  const auto t = qp.hole_timing();
-  const auto sum = rnic::summarize(t.samples);
-  std::uint64_t beyond = 0;
-  for (const auto& x : t.samples) beyond += x.octets;
-  const std::uint64_t delivered = std::max<std::uint64_t>(q.bytes_received, 1);
-  std::string written;
-  if (!o.hole_times.empty()) {
-    std::ofstream f(o.hole_times, std::ios::binary | std::ios::trunc);
-    f << "octets_beyond,ns\n";
-    for (const auto& x : t.samples) f << x.octets << ',' << x.ns << '\n';
-    written = f ? fmt::format("; {} timings written to {}", t.samples.size(), o.hole_times)
-                : fmt::format("; could not write {}: {}", o.hole_times, std::strerror(errno));
-  }
-  return fmt::format(
-      "{}segment path ({}): {} segments received, {} out of order, {} duplicate octets; {} "
-      "holes opened, {} closed; {} FPDUs placed beyond a hole, {} delivered when their hole "
-      "closed\n"
-      "{}beyond holes: {}; {} segments dropped; reassembly: peak {} octets held, {} octets "
-      "copied in ({:.3f} per octet received); hole closed -> octets beyond it delivered: {} "
-      "holes ({} octets beyond), p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us{}{}",
-      prefix, source, s.segments, s.ooo_segments, s.duplicate_bytes, s.holes_opened, s.holes_closed,
-      q.ooo_placed, q.released, prefix, o.beyond_holes, s.dropped_segments, s.peak_held_bytes,
-      s.held_copied_bytes,
-      static_cast<double>(s.held_copied_bytes) / static_cast<double>(delivered), sum.count, beyond,
-      static_cast<double>(sum.p50_ns) / 1e3, static_cast<double>(sum.p99_ns) / 1e3,
-      static_cast<double>(sum.max_ns) / 1e3,
-      t.untracked + t.not_kept ? fmt::format(" ({} holes not timed)", t.untracked + t.not_kept)
-                               : "",
-      written);
+  return rnic::describe_segment_path(*ep.qp()->qp, source, named(kBeyondHoles, o.beyond_holes),
+                                     prefix, o.hole_times);
 }
 
 std::string describe_params(const mpa::ConnectionParams& p) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/log.hpp"
+#include "rnic/segment_tap.hpp"
 #include "tools/app_options.hpp"
 #include "tools/commands.hpp"
 
@@ -26,7 +27,7 @@ namespace {
 
 struct RunOptions {
   std::string crc, markers, mpa_rev, p2p, rtr, capture_dir, log, device, timeout_ms, rnr_wait,
-      poll_yield, first_fpdu_delay, llp_timeout;
+      poll_yield, first_fpdu_delay, llp_timeout, real_segments, beyond_holes;
   bool print_env = false, busy_poll = false;
 };
 
@@ -61,6 +62,12 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
               << ": a busy-polling thread cannot wait for itself to post a receive\n";
     return 2;
   }
+  if (!o.beyond_holes.empty() && o.beyond_holes != "place" && o.real_segments.empty()) {
+    std::cerr << "rnic run: --beyond-holes " << o.beyond_holes
+              << " needs --real-segments (over the socket alone no segment arrives beyond a "
+                 "hole)\n";
+    return 2;
+  }
   std::string looked;
   const std::string dir = dropin_dir(&looked);
   if (dir.empty()) {
@@ -87,6 +94,8 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
   set("RNIC_LLP_TIMEOUT_MS", o.llp_timeout);
   set("RNIC_POLL_YIELD", o.poll_yield);
   if (o.busy_poll) set("RNIC_BUSY_POLL", "1");
+  set("RNIC_REAL_SEGMENTS", o.real_segments);
+  set("RNIC_BEYOND_HOLES", o.beyond_holes);
   if (!o.capture_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.capture_dir, ec);
@@ -97,10 +106,11 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
     set("RNIC_CAPTURE_DIR", std::filesystem::absolute(o.capture_dir).string());
   }
   if (o.print_env) {
-    for (const char* v : {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P",
-                          "RNIC_RTR", "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS",
-                          "RNIC_RNR_WAIT_MS", "RNIC_FIRST_FPDU_DELAY_MS", "RNIC_LLP_TIMEOUT_MS",
-                          "RNIC_POLL_YIELD", "RNIC_BUSY_POLL", "RNIC_CAPTURE_DIR"})
+    for (const char* v :
+         {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P", "RNIC_RTR",
+          "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS", "RNIC_RNR_WAIT_MS",
+          "RNIC_FIRST_FPDU_DELAY_MS", "RNIC_LLP_TIMEOUT_MS", "RNIC_POLL_YIELD", "RNIC_BUSY_POLL",
+          "RNIC_REAL_SEGMENTS", "RNIC_BEYOND_HOLES", "RNIC_CAPTURE_DIR"})
       if (const char* x = std::getenv(v)) std::cerr << v << "=" << x << "\n";
   }
   std::vector<char*> argv;
@@ -144,7 +154,8 @@ Runner add_run_command(CLI::App& app) {
       "  RNIC_CRC, RNIC_MARKERS, RNIC_MPA_REV, RNIC_P2P (1/0), RNIC_RTR, RNIC_TIMEOUT_MS,\n"
       "  RNIC_RNR_WAIT_MS,\n"
       "  RNIC_FIRST_FPDU_DELAY_MS, RNIC_LLP_TIMEOUT_MS, RNIC_POLL_YIELD, RNIC_BUSY_POLL,\n"
-      "  RNIC_CAPTURE_DIR, RNIC_LOG, RNIC_DEVICE; RNIC_DROPIN_DIR says where the libraries are;\n"
+      "  RNIC_REAL_SEGMENTS, RNIC_BEYOND_HOLES, RNIC_CAPTURE_DIR, RNIC_LOG, RNIC_DEVICE;\n"
+      "  RNIC_DROPIN_DIR says where the libraries are;\n"
       "  RNIC_STAT=0 stops the process answering `rnic stat PID` (its live queue pairs,\n"
       "  regions and counters; docs/stat.md).\n"
       "Not supported (a one-line message says so): UD/UC/XRC QPs, address handles, multicast,\n"
@@ -165,7 +176,8 @@ Runner add_run_command(CLI::App& app) {
                   "The RTR message offered in peer-to-peer mode: write, read, send")
       ->check(CLI::IsMember({"write", "read", "send"}));
   sub->add_option("--timeout", o->timeout_ms,
-                  "Milliseconds the MPA exchange waits for the peer (default 5000)")
+                  "Milliseconds the MPA exchange waits for the peer (default 10000, as siw's\n"
+                  "responder waits for the MPA Request)")
       ->check(decimal_in(100, 3600000));
   sub->add_option("--first-fpdu-delay", o->first_fpdu_delay,
                   "Milliseconds the initiator holds its first FPDU after the MPA Reply (default\n"
@@ -194,6 +206,21 @@ Runner add_run_command(CLI::App& app) {
                 "thread hop and no wake-up between the socket and the program (perftest's\n"
                 "latency tests). The engine thread takes over 250 us after the last poll.\n"
                 "Not with --rnr-wait (the polling thread cannot wait for itself)");
+  sub->add_option("--real-segments", o->real_segments,
+                  "Receive the real TCP segments as they arrive on interface IFACE, in arrival\n"
+                  "order (an AF_PACKET socket: root or CAP_NET_RAW; IPv4 over Ethernet), besides\n"
+                  "each socket's in-order stream: a segment beyond a real TCP hole is placed at\n"
+                  "once and its completion deferred until the hole closes. Each QP prints its\n"
+                  "segment path (holes, placement, timings) on stderr when the program destroys\n"
+                  "it. See docs/impaired-link.md")
+      ->type_name("IFACE")
+      ->check([](const std::string& ifname) { return rnic::SegmentTap::check(ifname); });
+  sub->add_option("--beyond-holes", o->beyond_holes,
+                  "What the segment path does with data beyond a TCP hole (--real-segments):\n"
+                  "place (default: at once, completions deferred until the hole closes), hold\n"
+                  "(kept, placed in order when it closes) or discard (dropped: the socket's\n"
+                  "stream brings it again). See docs/beyond-holes.md")
+      ->check(CLI::IsMember({"place", "hold", "discard"}));
   sub->add_option("--capture-dir", o->capture_dir,
                   "Record every connection of the program as a pcap in this directory\n"
                   "(PROGRAM-PID.pcap, PROGRAM-PID-2.pcap, ...), for Wireshark, rnic decode and\n"

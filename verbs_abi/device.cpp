@@ -23,6 +23,7 @@
 #include "common/log.hpp"
 #include "rnic/device.hpp"
 #include "rnic/queue_pair.hpp"
+#include "rnic/segment_tap.hpp"
 #include "rnic/verbs_translation.hpp"
 #include "verbs_abi/context.hpp"
 #include "verbs_abi/settings.hpp"
@@ -64,6 +65,9 @@ struct StopEngineAtExit {
   ~StopEngineAtExit() {
     rnic::Device* d = engine_to_stop.load();
     if (!d || d->on_engine_thread()) return;
+    // RNIC_REAL_SEGMENTS: the tap's reader posts to the engine from its own thread; nothing more
+    // once the engine stops.
+    if (const auto& tap = settings().cm.segment_tap) tap->detach_all();
     const bool stopped = d->stop(std::chrono::seconds(2));
     log::layer("rnic").debug("at exit: the engine thread {}",
                              stopped ? "stopped" : "is still in a handler after 2 s; left running");

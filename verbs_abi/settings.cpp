@@ -14,10 +14,9 @@
 
 #include "capture/pcap_tap.hpp"
 #include "common/log.hpp"
+#include "rnic/segment_tap.hpp"
 
 namespace iwarp::verbs_abi {
-
-namespace {
 
 // The program's name, for capture file names ("ib_write_bw-4242.pcap").
 std::string program_name() {
@@ -27,7 +26,7 @@ std::string program_name() {
   return s.empty() ? std::string("program") : s;
 }
 
-}  // namespace
+namespace {}  // namespace
 
 Settings parse_settings(const char* (*get)(const char*)) {
   Settings s;
@@ -96,6 +95,7 @@ Settings parse_settings(const char* (*get)(const char*)) {
     else
       fail("RNIC_RTR", v, "write, read or send");
   }
+  s.cm.mpa_timeout = rnic::CmOptions::kProgramMpaTimeout;
   if (const char* v = get("RNIC_TIMEOUT_MS"); v && *v) {
     int ms = 0;
     auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);
@@ -187,6 +187,29 @@ Settings parse_settings(const char* (*get)(const char*)) {
       };
     }
   }
+  // The real-segment receive mode (docs/impaired-link.md): checked here, opened by settings().
+  if (const char* v = get("RNIC_REAL_SEGMENTS"); v && *v) {
+    if (auto why = rnic::SegmentTap::check(v); !why.empty())
+      fail("RNIC_REAL_SEGMENTS", v, fmt::format("an interface this process can tap ({})", why));
+    else
+      s.real_segments = v;
+  }
+  if (const char* v = get("RNIC_BEYOND_HOLES"); v && *v) {
+    const std::string b = v;
+    if (b == "place")
+      s.cm.beyond_holes = rnic::BeyondHoles::Place;
+    else if (b == "hold")
+      s.cm.beyond_holes = rnic::BeyondHoles::Hold;
+    else if (b == "discard")
+      s.cm.beyond_holes = rnic::BeyondHoles::Discard;
+    else
+      fail("RNIC_BEYOND_HOLES", v, "place, hold or discard");
+    // Over the socket alone nothing arrives beyond a hole (docs/beyond-holes.md).
+    if (b != "place" && s.real_segments.empty())
+      fail("RNIC_BEYOND_HOLES", v,
+           "RNIC_REAL_SEGMENTS with it (without it no segment arrives "
+           "beyond a hole)");
+  }
   if (const char* v = get("RNIC_LOG"); v && *v) s.log_spec = v;
   return s;
 }
@@ -198,6 +221,13 @@ const Settings& settings() {
     Settings r = parse_settings([](const char* n) -> const char* { return std::getenv(n); });
     if (auto err = log::configure(r.log_spec); !err.empty() && r.error.empty())
       r.error = fmt::format("RNIC_LOG={}: {}", r.log_spec, err);
+    if (r.error.empty() && !r.real_segments.empty()) {
+      // One tap for every connection of the process; the engine stop at exit detaches it.
+      if (auto tap = rnic::SegmentTap::open(r.real_segments))
+        r.cm.segment_tap = std::shared_ptr<rnic::SegmentTap>(std::move(*tap));
+      else
+        r.error = fmt::format("RNIC_REAL_SEGMENTS={}: {}", r.real_segments, tap.error());
+    }
     if (!r.error.empty()) std::fprintf(stderr, "rnic verbs: %s\n", r.error.c_str());
     return r;
   }());

@@ -6,7 +6,8 @@
 //   RNIC_MARKERS      MPA markers policy: required, optional or off (default)
 //   RNIC_P2P          RFC 6581 peer-to-peer mode: 1 (default with MPA revision 2) or 0; RNIC_RTR
 //                     offers one RTR message (write, read or send; default: all three)
-//   RNIC_TIMEOUT_MS   how long the MPA exchange may wait for the peer (default 5000)
+//   RNIC_TIMEOUT_MS   how long the MPA exchange may wait for the peer (default 10000, as siw's
+//                     responder waits for the Request) and a TCP connect may take (default 5000)
 //   RNIC_CONNECT_RETRY_MS  how long a refused TCP connect is retried (default 1000; perftest's
 //                     server is briefly between two listeners)
 //   RNIC_FIRST_FPDU_DELAY_MS  the initiator holds its first FPDU (the RTR too) this long after the
@@ -30,6 +31,12 @@
 //                     (docs/progress-model.md); not with RNIC_RNR_WAIT_MS. 0 (default): the
 //                     engine thread does it all
 //   RNIC_CAPTURE_DIR  record every connection of the process as a pcap in this directory
+//   RNIC_REAL_SEGMENTS  IFACE: the real-segment receive mode (docs/impaired-link.md): every
+//                     connection also gets the real TCP segments that arrive on IFACE, in arrival
+//                     order (AF_PACKET: root or CAP_NET_RAW); each QP reports its segment path on
+//                     stderr when it is destroyed
+//   RNIC_BEYOND_HOLES what the segment path does beyond a TCP hole: place (default), hold or
+//                     discard (docs/beyond-holes.md); hold and discard need RNIC_REAL_SEGMENTS
 //   RNIC_LOG          log levels, as --log-level: "debug" or "mpa=trace,rnic=debug" (default:
 //   error)
 #pragma once
@@ -49,9 +56,13 @@ struct Settings {
   std::chrono::milliseconds rnr_wait{0};  // rnic::QpInit::rnr_wait
   unsigned poll_yield = 16;               // empty polls in a row before ibv_poll_cq yields
   bool busy_poll = false;                 // rnic::Device::set_busy_poll
+  std::string real_segments;  // RNIC_REAL_SEGMENTS: the interface; settings() opens cm.segment_tap
   // Empty, or one line saying which variable is wrong and why (the device then does not open).
   std::string error;
 };
+
+// The running program's name (for capture files and report lines).
+std::string program_name();
 
 // Read once, on first use (thread-safe).
 const Settings& settings();

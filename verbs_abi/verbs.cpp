@@ -5,6 +5,7 @@
 // work, as it does for the C++ verbs shim.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <sched.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 
 #include "rnic/device.hpp"
 #include "rnic/queue_pair.hpp"
+#include "rnic/segment_report.hpp"
 #include "rnic/verbs_translation.hpp"
 #include "verbs_abi/context.hpp"
 #include "verbs_abi/settings.hpp"
@@ -678,6 +680,14 @@ int ibv_modify_qp(ibv_qp* q, ibv_qp_attr* attr, int attr_mask) {
 int ibv_destroy_qp(ibv_qp* q) {
   if (!q) return fail(EINVAL);
   auto* qp = impl<Qp>(q);
+  // The real-segment mode (RNIC_REAL_SEGMENTS): what this connection's segment path saw, for the
+  // program's user (docs/beyond-holes.md); a QP that never received is not worth a line.
+  if (const auto& s = settings(); s.cm.segment_tap && qp->qp->stats().bytes_received > 0) {
+    const auto text = rnic::describe_segment_path(
+        *qp->qp, fmt::format("real TCP segments on {}", s.real_segments), s.cm.beyond_holes,
+        fmt::format("rnic verbs: {} qp {}: ", program_name(), q->qp_num));
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
   const auto st = qp->qp->state();
   if (st != rnic::QpState::Error) {
     // Also an IDLE QP: a connection being made for it then ends instead of starting it.
