@@ -48,12 +48,6 @@ struct CmOptions {
   // data connections, is not gone.
   std::chrono::milliseconds connect_retry{0};
   std::chrono::milliseconds mpa_timeout{5000};  // for the peer's MPA Request or Reply
-  // What the rnic programs and the drop-in libraries wait for the MPA exchange unless told
-  // otherwise: siw's responder waits as long for the Request (MPAREQ_TIMEOUT, 10 s). Behind a
-  // forwarder that accepts for the initiator before the initiator's handshake is done (QEMU's
-  // slirp), a SYN-ACK lost to the initiator costs it the forwarder's retransmission timeout
-  // (about 6 s) before its Request can leave, all of it on this timer.
-  static constexpr std::chrono::milliseconds kProgramMpaTimeout{10000};
   // siw 6.1 answers the MPA Request before it reads its socket; an initiator whose first FPDU
   // follows the Reply too closely can stall it. This delays our first FPDU (0: none).
   std::chrono::milliseconds first_fpdu_delay{0};

@@ -107,13 +107,13 @@ p2|w2s|65536|65536|100|ok|--crc off|as p1, CRC off
 p3|s2w|65536|65536|100|ok|--crc required|siw's ib_write_bw -R -F client -> ib_write_bw server on our drop-in, CRC on
 p4|s2w|65536|65536|100|ok|--crc off|as p3, CRC off
 n1|o2s|65535|65535|20|ok|--crc required|impaired link (netem in the guest, both ways): 2 % loss, 2 +- 1 ms delay, CRC on
-n2|s2o|65535|65535|20|ok|--crc off|siw's client over the same link, CRC off
+n2|s2o|65535|65535|20|ok|--crc off --mpa-timeout 15000|siw's client over the same link, CRC off
 n3|o2s|4096|4096|100|ok|--crc off|impaired link: 3 % loss, 1 ms delay, 10 % of frames sent early (reordered), CRC off
-n4|s2o|4096|4096|100|ok|--crc required|siw's client over the same link, CRC on
+n4|s2o|4096|4096|100|ok|--crc required --mpa-timeout 15000|siw's client over the same link, CRC on
 n5|r2s|65535|65535|20|ok|--crc required|unmodified rping client on our drop-in -> siw's rping server over the impaired link of n1, CRC on
-n6|s2r|65535|65535|20|ok|--crc off|siw's rping client -> unmodified rping server on our drop-in over the link of n3, CRC off
+n6|s2r|65535|65535|20|ok|--crc off --timeout 15000|siw's rping client -> unmodified rping server on our drop-in over the link of n3, CRC off
 n7|w2s|65536|65536|100|ok|--crc required|perftest ib_write_bw -R -F client on our drop-in -> siw's server over the impaired link of n3, CRC on
-n8|s2w|65536|65536|100|ok|--crc off|siw's ib_write_bw -R -F client -> ib_write_bw server on our drop-in over the link of n1, CRC off
+n8|s2w|65536|65536|100|ok|--crc off --timeout 15000|siw's ib_write_bw -R -F client -> ib_write_bw server on our drop-in over the link of n1, CRC off
 EOT
 )
 # The impaired cases (n*): netem's options on the guest's link, both directions, for that case only
@@ -435,20 +435,23 @@ link_check() {  # AID: an impaired case's evidence that the link was impaired (s
   if [ "$(awk 'BEGIN { i = 0 } /^# ifb0/ { i = 1 } /qdisc netem/ { n[i]++ } END { print (n[0] > 0) + (n[1] > 0) }' "$nt" 2>/dev/null)" != 2 ]; then
     lk="netem was not set both ways"; why="$why; netem was not set both ways on the guest's link (see $nt)"; return
   fi
+  # ifb0's netem must have passed frames (the redirect worked), not merely exist
+  if [ "$(awk 'BEGIN { i = 0 } /^# ifb0/ { i = 1 } i && /Sent [0-9]+ bytes [0-9]+ pkt/ { for (k = 1; k < NF; k++) if ($(k + 1) ~ /^pkt/) n += $k } END { print n + 0 }' "$nt")" = 0 ]; then
+    lk="nothing passed ifb0"; why="$why; nothing reached siw through ifb0's netem (see $nt)"; return
+  fi
   read -r dout din < <(awk 'BEGIN { i = 0 } /^# ifb0/ { i = 1 } match($0, /dropped [0-9]+/) { d[i] += substr($0, RSTART + 8, RLENGTH - 8) }
                             END { print d[0] + 0, d[1] + 0 }' "$nt")
   drops=$((dout + din))
   # What each side's TCP was given, after netem both ways: siw's frames from eth0 (captured after
   # egress netem) and ours from ifb0 (after ingress netem). eth0 alone shows our frames before
   # netem, so a case whose data flows only to siw (w2s) would show no hole in it.
-  local seen="$RES/$1.siw-seen.pcap" what="siw's capture"
-  if [ -s "$RES/out/guest-ifb0.pcap" ] && timeout 60 tcpdump -r "$RES/out/guest.pcap" -w "$RES/$1.siw-out.pcap" \
-       "src host 10.0.2.15 and tcp port ${GPORT[$1]}" 2>/dev/null \
-     && timeout 60 tcpdump -r "$RES/out/guest-ifb0.pcap" -w "$RES/$1.siw-in.pcap" "tcp port ${GPORT[$1]}" 2>/dev/null \
-     && timeout 60 mergecap -F pcap -w "$seen" "$RES/$1.siw-out.pcap" "$RES/$1.siw-in.pcap" 2>/dev/null; then
-    what="what the impaired link delivered both ways (siw's eth0 out, ifb0 in)"
-  else
-    seen="$RES/$1.siw.pcap"
+  local seen="$RES/$1.siw-seen.pcap" what="what the impaired link delivered both ways (siw's eth0 out, ifb0 in)"
+  if ! { timeout 60 tcpdump -r "$RES/out/guest.pcap" -w "$RES/$1.siw-out.pcap" \
+           "src host 10.0.2.15 and tcp port ${GPORT[$1]}" 2>/dev/null \
+         && timeout 60 tcpdump -r "$RES/out/guest-ifb0.pcap" -w "$RES/$1.siw-in.pcap" "tcp port ${GPORT[$1]}" 2>/dev/null \
+         && [ "$(timeout 60 tcpdump -r "$RES/$1.siw-in.pcap" 2>/dev/null | wc -l)" -gt 0 ] \
+         && timeout 60 mergecap -F pcap -w "$seen" "$RES/$1.siw-out.pcap" "$RES/$1.siw-in.pcap" 2>/dev/null; }; then
+    why="$why; no capture of this case's frames after ifb0 (out/guest-ifb0.pcap)"
   fi
   rm -f "$RES/$1.siw-out.pcap" "$RES/$1.siw-in.pcap"
   holes=$(timeout 120 "$RNIC" replay "$seen" --quiet 2>/dev/null |
@@ -464,7 +467,11 @@ judge_mixed() {  # AID: judge one attempt of a mixed case (sets orc grc why pcol
   case "$exp" in
     ok) [ "$orc" = 0 ] || why="$why; our $prog exit $orc"
         if [ "$prog" = rping ] && rping_exit_race "$RES/out/$a.guest.log" "$grc"; then note="$RPING_RACE"
-        elif [ "$grc" != 0 ]; then why="$why; siw's $prog exit $grc"; fi ;;
+        elif [ "$grc" != 0 ]; then why="$why; siw's $prog exit $grc"; fi
+        if [ "$prog" = rping ]; then
+          local cl="$RES/out/$a.guest.log"; [ "$dir" = r2s ] && cl="$log"
+          rping_client_cut "$cl" && why="$why; the rping client's run was cut short: $(grep -m1 '^wait for RDMA_' "$cl")"
+        fi ;;
     *) why="$why; no expectation '$exp' for mixed cases" ;;
   esac
   mapfile -t pcs < <(ordered_pcaps "$RES/$a.ours.caps")
@@ -560,7 +567,10 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     ok)
       [ "$orc" = 0 ] || why="$why; our side exit $orc"
       if rping_exit_race "$RES/out/$id.guest.log" "$grc"; then note="$RPING_RACE"
-      elif [ "$grc" != 0 ]; then why="$why; rping exit $grc"; fi ;;
+      elif [ "$grc" != 0 ]; then why="$why; rping exit $grc"; fi
+      if [ "$dir" = s2o ] && rping_client_cut "$RES/out/$id.guest.log"; then
+        why="$why; siw's rping client's run was cut short: $(grep -m1 '^wait for RDMA_' "$RES/out/$id.guest.log")"
+      fi ;;
     terminate)
       [ "$orc" != 0 ] || why="$why; our side did not fail"
       grep -q 'Terminate' "$log" || why="$why; no Terminate reported by us" ;;

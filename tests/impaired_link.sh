@@ -41,6 +41,20 @@ verified_run() {
     fail "$label: the client did not verify $ops operations"
   grep -q 'server: all checks passed' <<< "$out" || fail "$label: the server did not pass its checks"
 }
+# rping_run LABEL SERVER_RUN_OPTIONS CLIENT_RUN_OPTIONS COUNT IMPAIR_ARGS...: unmodified rping -V,
+# COUNT x 65535 octets, under `rnic run` on both sides; its output is printed and left in $out.
+# It must exit 0 (77 skips the case) and the client must have ended its connection.
+rping_run() {
+  local label=$1 sopt=$2 copt=$3 count=$4 rc
+  shift 4
+  out=$(bash "$IMPAIR" --expect-holes --timeout 300 "$@" \
+    --server-cmd "'$RNIC' run $sopt -- rping -s -a \$PEER -C $count -S 65535 -V" \
+    --client-cmd "'$RNIC' run $copt -- rping -c -a \$PEER -C $count -S 65535 -V" 2>&1); rc=$?
+  echo "$out"
+  [ $rc = 77 ] && exit 77
+  [ $rc = 0 ] || fail "$label: rping over the impaired link exited $rc"
+  grep -q 'client DISCONNECT EVENT' <<< "$out" || fail "$label: the rping client did not end its connection"
+}
 
 case "$CASE" in
   options)
@@ -140,28 +154,14 @@ EOF2
     done
     ;;
   rping)
-    R=$RNIC
-    out=$(bash "$IMPAIR" --expect-holes --timeout 300 --loss 1 --burst 3 --jitter 1 --reorder \
-      --server-cmd "'$R' run -- rping -s -a \$PEER -C 100 -S 65535 -V" \
-      --client-cmd "'$R' run -- rping -c -a \$PEER -C 100 -S 65535 -V" 2>&1); rc=$?
-    echo "$out"
-    [ $rc = 77 ] && exit 77
-    [ $rc = 0 ] || fail "rping over the impaired link exited $rc"
-    grep -q 'client DISCONNECT EVENT' <<< "$out" || fail "the rping client did not end its connection"
+    rping_run rping "" "" 100 --loss 1 --burst 3 --jitter 1 --reorder
     ;;
   rpingseg)
     # The real-segment mode in an unmodified program: `rnic run --real-segments` on both sides,
     # the server placing beyond holes, the client holding; rping moves 64 KiB both ways (the
     # server Reads the client's buffer, then Writes its own back), so both see holes. Each QP's
     # segment path is printed when rping destroys it.
-    R=$RNIC
-    out=$(bash "$IMPAIR" --expect-holes --timeout 300 --loss 2 --delay 1 \
-      --server-cmd "'$R' run --real-segments tap0 -- rping -s -a \$PEER -C 50 -S 65535 -V" \
-      --client-cmd "'$R' run --real-segments tap0 --beyond-holes hold -- rping -c -a \$PEER -C 50 -S 65535 -V" 2>&1); rc=$?
-    echo "$out"
-    [ $rc = 77 ] && exit 77
-    [ $rc = 0 ] || fail "rping with --real-segments over the impaired link exited $rc"
-    grep -q 'client DISCONNECT EVENT' <<< "$out" || fail "the rping client did not end its connection"
+    rping_run rpingseg "--real-segments tap0" "--real-segments tap0 --beyond-holes hold" 50 --loss 2 --delay 1
     for arm in place hold; do
       # the two lines of one QP's report come together: the segment path, then the arm's
       path=$(grep -B1 -E "rnic verbs: rping qp [0-9]+: beyond holes: $arm;" <<< "$out" | head -1 |

@@ -53,5 +53,9 @@ expect no "without the disconnect (the channel went before the run ended)" rping
 { cat "$L"; echo 'rping: something after'; } > "$T/not_last.log"
 expect no "with the failure not the last line" rping_exit_race "$T/not_last.log" 255
 expect no "a log that is not there" rping_exit_race "$T/missing.log" 255
+# rping_client_cut: the same client log (a complete run) against one cut short.
+expect no "a client that ran to the end" rping_client_cut "$L"
+{ echo 'wait for RDMA_WRITE_ADV state 10'; cat "$L"; } > "$T/cut.log"
+expect yes "a client whose connection ended in the middle of its run" rping_client_cut "$T/cut.log"
 if [ "$fails" != 0 ]; then echo "$fails signature check(s) failed"; exit 1; fi
 echo "all signature checks passed"

@@ -19,6 +19,12 @@ std::size_t mutation_count() {
   if (const char* s = std::getenv("IWARP_MUTATIONS")) return std::strtoull(s, nullptr, 10);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   return 200'000;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return 200'000;
+#else
+  return 1'000'000;
+#endif
 #else
   return 1'000'000;
 #endif

@@ -99,6 +99,12 @@ void add_app_options(CLI::App& app, AppOptions& o) {
   app.add_option("--timeout", o.timeout_ms, "Milliseconds to wait for the peer at each step")
       ->check(CLI::Range(100, 3600000))
       ->capture_default_str();
+  app.add_option("--mpa-timeout", o.mpa_timeout_ms,
+                 "Milliseconds the MPA exchange waits for the peer's Request (responder) or\n"
+                 "Reply (initiator) (default: --timeout, at most 5000, as siw's responder; siw's\n"
+                 "initiator waits 10000). Longer helps where a lost SYN-ACK delays the Request:\n"
+                 "behind QEMU's slirp, which accepts for the initiator first, about 6 s")
+      ->check(CLI::Range(100, 3600000));
   app.add_option("--first-fpdu-delay", o.first_fpdu_delay_ms,
                  "Milliseconds the initiator waits after the MPA Reply before its first FPDU\n"
                  "(siw 6.1 can stall if it comes within ~2 ms)")
@@ -190,7 +196,7 @@ verbs::EndpointOptions endpoint_options(const AppOptions& o) {
   e.ord = static_cast<std::uint8_t>(o.ord);
   e.timeout = std::chrono::milliseconds(o.timeout_ms);
   e.cm.mpa_timeout =
-      std::min(std::chrono::milliseconds(o.timeout_ms), rnic::CmOptions::kProgramMpaTimeout);
+      std::chrono::milliseconds(o.mpa_timeout_ms ? o.mpa_timeout_ms : std::min(o.timeout_ms, 5000));
   e.cm.first_fpdu_delay = std::chrono::milliseconds(o.first_fpdu_delay_ms);
   e.cm.llp_timeout = std::chrono::milliseconds(o.llp_timeout_ms);
   e.cm.emss = o.emss;

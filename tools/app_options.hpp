@@ -21,6 +21,7 @@ struct AppOptions {
   std::string rtr = "write";
   int ird = 16, ord = 16;
   int timeout_ms = 10000;
+  int mpa_timeout_ms = 0;  // --mpa-timeout; 0: --timeout, at most 5000 (CmOptions::mpa_timeout)
   int first_fpdu_delay_ms = 0;
   int llp_timeout_ms = static_cast<int>(rnic::kLlpTimeout.count());  // CmOptions::llp_timeout
   std::size_t emss = 0;

@@ -176,8 +176,7 @@ Runner add_run_command(CLI::App& app) {
                   "The RTR message offered in peer-to-peer mode: write, read, send")
       ->check(CLI::IsMember({"write", "read", "send"}));
   sub->add_option("--timeout", o->timeout_ms,
-                  "Milliseconds the MPA exchange waits for the peer (default 10000, as siw's\n"
-                  "responder waits for the MPA Request)")
+                  "Milliseconds the MPA exchange waits for the peer (default 5000)")
       ->check(decimal_in(100, 3600000));
   sub->add_option("--first-fpdu-delay", o->first_fpdu_delay,
                   "Milliseconds the initiator holds its first FPDU after the MPA Reply (default\n"

@@ -457,7 +457,7 @@ int iwarp_cm_rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, void*
   auto* id = new Id;
   std::memset(&id->pub, 0, sizeof id->pub);
   id->ch = ch;
-  id->cm = rnic::CmId::create(*dev, ch->ch, settings().cm);
+  id->cm = rnic::CmId::create(*dev, ch->ch, cm_options());
   id->pub.channel = channel;
   id->pub.context = context;
   id->pub.ps = ps;

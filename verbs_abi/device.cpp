@@ -67,7 +67,7 @@ struct StopEngineAtExit {
     if (!d || d->on_engine_thread()) return;
     // RNIC_REAL_SEGMENTS: the tap's reader posts to the engine from its own thread; nothing more
     // once the engine stops.
-    if (const auto& tap = settings().cm.segment_tap) tap->detach_all();
+    if (auto* tap = segment_tap()) tap->detach_all();
     const bool stopped = d->stop(std::chrono::seconds(2));
     log::layer("rnic").debug("at exit: the engine thread {}",
                              stopped ? "stopped" : "is still in a handler after 2 s; left running");

@@ -1,9 +1,12 @@
 #include "verbs_abi/settings.hpp"
 
 #include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -18,6 +21,10 @@
 
 namespace iwarp::verbs_abi {
 
+namespace {
+std::atomic<bool> tap_forked{false};  // set in a child fork()ed after the tap was opened
+}  // namespace
+
 // The program's name, for capture file names ("ib_write_bw-4242.pcap").
 std::string program_name() {
   std::ifstream f("/proc/self/comm");
@@ -25,8 +32,6 @@ std::string program_name() {
   std::getline(f, s);
   return s.empty() ? std::string("program") : s;
 }
-
-namespace {}  // namespace
 
 Settings parse_settings(const char* (*get)(const char*)) {
   Settings s;
@@ -95,7 +100,6 @@ Settings parse_settings(const char* (*get)(const char*)) {
     else
       fail("RNIC_RTR", v, "write, read or send");
   }
-  s.cm.mpa_timeout = rnic::CmOptions::kProgramMpaTimeout;
   if (const char* v = get("RNIC_TIMEOUT_MS"); v && *v) {
     int ms = 0;
     auto [p, ec] = std::from_chars(v, v + std::strlen(v), ms);
@@ -214,6 +218,26 @@ Settings parse_settings(const char* (*get)(const char*)) {
   return s;
 }
 
+const rnic::CmOptions& cm_options() {
+  static const rnic::CmOptions& forked = *new rnic::CmOptions([] {
+    rnic::CmOptions o = settings().cm;
+    o.segment_tap.reset();
+    return o;
+  }());
+  if (!tap_forked.load()) return settings().cm;
+  static std::once_flag said;
+  std::call_once(said, [] {
+    log::layer("cm").warn(
+        "RNIC_REAL_SEGMENTS: the segment tap does not survive fork(); this "
+        "process's connections are received from the socket only");
+  });
+  return forked;
+}
+
+rnic::SegmentTap* segment_tap() {
+  return cm_options().segment_tap.get();
+}
+
 const Settings& settings() {
   // Never destroyed: whatever runs while the program's statics go (a program thread still in
   // the library, the engine before its at-exit stop) still reads valid settings.
@@ -222,11 +246,24 @@ const Settings& settings() {
     if (auto err = log::configure(r.log_spec); !err.empty() && r.error.empty())
       r.error = fmt::format("RNIC_LOG={}: {}", r.log_spec, err);
     if (r.error.empty() && !r.real_segments.empty()) {
-      // One tap for every connection of the process; the engine stop at exit detaches it.
-      if (auto tap = rnic::SegmentTap::open(r.real_segments))
-        r.cm.segment_tap = std::shared_ptr<rnic::SegmentTap>(std::move(*tap));
-      else
-        r.error = fmt::format("RNIC_REAL_SEGMENTS={}: {}", r.real_segments, tap.error());
+      // One tap for every connection of the process; the engine stop at exit detaches it. Its
+      // reader thread inherits this mask: no signal of the program is delivered to it (a
+      // program that sigwait()s would lose them), as for the engine thread.
+      sigset_t all, old;
+      ::sigfillset(&all);
+      ::pthread_sigmask(SIG_SETMASK, &all, &old);
+      try {
+        if (auto tap = rnic::SegmentTap::open(r.real_segments))
+          r.cm.segment_tap = std::shared_ptr<rnic::SegmentTap>(std::move(*tap));
+        else
+          r.error = fmt::format("RNIC_REAL_SEGMENTS={}: {}", r.real_segments, tap.error());
+      } catch (const std::exception& e) {
+        r.error = fmt::format("RNIC_REAL_SEGMENTS={}: {}", r.real_segments, e.what());
+      }
+      ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      // Threads do not survive fork(): a child has the tap's state but no reader, and may have
+      // its lock as the reader held it. The child's connections are received from the socket.
+      ::pthread_atfork(nullptr, nullptr, [] { tap_forked.store(true); });
     }
     if (!r.error.empty()) std::fprintf(stderr, "rnic verbs: %s\n", r.error.c_str());
     return r;

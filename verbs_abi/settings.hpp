@@ -6,8 +6,7 @@
 //   RNIC_MARKERS      MPA markers policy: required, optional or off (default)
 //   RNIC_P2P          RFC 6581 peer-to-peer mode: 1 (default with MPA revision 2) or 0; RNIC_RTR
 //                     offers one RTR message (write, read or send; default: all three)
-//   RNIC_TIMEOUT_MS   how long the MPA exchange may wait for the peer (default 10000, as siw's
-//                     responder waits for the Request) and a TCP connect may take (default 5000)
+//   RNIC_TIMEOUT_MS   how long the MPA exchange may wait for the peer (default 5000)
 //   RNIC_CONNECT_RETRY_MS  how long a refused TCP connect is retried (default 1000; perftest's
 //                     server is briefly between two listeners)
 //   RNIC_FIRST_FPDU_DELAY_MS  the initiator holds its first FPDU (the RTR too) this long after the
@@ -63,6 +62,12 @@ struct Settings {
 
 // The running program's name (for capture files and report lines).
 std::string program_name();
+
+// The connection manager's options for this process's ids: settings().cm, without the segment
+// tap in a child fork()ed after the tap was opened (the tap's reader did not come along).
+const rnic::CmOptions& cm_options();
+// The real-segment tap this process may use (nullptr: none, or a fork()ed child's).
+rnic::SegmentTap* segment_tap();
 
 // Read once, on first use (thread-safe).
 const Settings& settings();

@@ -680,14 +680,6 @@ int ibv_modify_qp(ibv_qp* q, ibv_qp_attr* attr, int attr_mask) {
 int ibv_destroy_qp(ibv_qp* q) {
   if (!q) return fail(EINVAL);
   auto* qp = impl<Qp>(q);
-  // The real-segment mode (RNIC_REAL_SEGMENTS): what this connection's segment path saw, for the
-  // program's user (docs/beyond-holes.md); a QP that never received is not worth a line.
-  if (const auto& s = settings(); s.cm.segment_tap && qp->qp->stats().bytes_received > 0) {
-    const auto text = rnic::describe_segment_path(
-        *qp->qp, fmt::format("real TCP segments on {}", s.real_segments), s.cm.beyond_holes,
-        fmt::format("rnic verbs: {} qp {}: ", program_name(), q->qp_num));
-    std::fprintf(stderr, "%s\n", text.c_str());
-  }
   const auto st = qp->qp->state();
   if (st != rnic::QpState::Error) {
     // Also an IDLE QP: a connection being made for it then ends instead of starting it.
@@ -695,6 +687,16 @@ int ibv_destroy_qp(ibv_qp* q) {
     // As in rdma-core the QP is gone when this returns: wait (bounded) until the engine has
     // taken it to ERROR and flushed it.
     dev().run_and_wait([] {}, std::chrono::seconds(2));
+  }
+  // The real-segment mode (RNIC_REAL_SEGMENTS): what this connection's segment path saw, for the
+  // program's user (docs/beyond-holes.md), now that it receives no more; a QP that never
+  // received is not worth a line.
+  if (segment_tap() && qp->qp->stats().bytes_received > 0) {
+    const auto& s = settings();
+    const auto text = rnic::describe_segment_path(
+        *qp->qp, fmt::format("real TCP segments on {}", s.real_segments), s.cm.beyond_holes,
+        fmt::format("rnic verbs: {} qp {}: ", program_name(), q->qp_num));
+    std::fprintf(stderr, "%s\n", text.c_str());
   }
   {
     std::lock_guard l(qp_table_mu);

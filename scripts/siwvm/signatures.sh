@@ -62,3 +62,11 @@ rping_exit_race() {
     [[ "${lines[i]}" =~ ^((client|server)\ DISCONNECT\ EVENT\.\.\.|wait\ for\ RDMA_READ_ADV\ state\ 10)$ ]] || return 1
   done
 }
+
+# rping_client_cut LOG: an rping client stopped before its last ping. rping's client exits 0
+# whenever the connection ends, even in the middle of its run, and its only trace is the wait it
+# was in ("wait for RDMA_WRITE_ADV state 10"); a client that ran to the end prints no such line.
+# (A server always ends in "wait for RDMA_READ_ADV state 10", so this is for clients' logs only.)
+rping_client_cut() {
+  grep -qE '^wait for RDMA_[A-Z_]+ state [0-9]+' "$1" 2>/dev/null
+}
