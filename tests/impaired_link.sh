@@ -43,7 +43,8 @@ verified_run() {
 }
 # rping_run LABEL SERVER_RUN_OPTIONS CLIENT_RUN_OPTIONS COUNT IMPAIR_ARGS...: unmodified rping -V,
 # COUNT x 65535 octets, under `rnic run` on both sides; its output is printed and left in $out.
-# It must exit 0 (77 skips the case) and the client must have ended its connection.
+# It must exit 0 (77 skips the case), the server must have seen the client's disconnect, and the
+# client must not have been cut short.
 rping_run() {
   local label=$1 sopt=$2 copt=$3 count=$4 rc
   shift 4
@@ -53,7 +54,12 @@ rping_run() {
   echo "$out"
   [ $rc = 77 ] && exit 77
   [ $rc = 0 ] || fail "$label: rping over the impaired link exited $rc"
-  grep -q 'client DISCONNECT EVENT' <<< "$out" || fail "$label: the rping client did not end its connection"
+  # rping's client may exit before its CM thread prints the disconnect; the server's main waits
+  # for it, so the server's line is certain. A client cut short says where it waited.
+  grep -q 'server DISCONNECT EVENT' <<< "$out" || fail "$label: the rping server did not see the client end its connection"
+  if grep -qE 'wait for RDMA_WRITE_(ADV|COMPLETE) state' <<< "$out"; then
+    fail "$label: the rping client was cut short"
+  fi
 }
 
 case "$CASE" in

@@ -16,9 +16,10 @@
 # For each case the guest writes $OUT/ID.guest.log and $OUT/ID.guest.rc (the program's exit status,
 # or "killed" when it was still running CASE_TIMEOUT seconds in, or 3 s after the host's ID.done).
 # A case with a file /mnt/host/ID.netem runs over an impaired link: its words are netem's options
-# (e.g. "loss 2% delay 2ms 1ms"), set on eth0's egress (siw -> host) and, through ifb0, on its
-# ingress (host -> siw) for that case only; $OUT/ID.netem.txt keeps `tc -s qdisc` of both after it
-# (sent, dropped), so the host can tell the impairment happened.
+# (e.g. "loss 2% delay 2ms 1ms"), set on eth0's egress (siw -> host) for that case only, and the
+# words of /mnt/host/ID.netem-in, if there is one, on its ingress (host -> siw) through ifb0;
+# $OUT/ID.netem.txt keeps `tc -s qdisc` of both after it (sent, dropped), so the host can tell
+# the impairment happened.
 # The whole session is captured on eth0 (siw's side of slirp) straight into $OUT/guest.pcap:
 # outgoing frames after netem (a frame it drops is not in the capture), incoming ones before it.
 # Incoming frames after netem, i.e. what siw's TCP was given, are captured on ifb0 into
@@ -42,16 +43,21 @@ i=0; while [ $i -lt 100 ] && ! grep -q 'listening on' /tmp/tcpdump.log; do sleep
 i=0; while [ -n "$TPI" ] && [ $i -lt 100 ] && ! grep -q 'listening on' /tmp/tcpdump-ifb0.log; do sleep 0.1; i=$((i + 1)); done
 log "capture started"
 mark guest-up
-netem_on() {  # netem_on ID: the case's impairment, both directions
+netem_on() {  # netem_on ID: the case's impairment: ID.netem on eth0's egress (siw -> host),
+  # ID.netem-in, if there is one, on its ingress (host -> siw) through ifb0
   args=$(cat "$H/$1.netem")
   # shellcheck disable=SC2086
-  tc qdisc replace dev eth0 root netem $args &&
-    ip link set ifb0 up &&
-    tc qdisc replace dev eth0 handle ffff: ingress &&
-    tc filter replace dev eth0 parent ffff: protocol all matchall action mirred egress redirect dev ifb0 &&
-    tc qdisc replace dev ifb0 root netem $args ||
-    log "$1: netem $args could not be set"
-  log "$1: netem $args on eth0 (egress) and ifb0 (ingress)"
+  tc qdisc replace dev eth0 root netem $args || log "$1: netem $args could not be set on eth0"
+  log "$1: netem $args on eth0 (egress)"
+  if [ -e "$H/$1.netem-in" ]; then
+    inargs=$(cat "$H/$1.netem-in")
+    # shellcheck disable=SC2086
+    { ip link set ifb0 up &&
+      tc qdisc replace dev eth0 handle ffff: ingress &&
+      tc filter replace dev eth0 parent ffff: protocol all matchall action mirred egress redirect dev ifb0 &&
+      tc qdisc replace dev ifb0 root netem $inargs; } || log "$1: netem $inargs could not be set on ifb0"
+    log "$1: netem $inargs on ifb0 (eth0's ingress)"
+  fi
 }
 netem_off() {  # netem_off ID: keep the counters, then a plain link again
   { echo "# eth0 egress (siw -> host)"; tc -s qdisc show dev eth0
