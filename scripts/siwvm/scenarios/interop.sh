@@ -16,14 +16,11 @@
 # For each case the guest writes $OUT/ID.guest.log and $OUT/ID.guest.rc (the program's exit status,
 # or "killed" when it was still running CASE_TIMEOUT seconds in, or 3 s after the host's ID.done).
 # A case with a file /mnt/host/ID.netem runs over an impaired link: its words are netem's options
-# (e.g. "loss 2% delay 2ms 1ms"), set on eth0's egress (siw -> host) for that case only, and the
-# words of /mnt/host/ID.netem-in, if there is one, on its ingress (host -> siw) through ifb0;
-# $OUT/ID.netem.txt keeps `tc -s qdisc` of both after it (sent, dropped), so the host can tell
-# the impairment happened.
+# (e.g. "loss 2% delay 2ms 1ms"), set on eth0's egress (siw -> host) for that case only;
+# $OUT/ID.netem.txt keeps `tc -s qdisc` after it (sent, dropped), so the host can tell the
+# impairment happened.
 # The whole session is captured on eth0 (siw's side of slirp) straight into $OUT/guest.pcap:
 # outgoing frames after netem (a frame it drops is not in the capture), incoming ones before it.
-# Incoming frames after netem, i.e. what siw's TCP was given, are captured on ifb0 into
-# $OUT/guest-ifb0.pcap (only impaired cases send anything through ifb0).
 . "$SDIR/lib.sh"
 H=/mnt/host
 CASE_TIMEOUT=${CASE_TIMEOUT:-90}
@@ -31,39 +28,18 @@ CASE_TIMEOUT=${CASE_TIMEOUT:-90}
 echo 'file siw_cm.c +p' > /proc/dynamic_debug/control 2>/dev/null || log "no dynamic debug"
 tcpdump -i eth0 -n -s 0 -U --immediate-mode -B 16384 -w "$OUT/guest.pcap" tcp > /tmp/tcpdump.log 2>&1 &
 TP=$!
-TPI=""
-# The image's ifb module is loaded with the build host's numifbs=0 (Debian's modprobe.d), so no
-# ifb0 exists until it is made; without it, netem_on could impair only siw's egress.
-ip link show ifb0 > /dev/null 2>&1 || ip link add ifb0 type ifb || log "no ifb0: incoming frames cannot be impaired"
-if ip link set ifb0 up 2>/dev/null; then
-  tcpdump -i ifb0 -n -s 0 -U --immediate-mode -B 16384 -w "$OUT/guest-ifb0.pcap" tcp > /tmp/tcpdump-ifb0.log 2>&1 &
-  TPI=$!
-fi
 i=0; while [ $i -lt 100 ] && ! grep -q 'listening on' /tmp/tcpdump.log; do sleep 0.1; i=$((i + 1)); done
-i=0; while [ -n "$TPI" ] && [ $i -lt 100 ] && ! grep -q 'listening on' /tmp/tcpdump-ifb0.log; do sleep 0.1; i=$((i + 1)); done
 log "capture started"
 mark guest-up
-netem_on() {  # netem_on ID: the case's impairment: ID.netem on eth0's egress (siw -> host),
-  # ID.netem-in, if there is one, on its ingress (host -> siw) through ifb0
+netem_on() {  # netem_on ID: the case's impairment on eth0's egress (siw -> host)
   args=$(cat "$H/$1.netem")
   # shellcheck disable=SC2086
   tc qdisc replace dev eth0 root netem $args || log "$1: netem $args could not be set on eth0"
   log "$1: netem $args on eth0 (egress)"
-  if [ -e "$H/$1.netem-in" ]; then
-    inargs=$(cat "$H/$1.netem-in")
-    # shellcheck disable=SC2086
-    { ip link set ifb0 up &&
-      tc qdisc replace dev eth0 handle ffff: ingress &&
-      tc filter replace dev eth0 parent ffff: protocol all matchall action mirred egress redirect dev ifb0 &&
-      tc qdisc replace dev ifb0 root netem $inargs; } || log "$1: netem $inargs could not be set on ifb0"
-    log "$1: netem $inargs on ifb0 (eth0's ingress)"
-  fi
 }
 netem_off() {  # netem_off ID: keep the counters, then a plain link again
-  { echo "# eth0 egress (siw -> host)"; tc -s qdisc show dev eth0
-    echo "# ifb0 = eth0 ingress (host -> siw)"; tc -s qdisc show dev ifb0; } > "$OUT/$1.netem.txt" 2>&1
-  tc qdisc del dev eth0 root 2>/dev/null; tc qdisc del dev eth0 ingress 2>/dev/null
-  tc qdisc del dev ifb0 root 2>/dev/null; sync
+  tc -s qdisc show dev eth0 > "$OUT/$1.netem.txt" 2>&1
+  tc qdisc del dev eth0 root 2>/dev/null; sync
 }
 wait_file() {  # wait_file FILE TENTHS
   j=0; while [ ! -e "$1" ] && [ "$j" -lt "$2" ]; do sleep 0.1; j=$((j + 1)); done; [ -e "$1" ]
@@ -134,7 +110,6 @@ while read -r id role port size count gate; do
 done < "$H/plan.txt"
 sleep 0.5
 kill -INT "$TP" 2>/dev/null; wait "$TP" 2>/dev/null
-if [ -n "$TPI" ]; then kill -INT "$TPI" 2>/dev/null; wait "$TPI" 2>/dev/null; cat /tmp/tcpdump-ifb0.log; fi
 cat /tmp/tcpdump.log
 dmesg | grep -i siw > "$OUT/siw-dmesg.txt"
 log "plan done"
