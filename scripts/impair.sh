@@ -196,14 +196,8 @@ for _ in $(seq 1 100); do
 done
 [ "$up" = 1 ] || { echo "impair: the link never came up ($B unreachable from $NA)" >&2; exit 2; }
 
-tcp_counters() {  # NS: retransmitted segments, out-of-order queued segments, segments received
-  ip netns exec "$1" awk '
-    /^Tcp:/ && !th { for (i = 1; i <= NF; i++) h[i] = $i; th = 1; next }
-    /^Tcp:/ { for (i = 1; i <= NF; i++) if (h[i] == "RetransSegs") r = $i; else if (h[i] == "InSegs") n = $i }
-    /^TcpExt:/ && !eh { for (i = 1; i <= NF; i++) e[i] = $i; eh = 1; next }
-    /^TcpExt:/ { for (i = 1; i <= NF; i++) if (e[i] == "TCPOFOQueue") o = $i }
-    END { print r + 0, o + 0, n + 0 }' /proc/net/snmp /proc/net/netstat
-}
+# tcp_counters NS (scripts/tcp-counters.sh)
+. "$SRC/scripts/tcp-counters.sh"
 
 export PEER=$B
 if [ ${#SUB[@]} -gt 0 ]; then

@@ -22,7 +22,10 @@
 #        MIX_TIMEOUT (s, default 60: bound on each host program of a mixed case), MIX_TRIES
 #        (default 5: attempts of a mixed case other than s2r; a further attempt runs only when
 #        the previous one failed in a known race: siw's accept race, perftest's listen race or
-#        siw's close race, see retry_reason)
+#        siw's close race, see retry_reason), SIW_TRIES (default 3: attempts of an ours -> siw
+#        case that expects a clean run; a further attempt runs only when the previous one ended
+#        in our Terminate for an FPDU of siw's with a bad CRC or one that breaks DDP, and each
+#        such attempt must show siw's fault on siw's own wire: see siw_tx_reason)
 set -uo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RNIC="${RNIC:-$SRC/build/rnic}"
@@ -34,7 +37,7 @@ while [ $# -gt 0 ]; do
     --results) RES="$2"; shift 2 ;;
     --cache) CACHE="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "siw-interop: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -44,6 +47,7 @@ BASE="${SIWVM_PORT_BASE:-17200}"
 CASE_TIMEOUT="${CASE_TIMEOUT:-90}"
 MIX_TIMEOUT="${MIX_TIMEOUT:-60}"
 MIX_TRIES="${MIX_TRIES:-5}"
+SIW_TRIES="${SIW_TRIES:-3}"
 # how our initiator lives with siw 6.1's accept race (see docs/siw-interop.md)
 FIRST_DELAY="${SIW_FIRST_DELAY---first-fpdu-delay 50}"
 T0=$SECONDS
@@ -171,7 +175,7 @@ mixed_cmd() {  # mixed_cmd DIR PORT SIZE COUNT: the host program's command line 
 }
 
 : > "$RES/plan.txt"; FWD=""; n=0; rm -f "$RES"/*.netem
-declare -A GPORT HPORT SKIP
+declare -A GPORT HPORT SKIP TRIES
 while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   [ -n "$id" ] || continue
   echo "$id" | grep -qE "$ONLY" || continue
@@ -191,6 +195,9 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     # listen race, siw's close race: see retry_reason),
     # each its own connection on its own port; the guest starts one only on ID.tryK.go
     tries=1; [ -n "$prog" ] && tries=$MIX_TRIES
+    # ours -> siw cases that expect a clean run get spare attempts on siw's transmit defects
+    { [ "$dir" = o2s ] || [ "$dir" = o2u ]; } && [ "$exp" = ok ] && tries=$SIW_TRIES
+    TRIES[$id]=$tries
     for k in $(seq 1 "$tries"); do
       aid=$id; gate=""; [ "$k" -gt 1 ] && { aid="$id.try$k"; gate=" gated"; }
       n=$((n + 1))
@@ -284,6 +291,18 @@ retry_reason() {  # AID
     echo "ours received an FPDU with a bad CRC and sent Terminate [MPA: CRC mismatch] (judged on siw's wire)"
   fi
 }
+# Why an attempt of an ours -> siw case (o2s, o2u) that expects a clean run deserves another
+# (empty: it does not), from our log; judged again on siw's own wire (siw_bad_crc_on_wire,
+# siw_violation_on_wire), where siw's FPDU must be at fault before it reached slirp and us:
+#   siw's bad CRC       ours sent Terminate [MPA: CRC mismatch] (seen: p3, f2)
+#   siw's skipped FPDU  ours sent Terminate [DDP tagged: base or bounds violation] (seen: a4)
+siw_tx_reason() {  # AID
+  if grep -q 'sent Terminate \[MPA: CRC mismatch\]' "$RES/$1.ours.log"; then
+    echo "ours received an FPDU with a bad CRC and sent Terminate [MPA: CRC mismatch] (judged on siw's wire)"
+  elif grep -q 'sent Terminate \[DDP tagged: base or bounds violation\]' "$RES/$1.ours.log"; then
+    echo "ours sent Terminate [DDP tagged: base or bounds violation] (judged on siw's wire)"
+  fi
+}
 close_race_logs() {  # AID: the programs' exits and siw's log show siw's close race
   [ "$prog" = ib_write_bw ] && [ "$(cat "$RES/$1.ours.rc" 2>/dev/null)" = 0 ] \
     && [ "$(cat "$RES/out/$1.guest.rc" 2>/dev/null)" = 1 ] && grep -q 'Bad wc status 2' "$RES/out/$1.guest.log" \
@@ -293,24 +312,37 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   [ -n "$id" ] && [ -n "${HPORT[$id]:-}" ] || continue
   hp=${HPORT[$id]}; pc="$RES/$id.ours.pcap"; log="$RES/$id.ours.log"; prog=$(mixed_prog "$dir")
   # shellcheck disable=SC2086
-  if [ "$dir" = o2s ]; then
-    extra=$(client_mitigation "$opts")
-    if wait_for "$RES/out/$id.ready" "$CASE_TIMEOUT"; then
-      timeout $((CASE_TIMEOUT + 10)) "$RNIC" ping --client 127.0.0.1 --port "$hp" --size "$osz" --count "$cnt" \
-        --timeout 10000 --pcap "$pc" $extra $opts > "$log" 2>&1
-      echo $? > "$RES/$id.ours.rc"
-    else
-      echo "the guest's rping server never listened" > "$log"; echo noguest > "$RES/$id.ours.rc"
-    fi
-  elif [ "$dir" = o2u ]; then
-    extra=$(client_mitigation "$opts")
-    if wait_for "$RES/out/$id.ready" "$CASE_TIMEOUT"; then
-      timeout $((CASE_TIMEOUT + 10)) "$RNIC" cmatose --client 127.0.0.1 --port "$hp" --size "$osz" --count "$cnt" \
-        --timeout 30000 --pcap "$pc" $extra $opts > "$log" 2>&1
-      echo $? > "$RES/$id.ours.rc"
-    else
-      echo "the guest's ucmatose server never listened" > "$log"; echo noguest > "$RES/$id.ours.rc"
-    fi
+  if [ "$dir" = o2s ] || [ "$dir" = o2u ]; then
+    # our client against siw's server; attempt K (ID.tryK) only when attempt K-1 ended in one of
+    # siw's transmit defects (siw_tx_reason), each attempt its own connection on its own port
+    extra=$(client_mitigation "$opts"); gprog=rping; [ "$dir" = o2u ] && gprog=ucmatose
+    k=1; aid=$id
+    while :; do
+      ATTEMPTS[$id]=$k; hp=${HPORT[$aid]}; pc="$RES/$aid.ours.pcap"; log="$RES/$aid.ours.log"
+      if wait_for "$RES/out/$aid.ready" "$CASE_TIMEOUT"; then
+        if [ "$dir" = o2s ]; then
+          timeout $((CASE_TIMEOUT + 10)) "$RNIC" ping --client 127.0.0.1 --port "$hp" --size "$osz" --count "$cnt" \
+            --timeout 10000 --pcap "$pc" $extra $opts > "$log" 2>&1
+          echo $? > "$RES/$aid.ours.rc"
+        else
+          timeout $((CASE_TIMEOUT + 10)) "$RNIC" cmatose --client 127.0.0.1 --port "$hp" --size "$osz" --count "$cnt" \
+            --timeout 30000 --pcap "$pc" $extra $opts > "$log" 2>&1
+          echo $? > "$RES/$aid.ours.rc"
+        fi
+      else
+        echo "the guest's $gprog server never listened" > "$log"; echo noguest > "$RES/$aid.ours.rc"
+      fi
+      : > "$RES/$aid.done"
+      wait_for "$RES/out/$aid.guest.rc" $((CASE_TIMEOUT + 10)) || echo "none" > "$RES/out/$aid.guest.rc"
+      say "$aid: ours rc $(cat "$RES/$aid.ours.rc"), siw $gprog rc $(cat "$RES/out/$aid.guest.rc")"
+      rwhy=$(siw_tx_reason "$aid")
+      [ "$k" -lt "${TRIES[$id]}" ] && [ -n "$rwhy" ] || break
+      k=$((k + 1)); aid="$id.try$k"
+      say "$id: $rwhy: attempt $k on a new connection"
+      : > "$RES/$aid.go"
+    done
+    for j in $(seq $((k + 1)) "${TRIES[$id]}"); do : > "$RES/$id.try$j.skip"; done
+    continue
   elif [ "$dir" = r2s ] || [ "$dir" = w2s ]; then
     # mixed: the unmodified program on our drop-in, one pcap per connection in AID.ours.caps/;
     # attempt K (AID ID.tryK) only when attempt K-1 stalled in siw's accept race
@@ -552,13 +584,35 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     row "$id | $dirs | $gsz / $osz x $cnt | \`${opts:-}\` | $exp | exit $orc: $ours | exit $grc | $pcol | $dcol | $tcol | $res"
     continue
   fi
+  # an ours -> siw case: every earlier attempt must be one of siw's transmit defects, seen on
+  # siw's own wire; the last attempt is judged as the case (JID)
+  jid=$id; tries=${ATTEMPTS[$id]:-1}; early=""
+  if [ "$tries" -gt 1 ]; then
+    k=1
+    while [ "$k" -lt "$tries" ]; do
+      eid=$id; [ "$k" -gt 1 ] && eid="$id.try$k"
+      timeout 60 tcpdump -r "$RES/out/guest.pcap" -w "$RES/$eid.siw.pcap" "tcp port ${GPORT[$eid]}" 2>/dev/null
+      if grep -q 'sent Terminate \[MPA: CRC mismatch\]' "$RES/$eid.ours.log" && siw_bad_crc_on_wire "$RES/$eid.siw.pcap"; then
+        early="$early attempt $k: siw's own wire has an FPDU of siw's with a bad CRC, ours sent Terminate [MPA: CRC mismatch] (siw's bad CRC);"
+      elif grep -q 'sent Terminate \[DDP tagged: base or bounds violation\]' "$RES/$eid.ours.log" \
+           && siw_violation_on_wire "$RES/$eid.siw.pcap" R; then
+        early="$early attempt $k: siw's own wire has an FPDU of siw's that breaks DDP, ours sent Terminate [DDP tagged: base or bounds violation] (siw's skipped FPDU);"
+      else
+        why="$why; attempt $k failed and is neither siw's bad CRC nor siw's skipped FPDU on siw's wire"
+      fi
+      k=$((k + 1))
+    done
+    jid="$id.try$tries"
+    log="$RES/$jid.ours.log"; pc="$RES/$jid.ours.pcap"
+    orc=$(cat "$RES/$jid.ours.rc" 2>/dev/null || echo none); grc=$(cat "$RES/out/$jid.guest.rc" 2>/dev/null || echo none)
+  fi
   case "$exp" in
     ok)
       [ "$orc" = 0 ] || why="$why; our side exit $orc"
-      if rping_exit_race "$RES/out/$id.guest.log" "$grc"; then note="$RPING_RACE"
+      if rping_exit_race "$RES/out/$jid.guest.log" "$grc"; then note="$RPING_RACE"
       elif [ "$grc" != 0 ]; then why="$why; rping exit $grc"; fi
-      if [ "$dir" = s2o ] && rping_client_cut "$RES/out/$id.guest.log"; then
-        why="$why; siw's rping client's run was cut short: $(grep -m1 '^wait for RDMA_' "$RES/out/$id.guest.log")"
+      if [ "$dir" = s2o ] && rping_client_cut "$RES/out/$jid.guest.log"; then
+        why="$why; siw's rping client's run was cut short: $(grep -m1 '^wait for RDMA_' "$RES/out/$jid.guest.log")"
       fi ;;
     terminate)
       [ "$orc" != 0 ] || why="$why; our side did not fail"
@@ -569,44 +623,45 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     v1noread)
       [ "$orc" != 0 ] || why="$why; our side did not fail"
       grep -q 'peer closed the connection' "$log" || why="$why; no close reported by us"
-      grep -q 'post send error' "$RES/out/$id.guest.log" || why="$why; rping did not fail to post its Read" ;;
+      grep -q 'post send error' "$RES/out/$jid.guest.log" || why="$why; rping did not fail to post its Read" ;;
     refused)
       [ "$orc" != 0 ] || why="$why; our side did not fail"
-      grep -q 'RDMA_CM_EVENT_REJECTED' "$RES/out/$id.guest.log" || why="$why; siw did not refuse" ;;
+      grep -q 'RDMA_CM_EVENT_REJECTED' "$RES/out/$jid.guest.log" || why="$why; siw did not refuse" ;;
     srvfault)
       [ "$orc" = 0 ] || why="$why; our side did not end the QP with its own Terminate"
       grep -q 'sent Terminate \[DDP untagged: invalid MSN, no buffer available\]' "$log" || why="$why; no Terminate sent by us"
-      { [ "$grc" != 0 ] || grep -qi 'DISCONNECT\|error\|fail' "$RES/out/$id.guest.log"; } || why="$why; rping did not notice" ;;
+      { [ "$grc" != 0 ] || grep -qi 'DISCONNECT\|error\|fail' "$RES/out/$jid.guest.log"; } || why="$why; rping did not notice" ;;
     fault)
       # siw's kernel answers with a Terminate; its rping only sees the disconnect (and exits 0).
       [ "$orc" = 0 ] || why="$why; our side did not see the QP end by the peer's Terminate"
       grep -q 'peer sent Terminate \[DDP tagged: invalid STag\]' "$log" || why="$why; no Terminate reported by us"
-      grep -q 'DISCONNECT' "$RES/out/$id.guest.log" || why="$why; rping did not see the disconnect" ;;
+      grep -q 'DISCONNECT' "$RES/out/$jid.guest.log" || why="$why; rping did not see the disconnect" ;;
   esac
   # the negotiated parameters: ours (printed) against siw's wire (guest capture of this connection)
-  timeout 60 tcpdump -r "$RES/out/guest.pcap" -w "$RES/$id.siw.pcap" "tcp port ${GPORT[$id]}" 2>/dev/null
-  op=$(ours_params "$log"); wp=$(wire_params "$RES/$id.siw.pcap"); pp=$(wire_params "$pc")
+  timeout 60 tcpdump -r "$RES/out/guest.pcap" -w "$RES/$jid.siw.pcap" "tcp port ${GPORT[$jid]}" 2>/dev/null
+  op=$(ours_params "$log"); wp=$(wire_params "$RES/$jid.siw.pcap"); pp=$(wire_params "$pc")
   if [ "$exp" = reject ]; then
-    pcol="siw's wire: $(timeout 60 "$RNIC" decode "$RES/$id.siw.pcap" 2>/dev/null | grep -m1 -oE 'MPA Reply .*R=1[^(]*' || echo 'no rejecting Reply')"
+    pcol="siw's wire: $(timeout 60 "$RNIC" decode "$RES/$jid.siw.pcap" 2>/dev/null | grep -m1 -oE 'MPA Reply .*R=1[^(]*' || echo 'no rejecting Reply')"
   elif [ -n "$op" ] && [ "$op" = "$wp" ] && [ "$op" = "$pp" ]; then pcol="$op"
   else pcol="ours: ${op:-none}; siw's wire: $wp; our pcap: $pp"; why="$why; parameters differ"; fi
   # our capture: rnic decode and tshark
   if [ -s "$pc" ]; then
-    timeout 60 "$RNIC" decode "$pc" > "$RES/$id.ours.decode.txt" 2>&1; drc=$?
+    timeout 60 "$RNIC" decode "$pc" > "$RES/$jid.ours.decode.txt" 2>&1; drc=$?
     dcol="exit $drc"; [ "$drc" = 0 ] && dcol="clean" || why="$why; rnic decode exit $drc"
     tcol=$(tshark_check "$pc"); case "$tcol" in ok*) tcol="clean (${tcol#ok } MPA frames)" ;; *) why="$why; tshark: $tcol" ;; esac
   else
     dcol="no pcap"; tcol="no pcap"; why="$why; no pcap"
   fi
-  ours=$(grep -m1 -E '^([0-9]+ pings of .* verified|server done|rnic ping (client|server):)' "$log" | sed -E 's/ average round trip.*//' | cut -c1-150 | tr '|' '/')
-  if [ -n "${NETEM[$id]:-}" ]; then link_check "$id"; ours="$ours; $lk"; fi
+  ours=$(grep -m1 -E '^([0-9]+ pings of .* verified|server done|rnic ping (client|server):)' "$log" | sed -E 's/ average round trip.*//; s/(pings served) in [0-9.]+ s: .*/\1/' | cut -c1-150 | tr '|' '/')
+  if [ -n "${NETEM[$id]:-}" ]; then link_check "$jid"; ours="$ours; $lk"; fi
   if [ -n "$why" ] && [ "$dir" = o2s ] && grep -q 'no completion within' "$log" \
-     && ! timeout 60 "$RNIC" decode "$RES/$id.siw.pcap" 2>/dev/null | grep -qE 'R>I @[0-9]+ +FPDU'; then
+     && ! timeout 60 "$RNIC" decode "$RES/$jid.siw.pcap" 2>/dev/null | grep -qE 'R>I @[0-9]+ +FPDU'; then
     why="$why; siw accept race: siw answered none of our FPDUs (see docs/siw-interop.md)"
   fi
   res=PASS; [ -n "$why" ] && res="FAIL${why/;/:}"
   [ "$res" = PASS ] && PASS=$((PASS + 1)) || FAIL=$((FAIL + 1))
   [ -n "$note" ] && res="$res ($note)"
+  [ "$tries" -gt 1 ] && res="$res (attempt $tries of ${TRIES[$id]};${early%;})"
   row "$id | $dirs | $gsz / $osz x $cnt | \`${opts:-}\` | $exp | exit $orc: ${ours:-} | exit $grc | $pcol | $dcol | $tcol | $res"
 done <<< "$CASES"
 { echo "$TABLE"; echo; echo "$PASS passed, $FAIL failed (wall time $((SECONDS - T0)) s, results in $RES)"; } > "$RES/summary.md"

@@ -36,6 +36,20 @@ expect yes "siw's bad CRC on the wire of a run where it happened" siw_bad_crc_on
 expect no "no bad CRC on the close race's wire" siw_bad_crc_on_wire "$G/close_race.pcap"
 editcap -r "$G/bad_crc.pcap" "$T/good.pcap" 1-127 2>/dev/null
 expect no "the same connection before the bad FPDU" siw_bad_crc_on_wire "$T/good.pcap"
+# skipped_fpdu.pcap: a4 of the ASan build's CI run on 2026-11-27 (our client, siw's rping server,
+# 3 x 65535): siw's RDMA Write of the second ping lacks one FPDU; frames 220-221 are the FPDUs
+# after the gap, which decode reports as DDP violations (R>I: siw was the responder), 228 our
+# Terminate [DDP tagged: base or bounds violation].
+S="$G/skipped_fpdu.pcap"
+expect yes "siw's skipped FPDU on the wire of a run where it happened" siw_violation_on_wire "$S" R
+expect no "the same capture read for siw as the initiator (our own FPDUs are clean)" siw_violation_on_wire "$S" I
+editcap -F pcap -r "$S" "$T/before_gap.pcap" 1-219 2>/dev/null
+expect no "the same connection before the FPDUs after the gap" siw_violation_on_wire "$T/before_gap.pcap" R
+editcap -F pcap "$S" "$T/no_after.pcap" 220 221 2>/dev/null
+expect no "without the FPDUs after the gap (a TCP gap, no FPDU of siw's breaks DDP)" siw_violation_on_wire "$T/no_after.pcap" R
+expect no "a clean connection of siw's (the close race's)" siw_violation_on_wire "$G/close_race.pcap" R
+expect no "a side that is neither I nor R" siw_violation_on_wire "$S" X
+expect no "a capture that is not there" siw_violation_on_wire "$T/missing.pcap" R
 # rping_exit_race.log: siw's rping client of case c5 in the CI run of 2026-11-27 (50 pings of 1000
 # octets, -V; our server had verified all 50), exit 255. rping's own exit race, rdma-core PR #1622.
 L="$G/rping_exit_race.log"

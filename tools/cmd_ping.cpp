@@ -139,9 +139,14 @@ int run_server(const PingOptions& o) {
     print_lines(
         fmt::format("connection from {}: {}", ep.id()->cm->peer(), describe_params(*ep.params())));
   int pings = 0;
+  // Goodput: from the first advertisement to the last go-ahead's completion, the octets read from
+  // the client (the same number is written back); what the placement benchmark's siw arm reports.
+  std::chrono::steady_clock::time_point t0{}, t1{};
+  double octets_read = 0;
   for (;;) {
     auto wc = ep.wait(ep.recv_cq());
     if (!wc || wc->status != IBV_WC_SUCCESS) break;  // the client is done (or gone)
+    if (pings == 0) t0 = std::chrono::steady_clock::now();
     Advert src = decode(recv_buf.data());
     if (src.size > rdma_buf.size()) {
       // A client with larger pings: the buffer grows to what it advertised, up to --max-size
@@ -193,9 +198,18 @@ int run_server(const PingOptions& o) {
     if (auto r = expect_wc(ep, ep.send_cq(), "go-ahead Send", x, &go2); !r)
       return fail_with("server", r.error());
     ++pings;
+    octets_read += src.size;
+    t1 = std::chrono::steady_clock::now();
   }
   if (auto s = describe_segment_path(o.app, ep, "server: "); !s.empty()) print_lines(s);
-  if (!o.quiet) print_lines(fmt::format("server done: {} pings served", pings));
+  if (!o.quiet) {
+    const double secs = std::chrono::duration<double>(t1 - t0).count();
+    print_lines(pings > 0 && secs > 0
+                    ? fmt::format("server done: {} pings served in {:.3f} s: {:.1f} MB/s read "
+                                  "from the client (and written back)",
+                                  pings, secs, octets_read / secs / 1e6)
+                    : fmt::format("server done: {} pings served", pings));
+  }
   return pings > 0 ? 0 : 1;
 }
 

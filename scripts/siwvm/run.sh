@@ -8,6 +8,11 @@
 #   SIWVM_CACHE    image folder made by build.sh (default <source>/build/siwvm)
 #   SIWVM_RESULTS  results folder (default $SIWVM_CACHE/results/SCENARIO-<time>)
 #   SIWVM_HOSTFWD  comma list of slirp host forwards, e.g. "tcp:127.0.0.1:17174-:7174"
+#   SIWVM_TAP      the VM's link is this TAP device instead of slirp (it must exist where QEMU
+#                  runs, e.g. in a namespace the caller made, with 10.0.2.2/24 on it: the guest
+#                  keeps 10.0.2.15 and its route through 10.0.2.2). No virtio offloads
+#                  (vnet_hdr=off): the guest sends MTU-sized segments, each one a frame that netem
+#                  can drop and the host's AF_PACKET reader sees. SIWVM_HOSTFWD is then ignored.
 #   SIWVM_ACCEL    auto (default: KVM when /dev/kvm really runs a guest, else TCG) | tcg | kvm
 #   SIWVM_TIMEOUT  limit for the whole VM run in seconds (default 240)
 #   SIWVM_MEM / SIWVM_SMP  memory in MiB (default 768) / vCPUs (default 2)
@@ -40,9 +45,14 @@ if [ "$ACCEL" = auto ]; then
 fi
 if [ "$ACCEL" = kvm ]; then ACC=(-accel kvm -cpu host,-arch-capabilities); else ACC=(-accel tcg,thread=multi -cpu max); fi
 
-NET="user,id=n0"
-IFS=',' read -r -a FWDS <<< "${SIWVM_HOSTFWD:-}"
-for f in "${FWDS[@]}"; do [ -n "$f" ] && NET="$NET,hostfwd=$f"; done
+if [ -n "${SIWVM_TAP:-}" ]; then
+  [ -e "/sys/class/net/$SIWVM_TAP" ] || { echo "run.sh: SIWVM_TAP: no device $SIWVM_TAP here" >&2; exit 125; }
+  NET="tap,id=n0,ifname=$SIWVM_TAP,script=no,downscript=no,vnet_hdr=off"
+else
+  NET="user,id=n0"
+  IFS=',' read -r -a FWDS <<< "${SIWVM_HOSTFWD:-}"
+  for f in "${FWDS[@]}"; do [ -n "$f" ] && NET="$NET,hostfwd=$f"; done
+fi
 QEMU=(qemu-system-x86_64 "${ACC[@]}" -M pc -smp "${SIWVM_SMP:-2}" -m "${SIWVM_MEM:-768}"
       -nographic -no-reboot -nodefaults -serial stdio
       -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initramfs.cpio.gz"

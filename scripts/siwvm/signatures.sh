@@ -45,6 +45,20 @@ siw_bad_crc_on_wire() {
         2>/dev/null | grep -c 'Bad CRC32')" -gt 0 ]
 }
 
+# siw_violation_on_wire PCAP SIDE: an FPDU siw sent breaks DDP on siw's own wire (`rnic decode`
+# reports a VIOLATION on it): seen once as an RDMA Write missing one FPDU (a4, CI 2026-11-27: the
+# next FPDU's TO skips 1436 octets while TCP's sequence numbers run on). SIDE is siw's end of the
+# connection in decode's terms: R when we initiated (siw the responder), I when siw did. Needs
+# RNIC (default build/rnic).
+siw_violation_on_wire() {
+  local other
+  case "$2" in R) other=I ;; I) other=R ;; *) return 1 ;; esac
+  [ -s "$1" ] || return 1
+  local d  # decode exits 1 on a violation: its output, not its status
+  d=$(timeout 60 "${RNIC:-$(dirname "${BASH_SOURCE[0]}")/../../build/rnic}" decode "$1" 2>/dev/null)
+  grep -qE " c[0-9]+ $2>$other @[0-9]+ +VIOLATION " <<< "$d"
+}
+
 # rping_exit_race LOG RC: rping's own exit race, not siw's and not ours (rdma-core pull request
 # #1622, 2025; Debian 12's rdma-core 44 predates it). rping's CM thread loops on rdma_get_cm_event
 # with no way to stop; when main destroys the event channel after the last event but before that

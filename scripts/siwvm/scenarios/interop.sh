@@ -18,27 +18,36 @@
 # A case with a file /mnt/host/ID.netem runs over an impaired link: its words are netem's options
 # (e.g. "loss 2% delay 2ms 1ms"), set on eth0's egress (siw -> host) for that case only;
 # $OUT/ID.netem.txt keeps `tc -s qdisc` after it (sent, dropped), so the host can tell the
-# impairment happened.
+# impairment happened, and $OUT/ID.snmp.before / .after the guest's TCP counters around the case
+# (/proc/net/snmp: how many segments siw's TCP retransmitted).
 # The whole session is captured on eth0 (siw's side of slirp) straight into $OUT/guest.pcap:
-# outgoing frames after netem (a frame it drops is not in the capture), incoming ones before it.
+# outgoing frames after netem (a frame it drops is not in the capture), incoming ones before it;
+# GUEST_CAPTURE=off (a benchmark's many megabytes) captures nothing.
 . "$SDIR/lib.sh"
 H=/mnt/host
 CASE_TIMEOUT=${CASE_TIMEOUT:-90}
 # siw's connection-manager debug messages (MPA negotiation) go to dmesg
 echo 'file siw_cm.c +p' > /proc/dynamic_debug/control 2>/dev/null || log "no dynamic debug"
-tcpdump -i eth0 -n -s 0 -U --immediate-mode -B 16384 -w "$OUT/guest.pcap" tcp > /tmp/tcpdump.log 2>&1 &
-TP=$!
-i=0; while [ $i -lt 100 ] && ! grep -q 'listening on' /tmp/tcpdump.log; do sleep 0.1; i=$((i + 1)); done
-log "capture started"
+TP=""
+if [ "${GUEST_CAPTURE:-on}" != off ]; then
+  tcpdump -i eth0 -n -s 0 -U --immediate-mode -B 16384 -w "$OUT/guest.pcap" tcp > /tmp/tcpdump.log 2>&1 &
+  TP=$!
+  i=0; while [ $i -lt 100 ] && ! grep -q 'listening on' /tmp/tcpdump.log; do sleep 0.1; i=$((i + 1)); done
+  log "capture started"
+else
+  : > /tmp/tcpdump.log
+fi
 mark guest-up
 netem_on() {  # netem_on ID: the case's impairment on eth0's egress (siw -> host)
   args=$(cat "$H/$1.netem")
+  grep '^Tcp:' /proc/net/snmp > "$OUT/$1.snmp.before"
   # shellcheck disable=SC2086
   tc qdisc replace dev eth0 root netem $args || log "$1: netem $args could not be set on eth0"
   log "$1: netem $args on eth0 (egress)"
 }
 netem_off() {  # netem_off ID: keep the counters, then a plain link again
   tc -s qdisc show dev eth0 > "$OUT/$1.netem.txt" 2>&1
+  grep '^Tcp:' /proc/net/snmp > "$OUT/$1.snmp.after"
   tc qdisc del dev eth0 root 2>/dev/null; sync
 }
 wait_file() {  # wait_file FILE TENTHS
@@ -109,7 +118,7 @@ while read -r id role port size count gate; do
   echo "$rc" > "$OUT/$id.guest.rc"; sync
 done < "$H/plan.txt"
 sleep 0.5
-kill -INT "$TP" 2>/dev/null; wait "$TP" 2>/dev/null
+[ -n "$TP" ] && { kill -INT "$TP" 2>/dev/null; wait "$TP" 2>/dev/null; }
 cat /tmp/tcpdump.log
 dmesg | grep -i siw > "$OUT/siw-dmesg.txt"
 log "plan done"
