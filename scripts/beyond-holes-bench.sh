@@ -36,8 +36,9 @@
 # (RFC 5044 §5), by which the segment path finds FPDUs beyond a hole wherever TCP cut the
 # stream; without them it needs segments that start with an FPDU (siw refuses markers, so the
 # siw peer runs without). The rnic peer needs what impair.sh needs (root, vde2); the siw peer
-# root, /dev/net/tun, qemu and the VM image (scripts/siwvm/build.sh). Exit 77 when the link or
-# the VM cannot be made, 2 for a bad option, 1 when a run failed.
+# root, /dev/net/tun, qemu and the VM image (scripts/siwvm/build.sh). Exit 77 when the link
+# cannot be made or the siw peer lacks one of those, 2 for a bad option, 1 when a run failed or
+# the VM, with all of them here, did not boot on the TAP.
 # Writes DIR/runs.csv (one row per run), DIR/holes/*.csv (every hole timed), DIR/table.md (the
 # table docs/beyond-holes.md shows), DIR/beyond-holes.png (gnuplot; skipped without it) and,
 # for siw, DIR/siw-vm/ (the VM's console, each run's logs and netem counters).
@@ -184,12 +185,16 @@ siw_skip() { echo "beyond-holes-bench: siw peer: $*"; exit 77; }
 # siw_boot: the namespace, the TAP and the VM with one plan line per siw run; true once the guest
 # is up
 siw_boot() {
-  local cache=${SIWVM_CACHE:-$HERE/build/siwvm} cond name link netem arm run k=0 end
+  local cache=${SIWVM_CACHE:-$HERE/build/siwvm} cond name peer link netem arm run k=0 end ns
   [ "$(id -u)" = 0 ] || siw_skip "needs root (a namespace and a TAP)"
   [ -c /dev/net/tun ] || siw_skip "no /dev/net/tun"
   command -v qemu-system-x86_64 > /dev/null || siw_skip "no qemu-system-x86_64 (scripts/install-deps.sh)"
   [ -s "$cache/vmlinuz" ] && [ -s "$cache/initramfs.cpio.gz" ] || siw_skip "no VM image in $cache (scripts/siwvm/build.sh)"
   source "$HERE/scripts/siwvm/signatures.sh"
+  # a namespace left by an earlier run that was killed (SIGKILL runs no trap): its script is gone
+  for ns in $(ip netns list 2>/dev/null | grep -oE '^rnic-bhsiw-[0-9]+'); do
+    kill -0 "${ns#rnic-bhsiw-}" 2>/dev/null || { ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null; ip netns del "$ns" 2>/dev/null; }
+  done
   SIW_NS=rnic-bhsiw-$$
   ip netns add "$SIW_NS" 2>/dev/null || { SIW_NS=""; siw_skip "cannot make a network namespace"; }
   ip -n "$SIW_NS" link set lo up
@@ -217,8 +222,9 @@ siw_boot() {
   end=$((SECONDS + 150))
   while [ ! -e "$SIW_RES/out/guest-up" ]; do
     if [ $SECONDS -ge $end ] || ! kill -0 "$SIW_VM" 2>/dev/null; then
-      echo "beyond-holes-bench: the siw VM never came up:"; tail -15 "$SIW_RES/console.log" 2>/dev/null | sed 's/^/    /'
-      siw_cleanup; exit 77
+      # QEMU and the image are here: a VM that does not boot on the TAP is a failure, not a skip
+      echo "beyond-holes-bench: the siw VM never came up on the TAP:"; tail -15 "$SIW_RES/console.log" 2>/dev/null | sed 's/^/    /'
+      siw_cleanup; exit 1
     fi
     sleep 0.2
   done
@@ -229,6 +235,10 @@ run_siw() {  # NAME ARM RUN: the next line of the VM's plan
   local id port holes slog spid rc good before after grc glog drops end
   SIW_K=$((SIW_K + 1)); id=s$SIW_K; port=$((19000 + SIW_K))
   holes=$OUT/holes/siw-$(tagof "$1")-$2-$3.csv; slog=$SIW_RES/$id.server.log
+  if ! kill -0 "$SIW_VM" 2>/dev/null; then  # no guest left to send: do not wait for one
+    echo "[$n/$total] $1, $2, run $3: FAILED: the siw VM is gone ($(tail -1 "$SIW_RES/run.log" 2>/dev/null))"
+    failed=1; return
+  fi
   read -r -a before < <(tcp_counters "$SIW_NS")
   ip netns exec "$SIW_NS" timeout -k 5 $((SIW_CASE_TIMEOUT + 10)) "$RNIC" ping --server --bind 10.0.2.2 \
     --port "$port" --real-segments tap0 --beyond-holes "$2" --hole-times "$holes" --timeout 60000 \
@@ -242,7 +252,7 @@ run_siw() {  # NAME ARM RUN: the next line of the VM's plan
   : > "$SIW_RES/$id.go"  # the guest starts its rping client (it waits for this even if we failed)
   wait "$spid"; rc=$?
   : > "$SIW_RES/$id.done"
-  end=$((SECONDS + 15))
+  end=$((SECONDS + 30))
   while [ ! -e "$SIW_RES/out/$id.guest.rc" ] && [ $SECONDS -lt $end ] && kill -0 "$SIW_VM" 2>/dev/null; do sleep 0.1; done
   read -r -a after < <(tcp_counters "$SIW_NS")
   grc=$(cat "$SIW_RES/out/$id.guest.rc" 2>/dev/null || echo none); glog=$SIW_RES/out/$id.guest.log

@@ -303,6 +303,20 @@ siw_tx_reason() {  # AID
     echo "ours sent Terminate [DDP tagged: base or bounds violation] (judged on siw's wire)"
   fi
 }
+initiate() {  # AID: our initiator of the case (dir, opts, osz, cnt) against siw's server on port hp
+  # shellcheck disable=SC2086,SC2046  # opts and the mitigation are lists of options
+  case "$dir" in
+    o2s) timeout $((CASE_TIMEOUT + 10)) "$RNIC" ping --client 127.0.0.1 --port "$hp" --size "$osz" \
+           --count "$cnt" --timeout 10000 --pcap "$pc" $(client_mitigation "$opts") $opts ;;
+    o2u) timeout $((CASE_TIMEOUT + 10)) "$RNIC" cmatose --client 127.0.0.1 --port "$hp" --size "$osz" \
+           --count "$cnt" --timeout 30000 --pcap "$pc" $(client_mitigation "$opts") $opts ;;
+    *)   # an unmodified program on our drop-in; our initiator holds its first FPDU as `rnic ping`
+         # does against siw's accept race
+         mixed_cmd "$dir" "$hp" "$osz" "$cnt"
+         timeout -k 5 "$MIX_TIMEOUT" "$RNIC" run $opts $(client_mitigation "$opts" | sed 's/--p2p//') \
+           --log cm=info --capture-dir "$RES/$1.ours.caps" -- "${MIX[@]}" ;;
+  esac
+}
 close_race_logs() {  # AID: the programs' exits and siw's log show siw's close race
   [ "$prog" = ib_write_bw ] && [ "$(cat "$RES/$1.ours.rc" 2>/dev/null)" = 0 ] \
     && [ "$(cat "$RES/out/$1.guest.rc" 2>/dev/null)" = 1 ] && grep -q 'Bad wc status 2' "$RES/out/$1.guest.log" \
@@ -312,63 +326,30 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   [ -n "$id" ] && [ -n "${HPORT[$id]:-}" ] || continue
   hp=${HPORT[$id]}; pc="$RES/$id.ours.pcap"; log="$RES/$id.ours.log"; prog=$(mixed_prog "$dir")
   # shellcheck disable=SC2086
-  if [ "$dir" = o2s ] || [ "$dir" = o2u ]; then
-    # our client against siw's server; attempt K (ID.tryK) only when attempt K-1 ended in one of
-    # siw's transmit defects (siw_tx_reason), each attempt its own connection on its own port
-    extra=$(client_mitigation "$opts"); gprog=rping; [ "$dir" = o2u ] && gprog=ucmatose
-    k=1; aid=$id
+  if [ "$dir" = o2s ] || [ "$dir" = o2u ] || [ "$dir" = r2s ] || [ "$dir" = w2s ]; then
+    # we initiate against siw's server: attempt K (ID.tryK, its own connection and port) only
+    # when attempt K-1 ended in a known fault of siw's (mixed cases: retry_reason; our own
+    # programs: siw_tx_reason); mixed cases keep one pcap per connection in AID.ours.caps/
+    k=1; aid=$id; gprog=${prog:-rping}; [ "$dir" = o2u ] && gprog=ucmatose
     while :; do
       ATTEMPTS[$id]=$k; hp=${HPORT[$aid]}; pc="$RES/$aid.ours.pcap"; log="$RES/$aid.ours.log"
+      [ -n "$prog" ] && mkdir -p "$RES/$aid.ours.caps"
       if wait_for "$RES/out/$aid.ready" "$CASE_TIMEOUT"; then
-        if [ "$dir" = o2s ]; then
-          timeout $((CASE_TIMEOUT + 10)) "$RNIC" ping --client 127.0.0.1 --port "$hp" --size "$osz" --count "$cnt" \
-            --timeout 10000 --pcap "$pc" $extra $opts > "$log" 2>&1
-          echo $? > "$RES/$aid.ours.rc"
-        else
-          timeout $((CASE_TIMEOUT + 10)) "$RNIC" cmatose --client 127.0.0.1 --port "$hp" --size "$osz" --count "$cnt" \
-            --timeout 30000 --pcap "$pc" $extra $opts > "$log" 2>&1
-          echo $? > "$RES/$aid.ours.rc"
-        fi
+        initiate "$aid" > "$log" 2>&1
+        echo $? > "$RES/$aid.ours.rc"
       else
         echo "the guest's $gprog server never listened" > "$log"; echo noguest > "$RES/$aid.ours.rc"
       fi
       : > "$RES/$aid.done"
       wait_for "$RES/out/$aid.guest.rc" $((CASE_TIMEOUT + 10)) || echo "none" > "$RES/out/$aid.guest.rc"
       say "$aid: ours rc $(cat "$RES/$aid.ours.rc"), siw $gprog rc $(cat "$RES/out/$aid.guest.rc")"
-      rwhy=$(siw_tx_reason "$aid")
+      if [ -n "$prog" ]; then rwhy=$(retry_reason "$aid"); else rwhy=$(siw_tx_reason "$aid"); fi
       [ "$k" -lt "${TRIES[$id]}" ] && [ -n "$rwhy" ] || break
       k=$((k + 1)); aid="$id.try$k"
       say "$id: $rwhy: attempt $k on a new connection"
       : > "$RES/$aid.go"
     done
     for j in $(seq $((k + 1)) "${TRIES[$id]}"); do : > "$RES/$id.try$j.skip"; done
-    continue
-  elif [ "$dir" = r2s ] || [ "$dir" = w2s ]; then
-    # mixed: the unmodified program on our drop-in, one pcap per connection in AID.ours.caps/;
-    # attempt K (AID ID.tryK) only when attempt K-1 stalled in siw's accept race
-    k=1; aid=$id
-    while :; do
-      ATTEMPTS[$id]=$k; hp=${HPORT[$aid]}; log="$RES/$aid.ours.log"
-      mixed_cmd "$dir" "$hp" "$osz" "$cnt"; mkdir -p "$RES/$aid.ours.caps"
-      if wait_for "$RES/out/$aid.ready" "$CASE_TIMEOUT"; then
-        # our initiator holds its first FPDU as `rnic ping` does against siw's accept race
-        timeout -k 5 "$MIX_TIMEOUT" "$RNIC" run $opts $(client_mitigation "$opts" | sed 's/--p2p//') \
-          --log cm=info --capture-dir "$RES/$aid.ours.caps" -- "${MIX[@]}" \
-          > "$log" 2>&1
-        echo $? > "$RES/$aid.ours.rc"
-      else
-        echo "the guest's $prog server never listened" > "$log"; echo noguest > "$RES/$aid.ours.rc"
-      fi
-      : > "$RES/$aid.done"
-      wait_for "$RES/out/$aid.guest.rc" $((CASE_TIMEOUT + 10)) || echo "none" > "$RES/out/$aid.guest.rc"
-      say "$aid: ours rc $(cat "$RES/$aid.ours.rc"), siw $prog rc $(cat "$RES/out/$aid.guest.rc")"
-      rwhy=$(retry_reason "$aid")
-      [ "$k" -lt "$MIX_TRIES" ] && [ -n "$rwhy" ] || break
-      k=$((k + 1)); aid="$id.try$k"
-      say "$id: $rwhy: attempt $k on a new connection"
-      : > "$RES/$aid.go"
-    done
-    for j in $(seq $((k + 1)) "$MIX_TRIES"); do : > "$RES/$id.try$j.skip"; done
     continue
   elif [ "$dir" = s2w ]; then
     # siw's client against a new server of ours per attempt; attempt K (ID.tryK) only when

@@ -7,7 +7,8 @@
 # hole, `discard` opened no hole and dropped segments, every arm timed holes (real ones: the
 # kernel queued segments out of order); with siw, whose FPDUs each start a segment, `place`
 # placed FPDUs beyond holes. The plot is made where gnuplot is installed. Figures are not
-# judged (a shared machine). Skipped (77) where the link or the VM cannot be made.
+# judged (a shared machine). Skipped (77) where the link cannot be made (no root, namespace, TAP,
+# vde2; for siw no QEMU or image); a siw VM that does not boot on the TAP fails.
 #   tests/beyond_holes_bench_smoke.sh RNIC OUT_DIR [rnic|siw]
 set -uo pipefail
 export RNIC=${1:?usage: beyond_holes_bench_smoke.sh RNIC OUT_DIR [rnic|siw]}
