@@ -185,15 +185,19 @@ siw_skip() { echo "beyond-holes-bench: siw peer: $*"; exit 77; }
 # siw_boot: the namespace, the TAP and the VM with one plan line per siw run; true once the guest
 # is up
 siw_boot() {
-  local cache=${SIWVM_CACHE:-$HERE/build/siwvm} cond name peer link netem arm run k=0 end ns
+  local cache=${SIWVM_CACHE:-$HERE/build/siwvm} cond name peer link netem arm run k=0 end ns pid
   [ "$(id -u)" = 0 ] || siw_skip "needs root (a namespace and a TAP)"
   [ -c /dev/net/tun ] || siw_skip "no /dev/net/tun"
   command -v qemu-system-x86_64 > /dev/null || siw_skip "no qemu-system-x86_64 (scripts/install-deps.sh)"
   [ -s "$cache/vmlinuz" ] && [ -s "$cache/initramfs.cpio.gz" ] || siw_skip "no VM image in $cache (scripts/siwvm/build.sh)"
   source "$HERE/scripts/siwvm/signatures.sh"
   # a namespace left by an earlier run that was killed (SIGKILL runs no trap): its script is gone
+  # (its PID is no live beyond-holes-bench.sh, or is ours: we have not made ours yet)
   for ns in $(ip netns list 2>/dev/null | grep -oE '^rnic-bhsiw-[0-9]+'); do
-    kill -0 "${ns#rnic-bhsiw-}" 2>/dev/null || { ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null; ip netns del "$ns" 2>/dev/null; }
+    pid=${ns#rnic-bhsiw-}
+    if [ "$pid" = $$ ] || ! grep -q beyond-holes-bench "/proc/$pid/cmdline" 2>/dev/null; then
+      ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null; ip netns del "$ns" 2>/dev/null
+    fi
   done
   SIW_NS=rnic-bhsiw-$$
   ip netns add "$SIW_NS" 2>/dev/null || { SIW_NS=""; siw_skip "cannot make a network namespace"; }

@@ -303,7 +303,8 @@ siw_tx_reason() {  # AID
     echo "ours sent Terminate [DDP tagged: base or bounds violation] (judged on siw's wire)"
   fi
 }
-initiate() {  # AID: our initiator of the case (dir, opts, osz, cnt) against siw's server on port hp
+initiate() {  # AID: our initiator of the case (dir, opts, osz, cnt) against siw's server on port
+  # hp, capturing to pc (mixed cases: into AID.ours.caps/, with mixed_cmd setting MIX)
   # shellcheck disable=SC2086,SC2046  # opts and the mitigation are lists of options
   case "$dir" in
     o2s) timeout $((CASE_TIMEOUT + 10)) "$RNIC" ping --client 127.0.0.1 --port "$hp" --size "$osz" \
@@ -335,7 +336,7 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
       ATTEMPTS[$id]=$k; hp=${HPORT[$aid]}; pc="$RES/$aid.ours.pcap"; log="$RES/$aid.ours.log"
       [ -n "$prog" ] && mkdir -p "$RES/$aid.ours.caps"
       if wait_for "$RES/out/$aid.ready" "$CASE_TIMEOUT"; then
-        initiate "$aid" > "$log" 2>&1
+        initiate "$aid" > "$log" 2>&1 < /dev/null
         echo $? > "$RES/$aid.ours.rc"
       else
         echo "the guest's $gprog server never listened" > "$log"; echo noguest > "$RES/$aid.ours.rc"
