@@ -76,6 +76,12 @@ CompletionQueue::CompletionQueue(std::size_t depth, CompletionChannel* channel, 
 
 int CompletionQueue::poll(std::span<Wc> out, bool may_progress) {
   thread_local unsigned empty_polls = 0;
+  // WRs posted while this program busy-polls wait for its poll (Device::defer_post): this one
+  // sends them, all in one batch, and returns their completions with the rest.
+  if (may_progress && dev_ && dev_->busy_poll()) {
+    dev_->note_poll();
+    if (dev_->take_deferred_posts()) dev_->progress(false);
+  }
   bool armed = false;
   const int n = take(out, &armed);
   if (n > 0) {

@@ -84,11 +84,13 @@ bool Device::on_polling_thread() const {
   return on_engine_thread() && std::this_thread::get_id() != engine_id_;
 }
 
-bool Device::progress() {
+bool Device::progress(bool ask_lease) {
   if (!busy_poll_ || !engine_running_ || rnr_waiters_.load() > 0 || on_engine_thread())
     return false;
   last_poll_ns_ = now_ns();
   std::unique_lock l(engine_mu_, std::try_to_lock);
+  // Not asking: the engine thread runs what is queued (a deferred post's doorbell woke it).
+  if (!l.owns_lock() && !ask_lease) return false;
   if (!l.owns_lock()) {
     // The engine thread is in its event loop (perhaps asleep in epoll): ask it to park, and
     // wake it so it sees the request, with at most one wake-up handler on its way.
@@ -113,7 +115,24 @@ bool Device::progress() {
   return n > 0;
 }
 
+bool Device::defer_post() {
+  // The engine's own doorbells (a fenced WR that may go, a Read Response due) are run by it.
+  if (!busy_poll_.load(std::memory_order_relaxed) || rnr_waiters_.load() > 0 || !engine_running_ ||
+      on_engine_thread())
+    return false;
+  const std::int64_t last = last_any_poll_ns_.load(std::memory_order_relaxed);
+  if (last == 0 || now_ns() - last >= lease_us_.load() * 1000) return false;
+  return posts_since_poll_.fetch_add(1, std::memory_order_relaxed) > 0;
+}
+
+void Device::note_poll() {
+  last_any_poll_ns_.store(now_ns(), std::memory_order_relaxed);
+  if (posts_since_poll_.load(std::memory_order_relaxed) != 0)
+    posts_since_poll_.store(0, std::memory_order_relaxed);
+}
+
 void Device::end_busy_poll() {
+  last_any_poll_ns_ = 0;  // the program is about to block: its posts go at once again
   if (!lease_wanted_.load()) return;
   last_poll_ns_ = 0;
   wake_parked();
@@ -213,8 +232,10 @@ bool Device::stop(std::chrono::milliseconds bound) {
   if (busy_poll_)
     log::layer("engine").info(
         "{}: busy polling: {} handlers ran on polling threads, {} on the engine thread, which "
-        "spent {} lease periods parked and was handed the engine back {} times by arming",
-        name_, polled_handlers_.load(), engine_handlers_.load(), parks_.load(), handbacks_.load());
+        "spent {} lease periods parked and was handed the engine back {} times by arming; {} "
+        "posts waited for a poll",
+        name_, polled_handlers_.load(), engine_handlers_.load(), parks_.load(), handbacks_.load(),
+        deferred_posts_.load());
   // Nothing answers on the engine any more: `rnic stat` finds no RNIC here.
   stat_.reset();
   return true;

@@ -76,9 +76,10 @@ class Device {
   void set_busy_poll(bool on) { busy_poll_ = on; }
   bool busy_poll() const { return busy_poll_; }
   // Runs the engine's ready handlers on this thread, without blocking, if the engine thread is
-  // parked for a poller; otherwise asks it to park. True when a handler ran. A no-op when busy
-  // polling is off or on the engine's own thread.
-  bool progress();
+  // parked for a poller; otherwise asks it to park (unless `ask_lease` is false: a poll that
+  // only sends deferred posts does not take the engine). True when a handler ran. A no-op when
+  // busy polling is off or on the engine's own thread.
+  bool progress(bool ask_lease = true);
   // The program is about to block (it armed a CQ for an event): the engine thread takes over at
   // once instead of after the lease.
   void end_busy_poll();
@@ -91,13 +92,36 @@ class Device {
   static constexpr unsigned kEmptyPollsBeforeProgress = 4;
   // QueuePair: one more (+1) or one fewer (-1) QP with a soft RNR wait.
   void count_rnr_waiter(int delta) { rnr_waiters_ += delta; }
+  // Posts while a program busy-polls (issue 15, small messages; docs/progress-model.md "Posts
+  // batched by the poll"): when a program thread has polled a CQ of this device within the
+  // lease, the first post after a poll is written by the posting thread as before (a
+  // ping-pong keeps its latency), and each further one does not write to the socket itself: it
+  // rings the engine's doorbell, and the program's next poll of any CQ of this device runs it
+  // (Device::progress()), so the WRs posted between two polls leave in at most two gather
+  // writes. A program that stops polling gets them sent by the engine thread, which was never
+  // parked or comes back within the lease (at once when a CQ is armed). Counts the post.
+  bool defer_post();
+  // CompletionQueue::poll, busy polling on: a program thread polled a CQ of this device now.
+  void note_poll();
+  // QueuePair, after posting its doorbell handler: a poll is to run it.
+  void note_deferred_post() {
+    ++deferred_posts_;
+    flush_wanted_.store(true);
+  }
+  // CompletionQueue::poll: true once per batch of deferred posts (the poll then runs them).
+  bool take_deferred_posts() {
+    return flush_wanted_.load(std::memory_order_relaxed) && flush_wanted_.exchange(false);
+  }
   // Handlers run by the engine thread and by polling threads, lease periods the engine thread
   // spent parked, and times it was handed the engine back by end_busy_poll().
+  // `deferred_posts`: posts that waited for a poll of the program (defer_post()).
   struct EngineStats {
     std::uint64_t engine_handlers = 0, polled_handlers = 0, parks = 0, handbacks = 0;
+    std::uint64_t deferred_posts = 0;
   };
   EngineStats engine_stats() const {
-    return {engine_handlers_.load(), polled_handlers_.load(), parks_.load(), handbacks_.load()};
+    return {engine_handlers_.load(), polled_handlers_.load(), parks_.load(), handbacks_.load(),
+            deferred_posts_.load()};
   }
 
   // ibv_dereg_mr: takes the region out of the table and, on the engine thread, out of every
@@ -165,6 +189,10 @@ class Device {
   std::condition_variable park_cv_;
   std::atomic<std::uint64_t> engine_handlers_{0}, polled_handlers_{0}, parks_{0}, handbacks_{0};
   std::atomic<int> rnr_waiters_{0};
+  std::atomic<std::uint64_t> deferred_posts_{0};
+  std::atomic<bool> flush_wanted_{false};           // a deferred post's doorbell waits for a poll
+  std::atomic<std::int64_t> last_any_poll_ns_{0};   // note_poll(): the last poll, empty or not
+  std::atomic<std::uint32_t> posts_since_poll_{0};  // defer_post() since the last note_poll()
   std::atomic<std::int64_t> lease_us_{kBusyPollLease.count()};
   void wake_parked();
   std::thread engine_;

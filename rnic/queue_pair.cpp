@@ -326,7 +326,14 @@ int QueuePair::post_recv(const RecvWr& wr, std::string* why) {
 }
 
 void QueuePair::ring_doorbell() {
-  // The posting thread sends itself when it can (docs/progress-model.md).
+  // A program busy-polls this device and posted already since its last poll: its next poll
+  // sends this and what follows in one batch (Device::defer_post). Otherwise the posting
+  // thread sends itself when it can (docs/progress-model.md).
+  if (dev_.defer_post()) {
+    engine_doorbell();
+    dev_.note_deferred_post();  // after the handler is queued: the poll that sees it finds it
+    return;
+  }
   if (tx_now()) return;
   engine_doorbell();
 }

@@ -426,3 +426,115 @@ TEST(BusyPoll, ASoftRnrWaitKeepsTheWorkOnTheEngineThread) {
   ASSERT_EQ(ping_pong(*p.server, *p.client, 20, 10), "");
   EXPECT_GT(dev.engine_stats().polled_handlers, 0u) << "busy polling did not come back";
 }
+
+namespace {
+
+// A busy-polling client (lease `lease`) that has just taken its engine, 64 receives of 64 octets
+// posted at the server, and what the client sends from.
+struct Batching {
+  static constexpr int kWrs = 64;
+  std::vector<std::uint8_t> src = std::vector<std::uint8_t>(64 * kWrs),
+                            dst = std::vector<std::uint8_t>(64 * kWrs, 0);
+  Pair p = connect_pair();
+  ibv_mr *smr = nullptr, *dmr = nullptr;
+  rnic::Device& dev() { return device_of(*p.client); }
+  rnic::QueuePair& qp() { return *p.client->qp()->qp; }
+  std::string setup(std::chrono::microseconds lease) {
+    fill(src, 11);
+    smr = p.client->reg(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
+    dmr = p.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE);
+    for (int i = 0; i < kWrs; ++i)
+      if (post_one_recv(p.server->qp(), dst.data() + 64 * i, 64, dmr->lkey,
+                        static_cast<unsigned>(100 + i)) != 0)
+        return "post_recv failed";
+    dev().set_busy_poll(true);
+    dev().set_busy_poll_lease(lease);
+    return take_engine(dev(), p.client->send_cq()) ? "" : "the engine thread did not park";
+  }
+  // Sends number `i`: 64 octets, signaled only when `signaled`.
+  int send(int i, bool signaled) {
+    return post_one(p.client->qp(), {.op = IBV_WR_SEND,
+                                     .addr = src.data() + 64 * i,
+                                     .len = 64,
+                                     .lkey = smr->lkey,
+                                     .flags = signaled ? unsigned{IBV_SEND_SIGNALED} : 0u,
+                                     .wr_id = static_cast<std::uint64_t>(i)});
+  }
+  // The server's receives of sends [first, first + n), in order and byte-exact: "" or what
+  // differs.
+  std::string received(int first, int n) {
+    for (int i = first; i < first + n; ++i) {
+      auto wc = wait_wc(p.server->recv_cq(), 10s);
+      if (!wc) return fmt::format("receive {} did not come", i);
+      if (wc->status != IBV_WC_SUCCESS || wc->wr_id != static_cast<std::uint64_t>(100 + i) ||
+          wc->byte_len != 64)
+        return fmt::format("receive {}: status {} wr_id {} length {}", i,
+                           static_cast<int>(wc->status), wc->wr_id, wc->byte_len);
+    }
+    if (!std::equal(dst.begin() + 64 * first, dst.begin() + 64 * (first + n),
+                    src.begin() + 64 * first))
+      return "the octets received differ from those sent";
+    return "";
+  }
+  ~Batching() {
+    if (smr) p.client->dereg(smr);
+    if (dmr) p.server->dereg(dmr);
+  }
+};
+
+}  // namespace
+
+// Posts while the program busy-polls wait for its next poll (Device::defer_post): the first
+// after a poll is written by the posting thread, the 63 after it are not written when posted,
+// and the poll sends them in one batch (one doorbell, one gather write), in order, every octet
+// as posted.
+TEST(BusyPoll, PostsWhileTheProgramPollsLeaveInOneBatchAtItsNextPoll) {
+  Batching b;
+  ASSERT_EQ(b.setup(2s), "");
+  const auto before = b.qp().stats();
+  const auto deferred = b.dev().engine_stats().deferred_posts;
+  for (int i = 0; i < Batching::kWrs; ++i) ASSERT_EQ(b.send(i, i + 1 == Batching::kWrs), 0);
+  EXPECT_EQ(b.dev().engine_stats().deferred_posts - deferred, std::uint64_t{Batching::kWrs - 1});
+  const auto posted = b.qp().stats();
+  EXPECT_EQ(posted.fpdus_sent - before.fpdus_sent, 1u) << "only the first post writes at once";
+  EXPECT_EQ(posted.posted_inline_batches - before.posted_inline_batches, 1u);
+  auto wc = spin_wc(b.p.client->send_cq(), 10s);
+  ASSERT_TRUE(wc) << "the poll did not send the posts";
+  EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc->wr_id, std::uint64_t{Batching::kWrs - 1});
+  const auto after = b.qp().stats();
+  EXPECT_EQ(after.fpdus_sent - before.fpdus_sent, std::uint64_t{Batching::kWrs});
+  EXPECT_EQ(after.tx_batches - before.tx_batches, 2u) << "not the first post and one batch";
+  EXPECT_EQ(after.doorbells - before.doorbells, 1u);
+  EXPECT_EQ(after.posted_inline_batches - before.posted_inline_batches, 1u);
+  EXPECT_EQ(b.received(0, Batching::kWrs), "");
+}
+
+// A program that posts and then stops polling (it waits some other way) still has its posts
+// sent: by the engine thread, once the lease (200 ms here) has run out.
+TEST(BusyPoll, PostsThatWaitForAPollGoWhenTheProgramStopsPolling) {
+  Batching b;
+  ASSERT_EQ(b.setup(200ms), "");
+  const auto deferred = b.dev().engine_stats().deferred_posts;
+  const auto polled = b.dev().engine_stats().polled_handlers;
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(b.send(i, false), 0);
+  EXPECT_EQ(b.dev().engine_stats().deferred_posts - deferred, 7u);
+  EXPECT_EQ(b.received(0, 8), "");
+  EXPECT_EQ(b.dev().engine_stats().polled_handlers, polled) << "no poll ran since";
+}
+
+// Arming a CQ (the program is about to block on its channel) sends the posts at once, not at
+// the end of the lease (2 s here), and posts after it are written by the posting thread again.
+TEST(BusyPoll, ArmingACqSendsThePostsThatWaitForAPoll) {
+  Batching b;
+  ASSERT_EQ(b.setup(2s), "");
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(b.send(i, false), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(ibv_req_notify_cq(b.p.client->recv_cq(), 0), 0);
+  EXPECT_EQ(b.received(0, 4), "");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms) << "the posts waited for the lease";
+  const auto deferred = b.dev().engine_stats().deferred_posts;
+  ASSERT_EQ(b.send(4, false), 0);
+  EXPECT_EQ(b.received(4, 1), "");
+  EXPECT_EQ(b.dev().engine_stats().deferred_posts, deferred) << "a post after arming waited";
+}

@@ -47,6 +47,15 @@ awk -F, -v fams="tcp,${families}" '
   }' "$out/results.csv" >&2 || fail "results.csv does not parse (see above; logs in $out/logs)"
 awk -F'\t' 'NF != 12 { print "raw.tsv line " NR ": " NF " fields"; bad = 1 } END { exit bad }' "$out/raw.tsv" >&2 ||
   fail "raw.tsv does not parse"
+# The 64-byte rate ran both ways, the second under --busy-poll (posts batched by the poll).
+if [[ ,$families, == *,perftest,* ]]; then
+  for t in ib_write_rate ib_write_rate_busypoll; do
+    awk -F, -v t="$t" '$1 == "perftest" && $2 == t && $3 == 64 && $10 > 0 { ok = 1 } END { exit !ok }' \
+      "$out/results.csv" || fail "results.csv: no measured perftest $t at 64 B (logs in $out/logs)"
+  done
+  grep -q 'ib_write_bw 64 B under rnic run --busy-poll' "$out/perf.md" ||
+    fail "perf.md: no busy-poll 64-byte rate row in the targets table"
+fi
 # a table per family, plus the targets and the raw TCP baseline
 want=$(($(tr ',' '\n' <<< "$families" | wc -l) + 2))
 [[ $(grep -c '^#### ' "$out/perf.md") -ge $want ]] || fail "perf.md: fewer than $want tables"
