@@ -76,14 +76,16 @@ CompletionQueue::CompletionQueue(std::size_t depth, CompletionChannel* channel, 
 
 int CompletionQueue::poll(std::span<Wc> out, bool may_progress) {
   thread_local unsigned empty_polls = 0;
-  // WRs posted while this program busy-polls wait for its poll (Device::defer_post): this one
-  // sends them, all in one batch, and returns their completions with the rest.
-  if (may_progress && dev_ && dev_->busy_poll()) {
-    dev_->note_poll();
-    if (dev_->take_deferred_posts()) dev_->progress(false);
-  }
   bool armed = false;
-  const int n = take(out, &armed);
+  int n = take(out, &armed);
+  // WRs posted while this program busy-polls wait for its poll (Device::defer_post): this one
+  // sends them, all in one batch, and returns their completions with the rest. Not a poll of
+  // an armed CQ: the program is about to block, and the engine thread has the work.
+  if (may_progress && !armed && dev_ && dev_->busy_poll()) {
+    dev_->note_poll();
+    if (dev_->take_deferred_posts() && dev_->progress(false) && n < static_cast<int>(out.size()))
+      n += take(out.subspan(static_cast<std::size_t>(n)), nullptr);
+  }
   if (n > 0) {
     empty_polls = 0;
     return n;

@@ -87,10 +87,18 @@ bool Device::on_polling_thread() const {
 bool Device::progress(bool ask_lease) {
   if (!busy_poll_ || !engine_running_ || rnr_waiters_.load() > 0 || on_engine_thread())
     return false;
+  // Not asking (a poll that sends deferred posts): the engine thread, not parked for a poller,
+  // runs what is queued (the deferred post's doorbell woke it); the lease is neither taken nor
+  // renewed here.
+  if (!ask_lease && !lease_wanted_.load()) return false;
   last_poll_ns_ = now_ns();
   std::unique_lock l(engine_mu_, std::try_to_lock);
-  // Not asking: the engine thread runs what is queued (a deferred post's doorbell woke it).
-  if (!l.owns_lock() && !ask_lease) return false;
+  if (!l.owns_lock() && !ask_lease) {
+    // Another poller runs the engine, or the engine thread finishes a handler before it parks:
+    // the next poll tries again.
+    flush_wanted_ = true;
+    return false;
+  }
   if (!l.owns_lock()) {
     // The engine thread is in its event loop (perhaps asleep in epoll): ask it to park, and
     // wake it so it sees the request, with at most one wake-up handler on its way.
@@ -220,6 +228,13 @@ bool Device::run_and_wait(std::function<void()> fn, std::chrono::milliseconds bo
 
 bool Device::stop(std::chrono::milliseconds bound) {
   if (on_engine_thread()) return false;
+  // Posts that wait for a poll (defer_post) are doorbells in the engine's queue, which stopping
+  // abandons: a program that posts and exits without polling again has them run first (the
+  // engine thread taken back from a poller; handlers run in the order queued).
+  if (busy_poll_ && engine_running_) {
+    end_busy_poll();
+    run_and_wait([] {}, std::min(bound / 2, std::chrono::milliseconds(500)));
+  }
   work_.reset();
   io_.stop();
   wake_parked();

@@ -97,9 +97,10 @@ class Device {
   // lease, the first post after a poll is written by the posting thread as before (a
   // ping-pong keeps its latency), and each further one does not write to the socket itself: it
   // rings the engine's doorbell, and the program's next poll of any CQ of this device runs it
-  // (Device::progress()), so the WRs posted between two polls leave in at most two gather
-  // writes. A program that stops polling gets them sent by the engine thread, which was never
-  // parked or comes back within the lease (at once when a CQ is armed). Counts the post.
+  // (Device::progress()), so the WRs posted between two polls leave together (one gather write
+  // of up to 1 MiB when the engine thread is parked for the poller). A program that stops
+  // polling gets them sent by the engine thread, which was never parked or comes back within
+  // the lease (at once when a CQ is armed, or the device stops). Counts the post.
   bool defer_post();
   // CompletionQueue::poll, busy polling on: a program thread polled a CQ of this device now.
   void note_poll();
@@ -140,7 +141,9 @@ class Device {
   bool run_and_wait(std::function<void()> fn, std::chrono::milliseconds bound);
 
   // Stops the engine thread: the handler running finishes, queued ones are abandoned
-  // (connections stay as they are until their sockets close). Waits at most `bound`; true when
+  // (connections stay as they are until their sockets close), except that with busy polling on
+  // what is queued runs first (posts that waited for a poll, defer_post), for at most
+  // min(bound / 2, 500 ms). Waits at most `bound`; true when
   // the thread has ended. Not from the engine thread. For the process's end: verbs calls after
   // this run their engine work on the caller's thread (run_and_wait, deregister) or do
   // nothing (a disconnect or a post is never carried out).

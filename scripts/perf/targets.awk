@@ -12,15 +12,15 @@ function ratio_target(target, f, t, s, label, min,    r) {
   r = rat[f SUBSEP t SUBSEP s] + 0
   row(target, label, sprintf("%.2fx", r), r >= min ? "met" : sprintf("missed (%.0f%% short)", 100 * (min - r) / min))
 }
-# The round-trip excess over raw TCP: perftest's and qperf's latencies are half a round trip, so
-# the round trip exceeds TCP's by twice the one-way difference.
 # A 64-byte message rate recorded as perftest test `t`, against 3 M msg/s.
 function rate_target(target, t, label,    v) {
   if (!have("perftest", t, 64)) { row(target, label, "not measured in this run", "-"); return }
   v = med["perftest" SUBSEP t SUBSEP 64] + 0
   row(target, label, sprintf("%.3f M msg/s (%.2fx qperf tcp_bw's 64 B send() rate)", v, rat["perftest" SUBSEP t SUBSEP 64]),
-      v >= 3 ? "met" : sprintf("missed (%.1fx short)", 3 / v))
+      v >= 3 ? "met" : v > 0 ? sprintf("missed (%.1fx short)", 3 / v) : "missed")
 }
+# The round-trip excess over raw TCP: perftest's and qperf's latencies are half a round trip, so
+# the round trip exceeds TCP's by twice the one-way difference.
 function rtt_target(target, f, t, s, label, max,    d) {
   if (!have(f, t, s) || dif[f SUBSEP t SUBSEP s] == "-") { row(target, label, "not measured in this run", "-"); return }
   d = 2 * dif[f SUBSEP t SUBSEP s]
