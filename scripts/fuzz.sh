@@ -21,7 +21,8 @@ leaked, hung or broke one of its invariants; the input that did it is saved as
 build-fuzz/fuzz-work/TARGET/crash-* (or leak-*, timeout-*, oom-*) and its path is printed.
 
   --seconds N   how long each target runs (default 300; 20 with --smoke)
-  --jobs N      how many targets run at the same time (default 1; each is one process)
+  --jobs N      how many targets run at the same time (default 1, with --smoke one per core;
+                each is one process)
   --smoke       the CI smoke: every file of fuzz/regressions/ and fuzz/corpus/ runs once
                 through its target, then each target fuzzes briefly (--seconds, default 20)
   --make-seeds  regenerate fuzz/corpus/ from the captures in pcap_traces/ (and ../shared/
@@ -39,7 +40,7 @@ EOF
 }
 
 SECONDS_EACH=""
-JOBS=1
+JOBS=""
 SMOKE=0
 MAKE_SEEDS=0
 BUILD_ONLY=0
@@ -66,6 +67,9 @@ done
 [[ ${#TARGETS[@]} -eq 0 ]] && TARGETS=("${ALL_TARGETS[@]}")
 if [[ -z "$SECONDS_EACH" ]]; then
   if [[ $SMOKE -eq 1 ]]; then SECONDS_EACH=20; else SECONDS_EACH=300; fi
+fi
+if [[ -z "$JOBS" ]]; then
+  if [[ $SMOKE -eq 1 ]]; then JOBS=$(nproc); else JOBS=1; fi
 fi
 [[ "$SECONDS_EACH" =~ ^[0-9]+$ && "$JOBS" =~ ^[1-9][0-9]*$ ]] || {
   echo "fuzz.sh: --seconds and --jobs take numbers" >&2
