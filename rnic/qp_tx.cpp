@@ -390,7 +390,7 @@ void QueuePair::append_fpdu(TxMsg& m) {
   // The payload pieces of this segment, straight from registered memory.
   std::size_t first_iov = tx_.iov.size();
   std::size_t skip = m.off, need = n;
-  std::vector<ByteSpan> pieces;
+  boost::container::small_vector<ByteSpan, 4> pieces;
   for (auto d : m.data) {
     if (need == 0) break;
     if (skip >= d.size()) {

@@ -233,27 +233,21 @@ int QueuePair::post_send(const SendWr& in, std::string* why, bool ring) {
     default:
       break;
   }
-  SendWr wr = in;
-  if (wr.flags & kSendInline) {
+  const bool inline_copy = in.flags & kSendInline;
+  if (inline_copy) {
     if (total > init_.caps.max_inline_data)
       return refuse(EINVAL, fmt::format("{} inline octets, the QP allows {}", total,
                                         init_.caps.max_inline_data));
-    if (wr.opcode == WrOpcode::RdmaRead || wr.opcode == WrOpcode::AtomicCmpAndSwp ||
-        wr.opcode == WrOpcode::AtomicFetchAndAdd)
+    if (in.opcode == WrOpcode::RdmaRead || in.opcode == WrOpcode::AtomicCmpAndSwp ||
+        in.opcode == WrOpcode::AtomicFetchAndAdd)
       return refuse(EINVAL, "inline data is for Send and Write only");
-    wr.inline_data.clear();
-    for (const auto& s : wr.sg_list) {
-      auto* p = reinterpret_cast<const std::uint8_t*>(s.addr);
-      wr.inline_data.insert(wr.inline_data.end(), p, p + s.length);
-    }
-    wr.sg_list.clear();
   }
 
   const QpState st = state_.load();
   if (st == QpState::Idle)
     return refuse(EINVAL, "the QP is not connected yet (state IDLE): connect or accept first");
-  if (wr.opcode == WrOpcode::RdmaRead || wr.opcode == WrOpcode::AtomicCmpAndSwp ||
-      wr.opcode == WrOpcode::AtomicFetchAndAdd) {
+  if (in.opcode == WrOpcode::RdmaRead || in.opcode == WrOpcode::AtomicCmpAndSwp ||
+      in.opcode == WrOpcode::AtomicFetchAndAdd) {
     std::lock_guard l(mu_);
     if (setup_ && !setup_->ignore_ord && negotiated_ord() == 0)
       return refuse(EINVAL,
@@ -273,7 +267,21 @@ int QueuePair::post_send(const SendWr& in, std::string* why, bool ring) {
         return refuse(ENOMEM, fmt::format("the send queue is full ({} WRs outstanding)",
                                           init_.caps.max_send_wr));
       auto& e = sq_[sq_tail_ % sq_.size()];
-      e.wr = std::move(wr);
+      // The slot's inline buffer is kept for its capacity: an inline post copies its octets
+      // into it (at most max_inline_data, read from the program's memory under mu_) and
+      // allocates nothing once the slot has carried an inline WR as large.
+      Bytes inline_buf = std::move(e.wr.inline_data);
+      e.wr = in;
+      inline_buf.clear();
+      if (inline_copy) {
+        inline_buf.reserve(total);
+        for (const auto& s : in.sg_list) {
+          auto* p = reinterpret_cast<const std::uint8_t*>(s.addr);
+          inline_buf.insert(inline_buf.end(), p, p + s.length);
+        }
+        e.wr.sg_list.clear();
+      }
+      e.wr.inline_data = std::move(inline_buf);
       e.signaled = init_.sq_sig_all || (e.wr.flags & kSendSignaled);
       e.done = false;
       e.wc = Wc{};
@@ -284,7 +292,7 @@ int QueuePair::post_send(const SendWr& in, std::string* why, bool ring) {
     // As siw does: posting to a failed QP completes the WR as flushed. The completion goes
     // through the engine, so it cannot overtake older WRs the engine is still flushing.
     Wc wc;
-    wc.wr_id = wr.wr_id;
+    wc.wr_id = in.wr_id;
     wc.status = WcStatus::WrFlushErr;
     wc.qp_num = qp_num_;
     boost::asio::post(dev_.io(),

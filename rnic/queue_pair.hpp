@@ -9,6 +9,7 @@
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/container/small_vector.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -235,8 +236,8 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
     TxKind kind = TxKind::Sq;
     std::uint64_t sq_index = 0;  // TxKind::Sq
     ddp::DdpHeader hdr;
-    Bytes body;                  // RDMAP body after the DDP header (Read Request, atomics ...)
-    std::vector<ByteSpan> data;  // payload pieces
+    Bytes body;  // RDMAP body after the DDP header (Read Request, atomics ...)
+    boost::container::small_vector<ByteSpan, 4> data;  // payload pieces (up to 4 inside)
     std::size_t total = 0, off = 0;
     bool started = false;
     std::optional<ddp::DdpHeader> then_imm;  // Write with Immediate: the Immediate Data to follow

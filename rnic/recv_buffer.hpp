@@ -6,7 +6,8 @@
 
 #include <cstdint>
 #include <optional>
-#include <vector>
+
+#include <boost/container/small_vector.hpp>
 
 #include "common/bytes.hpp"
 #include "common/wire_error.hpp"
@@ -16,8 +17,9 @@
 namespace iwarp::rnic {
 
 struct RecvBuffer {
-  std::vector<MutableByteSpan> sges;  // zero-length SGEs left out
-  std::uint64_t capacity = 0;         // octets over all SGEs
+  // Zero-length SGEs left out. Up to 4 kept inside (no allocation per message).
+  boost::container::small_vector<MutableByteSpan, 4> sges;
+  std::uint64_t capacity = 0;  // octets over all SGEs
 
   // The memory of [mo, mo + len) when one SGE holds all of it (the payload can be read there
   // directly), nullopt when it spans SGEs. (Inline: it runs for every Send segment.)
@@ -51,7 +53,7 @@ Result<void> unusable_recv_buffer(const RecvWr& wr, STag lkey, RecvBuffer& out);
 // Inline: it runs for every Send.
 inline Result<void> resolve_recv_buffer(const MemoryTable& mem, PdHandle pd, const RecvWr& wr,
                                         RecvBuffer& out) {
-  out.sges.clear();  // keeps its capacity: one allocation serves every message
+  out.sges.clear();
   out.capacity = 0;
   for (const auto& sge : wr.sg_list) {
     if (sge.length == 0) continue;

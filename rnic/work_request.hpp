@@ -5,7 +5,8 @@
 
 #include <cstdint>
 #include <string_view>
-#include <vector>
+
+#include <boost/container/small_vector.hpp>
 
 #include "common/bytes.hpp"
 #include "common/strong_types.hpp"
@@ -18,6 +19,12 @@ struct Sge {
   std::uint32_t length = 0;
   STag lkey{0};
 };
+
+// A work request's scatter/gather list. rping, perftest and qperf post one SGE per WR: it is
+// kept inside the WR, so posting a WR and copying it into its send queue slot allocate nothing;
+// more SGEs go to the heap. Every slot of a send queue holds one list, so the part kept inside
+// is one SGE (16 octets a slot).
+using SgeList = boost::container::small_vector<Sge, 1>;
 
 enum class WrOpcode : std::uint8_t {
   RdmaWrite = 0,
@@ -43,7 +50,7 @@ struct SendWr {
   std::uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::Send;
   std::uint32_t flags = 0;
-  std::vector<Sge> sg_list;
+  SgeList sg_list;
   std::uint64_t remote_addr = 0;  // Write, Read, atomics: the peer's TO
   STag rkey{0};                   // Write, Read, atomics: the peer's STag
   std::uint64_t compare_add = 0;  // CompareSwap: compare value; FetchAdd: value to add
@@ -55,7 +62,7 @@ struct SendWr {
 
 struct RecvWr {
   std::uint64_t wr_id = 0;
-  std::vector<Sge> sg_list;
+  SgeList sg_list;
 };
 
 // ibv_wc_status values.

@@ -3,6 +3,9 @@
 # runs every test, rebuilds under AddressSanitizer + UndefinedBehaviorSanitizer and runs every
 # test again, then once more under ThreadSanitizer, runs the fuzz smoke (every regression and
 # seed input, then each libFuzzer target briefly), then checks the tree is clang-format clean.
+# What a sanitizer build leaves out is in tests/CMakeLists.txt: the two checks of the sources
+# (run once, in the plain build), the programs and benchmarks that cannot load a sanitized
+# library, and, under ThreadSanitizer, the siw interop test (QEMU's minutes, run twice already).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase prints the minutes spent so far (CI must stay within its time).
