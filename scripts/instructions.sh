@@ -37,7 +37,8 @@ usage: bash scripts/instructions.sh [options]
   --bin PATH         count this op_instructions instead of building one (the figures then
                      depend on how it was built)
   --repeat           count everything twice and fail unless both runs agree exactly
-  --smoke            small counts, --repeat (the ctest smoke)
+  --smoke            small counts, --repeat (a quick check of the counting; its figures do
+                     not compare with a baseline counted over the default numbers)
 EOF
 }
 
@@ -211,6 +212,8 @@ if compare:
         b = base.get("ops", {}).get(op)
         if not b:
             print(f"| {names[op]} | (none) | {r['per_op']:,.1f} | | (none) | {r['allocs_per_op']:,.2f} |")
+            if allocs_only:
+                worse.append(f"{names[op]}: not in {compare}")
             continue
         change = 100.0 * (r["per_op"] - b["per_op"]) / b["per_op"]
         ba = b.get("allocs_per_op")

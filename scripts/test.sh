@@ -3,9 +3,10 @@
 # runs every test, rebuilds under AddressSanitizer + UndefinedBehaviorSanitizer and runs every
 # test again, then once more under ThreadSanitizer, runs the fuzz smoke (every regression and
 # seed input, then each libFuzzer target briefly), then checks the tree is clang-format clean.
-# What a sanitizer build leaves out is in tests/CMakeLists.txt: the two checks of the sources
-# (run once, in the plain build), the programs and benchmarks that cannot load a sanitized
-# library, and, under ThreadSanitizer, the siw interop test (QEMU's minutes, run twice already).
+# What a sanitizer build leaves out: the drop-in libraries and the real programs they serve (an
+# instrumented library cannot load into Debian's uninstrumented programs), the benchmarks (off
+# below, for CI's time), the two checks of the sources (run once, in the plain build) and, under
+# ThreadSanitizer, the siw interop test (QEMU's minutes, run by the other two builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase prints the minutes spent so far (CI must stay within its time).

@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <cstring>
@@ -1176,6 +1177,55 @@ TEST_P(RnicFeatures, InlineSendAndWrite) {
   EXPECT_EQ(ibv_post_send(c().qp(), &wr, &bad), EINVAL);
   EXPECT_EQ(bad, &wr);
   EXPECT_THAT(ibv_last_error(), HasSubstr("inline"));
+}
+
+// A send queue slot keeps its inline buffer for the next inline WR it carries: whatever the
+// slot held before (a larger inline message, two SGEs copied inline, a WR sent from its
+// registered SGE), each message carries its own octets and no more. A queue of 4 slots, each
+// reused five times.
+TEST_P(RnicFeatures, ReusedSendQueueSlotsCarryOnlyTheirOwnOctets) {
+  auto co = opts();
+  co.cap.max_send_wr = 4;
+  ASSERT_NO_FATAL_FAILURE(connect(opts(), co));
+  auto& rb = buffer(80);
+  auto* rmr = s().reg(rb.data(), rb.size(), IBV_ACCESS_LOCAL_WRITE);
+  auto& src = buffer(80);
+  auto* smr = c().reg(src.data(), src.size(), 0);
+  const std::uint32_t sizes[] = {80, 8, 0, 40, 1, 80, 3};
+  for (std::uint64_t i = 0; i < 20; ++i) {
+    const std::uint32_t n = sizes[i % std::size(sizes)];
+    const int how = static_cast<int>(i % 3);  // 0: inline, 1: inline from two SGEs, 2: from src
+    const std::vector<std::uint8_t> want = pattern(n, static_cast<std::uint8_t>(0x30 + i));
+    std::vector<std::uint8_t> data = want;  // not registered
+    std::fill(rb.begin(), rb.end(), 0xEE);
+    ASSERT_EQ(post_recv(s(), rmr, rb.data(), 80, 100 + i), 0);
+    if (how == 0) {
+      ASSERT_EQ(post_send(c(), IBV_WR_SEND, nullptr, data.data(), n, i, 0, 0,
+                          IBV_SEND_SIGNALED | IBV_SEND_INLINE),
+                0)
+          << ibv_last_error();
+    } else if (how == 1) {
+      ibv_sge sges[2] = {{addr_of(data.data()), n / 2, 0},
+                         {addr_of(data.data() + n / 2), n - n / 2, 0}};
+      auto wr = make_wr(IBV_WR_SEND, sges, 2, i, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+      ibv_send_wr* bad = nullptr;
+      ASSERT_EQ(ibv_post_send(c().qp(), &wr, &bad), 0) << ibv_last_error();
+    } else {
+      std::copy(want.begin(), want.end(), src.begin());
+      ASSERT_EQ(post_send(c(), IBV_WR_SEND, smr, src.data(), n, i), 0) << ibv_last_error();
+    }
+    std::fill(data.begin(), data.end(), 0);  // inline octets were copied at posting
+    WAIT_WC(w, c(), c().send_cq());
+    EXPECT_EQ(w.wr_id, i);
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+    WAIT_WC(r, s(), s().recv_cq());
+    EXPECT_EQ(r.wr_id, 100 + i);
+    ASSERT_EQ(r.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(r.byte_len, n) << "message " << i;
+    EXPECT_TRUE(same(rb.data(), want.data(), n)) << "message " << i;
+    EXPECT_TRUE(std::all_of(rb.begin() + n, rb.end(), [](std::uint8_t b) { return b == 0xEE; }))
+        << "message " << i << " wrote beyond its " << n << " octets";
+  }
 }
 
 // Unsignaled WRs produce no completion; the signaled one after them does.
