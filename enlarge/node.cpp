@@ -12,7 +12,7 @@ namespace iwarp::enlarge {
 using namespace iwarp::verbs;
 
 namespace {
-spdlog::logger& lg() {
+spdlog::logger& node_log() {
   return log::layer("enlarge");
 }
 using Clock = std::chrono::steady_clock;
@@ -128,7 +128,7 @@ rdma_cm_id* Node::accept_request(rdma_cm_event* ev) {
       hello = std::unexpected(why);
   }
   if (!hello) {
-    lg().warn("rejected a connection: {}", hello.error());
+    node_log().warn("rejected a connection: {}", hello.error());
     rdma_reject(ev->id, nullptr, 0);
     return ev->id;
   }
@@ -137,7 +137,7 @@ rdma_cm_id* Node::accept_request(rdma_cm_event* ev) {
   c->server_side = true;
   c->set_peer(*hello);
   if (auto why = c->setup(ev->id); !why.empty()) {
-    lg().warn("rejected a connection: {}", why);
+    node_log().warn("rejected a connection: {}", why);
     rdma_reject(ev->id, nullptr, 0);
     c->fail(why, /*disconnect=*/false);
     return nullptr;

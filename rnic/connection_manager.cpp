@@ -77,7 +77,7 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 namespace {
-spdlog::logger& logger() {
+spdlog::logger& cm_logger() {
   return log::layer("cm");
 }
 }  // namespace
@@ -284,7 +284,7 @@ void CmId::emit(CmEventType t, std::string detail, Bytes pdata) {
   e.id = shared_from_this();
   e.detail = std::move(detail);
   e.private_data = std::move(pdata);
-  logger().info("{} {}{}{}", peer(), to_string(t), e.detail.empty() ? "" : ": ", e.detail);
+  cm_logger().info("{} {}{}{}", peer(), to_string(t), e.detail.empty() ? "" : ": ", e.detail);
   ch_->push(std::move(e));
 }
 
@@ -443,7 +443,7 @@ void CmId::on_accept_error(const boost::system::error_code& ec) {
   const bool transient = ec == asio::error::connection_aborted;
   const auto now = std::chrono::steady_clock::now();
   if (now - l.errors_logged >= kAcceptLogInterval) {
-    logger().warn(
+    cm_logger().warn(
         "{}: accept failed: {} ({} failure(s) since the last report){}", peer(), ec.message(),
         l.errors_unlogged,
         transient ? "" : fmt::format("; trying again every {} ms", opts_.accept_backoff.count()));
@@ -516,7 +516,7 @@ void CmId::on_tcp_accepted(tcp::socket s) {
     const auto now = std::chrono::steady_clock::now();
     const bool log_now = now - lst.resets_logged >= kAcceptLogInterval;
     if (log_now) {
-      logger().warn(
+      cm_logger().warn(
           "{}: {} connections are in the MPA exchange, the most allowed: reset {} ({} reset "
           "since the last report)",
           peer(), lst.pending.load(),
@@ -556,7 +556,7 @@ void CmId::on_tcp_accepted(tcp::socket s) {
     TapInfo ti{child->sock_->local_endpoint(ec), remote, false, child->emss()};
     child->tap_ = opts_.tap(ti);
   }
-  logger().debug("TCP connection from {}", child->peer());
+  cm_logger().debug("TCP connection from {}", child->peer());
   // RFC 5044 §7.1: the responder waits a bounded time for the MPA Request.
   child->arm_timer(opts_.mpa_timeout, "no MPA Request arrived");
   child->read_frame(mpa::FrameKind::Request, [child](Result<mpa::MpaFrame> f) {
@@ -585,7 +585,7 @@ void CmId::on_tcp_accepted(tcp::socket s) {
       e.peer_ord = f->params->ord;
     }
     e.detail = mpa::describe(*f);
-    logger().info("{} CONNECT_REQUEST: {}", child->peer(), e.detail);
+    cm_logger().info("{} CONNECT_REQUEST: {}", child->peer(), e.detail);
     // The application must accept or reject within the MPA timeout.
     child->timer_.expires_after(child->opts_.mpa_timeout * 2);
     child->timer_.async_wait([child](const boost::system::error_code& ec2) {
@@ -593,8 +593,8 @@ void CmId::on_tcp_accepted(tcp::socket s) {
       child->finish_exchange();
       boost::system::error_code ignored;
       child->sock_->close(ignored);
-      logger().warn("{}: connect request neither accepted nor rejected in time; closed",
-                    child->peer());
+      cm_logger().warn("{}: connect request neither accepted nor rejected in time; closed",
+                       child->peer());
     });
     child->ch_->push(std::move(e));
   });
@@ -640,7 +640,7 @@ void CmId::start_qp(const mpa::ConnectionParams& negotiated, bool initiator) {
     const auto local = sock_->local_endpoint(e2);
     const auto isn = e1 || e2 ? std::nullopt : opts_.segment_tap->peer_isn(remote, local);
     if (!isn) {
-      logger().warn(
+      cm_logger().warn(
           "{}: the segment tap on {} saw no SYN of this connection: it is received from the "
           "socket's stream only",
           peer(), opts_.segment_tap->ifname());
@@ -846,7 +846,7 @@ void CmId::establish_initiator(const mpa::ConnectionParams& params, const mpa::M
     e.peer_ord = reply.params->ord;
   }
   e.detail = mpa::describe(params);
-  logger().info("{} ESTABLISHED: {}", peer(), e.detail);
+  cm_logger().info("{} ESTABLISHED: {}", peer(), e.detail);
   ch_->push(std::move(e));
 }
 
@@ -936,7 +936,7 @@ void CmId::send_reply(std::shared_ptr<Bytes> buf, mpa::ConnectionParams params) 
         e.id = self;
         e.params = params;
         e.detail = mpa::describe(params);
-        logger().info("{} ESTABLISHED: {}", self->peer(), e.detail);
+        cm_logger().info("{} ESTABLISHED: {}", self->peer(), e.detail);
         self->ch_->push(std::move(e));
       });
 }

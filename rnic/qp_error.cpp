@@ -7,6 +7,7 @@
 
 #include "common/log.hpp"
 #include "ddp/terminate.hpp"
+#include "rnic/engine_log.hpp"
 #include "rnic/queue_pair.hpp"
 
 namespace iwarp::rnic {
@@ -24,9 +25,6 @@ std::string llp_error(const boost::system::error_code& ec) {
 }
 
 namespace {
-spdlog::logger& logger() {
-  return log::layer("rnic");
-}
 using rdmap::Opcode;
 
 // What a work request that a peer's Terminate ended reports (ibv_wc_status meanings).

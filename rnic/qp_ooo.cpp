@@ -22,14 +22,12 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "rnic/engine_log.hpp"
 #include "rnic/queue_pair.hpp"
 
 namespace iwarp::rnic {
 
 namespace {
-spdlog::logger& logger() {
-  return log::layer("rnic");
-}
 // How long hole_report() and segment_stats() wait for the engine (which is busy only during a
 // bounded RNR wait); an answer that does not come in time is an empty one.
 constexpr std::chrono::milliseconds kInspectBound{5000};

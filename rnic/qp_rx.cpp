@@ -9,14 +9,12 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "rnic/engine_log.hpp"
 #include "rnic/queue_pair.hpp"
 
 namespace iwarp::rnic {
 
 namespace {
-spdlog::logger& logger() {
-  return log::layer("rnic");
-}
 // The receive staging buffer: a socket read that is not placed directly lands here, and
 // rx_data() takes from it everything it keeps (the FPDU reader copies a partial header, the
 // segment receiver the octets beyond a hole, the tap its partial FPDU) before the next read.

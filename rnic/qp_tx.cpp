@@ -9,14 +9,12 @@
 
 #include "common/log.hpp"
 #include "mpa/crc32c.hpp"
+#include "rnic/engine_log.hpp"
 #include "rnic/queue_pair.hpp"
 
 namespace iwarp::rnic {
 
 namespace {
-spdlog::logger& logger() {
-  return log::layer("rnic");
-}
 constexpr std::size_t kBatchBytes = 1u << 20;  // payload per gather write
 constexpr std::size_t kMaxIov = 1000;          // below IOV_MAX (1024)
 using rdmap::Opcode;

@@ -5,15 +5,10 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "rnic/engine_log.hpp"
 #include "rnic/queue_pair.hpp"
 
 namespace iwarp::rnic {
-
-namespace {
-spdlog::logger& logger() {
-  return log::layer("rnic");
-}
-}  // namespace
 
 std::string_view to_string(QpState s) {
   switch (s) {

@@ -5,8 +5,8 @@
 # seed input, then each libFuzzer target briefly), then checks the tree is clang-format clean.
 # What a sanitizer build leaves out: the drop-in libraries and the real programs they serve (an
 # instrumented library cannot load into Debian's uninstrumented programs), the benchmarks (off
-# below, for CI's time), the two checks of the sources (run once, in the plain build) and, under
-# ThreadSanitizer, the siw interop test (QEMU's minutes, run by the other two builds).
+# below, for CI's time), the two checks of the sources (run once, in the plain build) and the siw
+# interop test (QEMU's minutes, run by the plain build). They run unit_tests a suite per process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase prints the minutes spent so far (CI must stay within its time).
@@ -49,8 +49,10 @@ phase "build with ASan + UBSan"
 # an ASan source took 1.7x as long to compile (34 s against 20 s for test_rnic_errors.cpp), more
 # than the suite's run gained (fresh clones here: build 16 min at -O1 against 7.5 at -O0, tests
 # 10.4 against 12.6).
+# One ctest per googletest suite (IWARP_CTEST_PER_SUITE): an ASan unit_tests takes half a second to
+# start, a TSan one a seventh, and one ctest per test started them some 870 times per build.
 BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIWARP_WERROR=ON -DIWARP_SANITIZE=ON \
-  -DIWARP_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG=-g1
+  -DIWARP_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DIWARP_CTEST_PER_SUITE=ON
 phase "tests under ASan + UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_ctest build-asan
@@ -61,7 +63,7 @@ phase "build with TSan"
 # mutexes anyway, so its fenced blocks are compiled out of this build.
 BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DIWARP_WERROR=ON -DIWARP_TSAN=ON \
   -DIWARP_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS=-DBOOST_ASIO_DISABLE_FENCED_BLOCK \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DIWARP_CTEST_PER_SUITE=ON
 phase "tests under TSan"
 # The rnic processes some tests spawn inherit TSAN_OPTIONS: a race there fails its test too.
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \

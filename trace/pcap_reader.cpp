@@ -6,6 +6,7 @@
 // ACKs are parsed (they can open a flow) but not kept. TCP checksums are not verified: loopback
 // captures carry unfinished checksums (TX offload).
 #include "trace/pcap_reader.hpp"
+#include "trace/pcap_wire.hpp"
 
 #include <fmt/format.h>
 #include <pcap/pcap.h>
@@ -66,12 +67,8 @@ constexpr int kLinkSll2 = 276;             // DLT_LINUX_SLL2
 constexpr const char* kSupported =
     "EN10MB (1), LINUX_SLL (113), LINUX_SLL2 (276), RAW (12/101), NULL (0), LOOP (108)";
 
-constexpr std::uint16_t kEtherIpv4 = 0x0800;
+using namespace pcap_wire;
 constexpr std::uint16_t kEtherIpv6 = 0x86dd;
-constexpr std::uint8_t kProtoTcp = 6;
-
-// RFC 793 §3.1 control bits.
-constexpr std::uint8_t kFin = 0x01, kSyn = 0x02, kRst = 0x04, kAck = 0x10;
 
 // Per-frame facts the problem notes quote.
 struct Frame {
@@ -170,7 +167,7 @@ class Reader {
       type = r.be16();
     }
     if (!r.ok()) return short_frame(f, "link-layer header");
-    if (type == kEtherIpv4) return ipv4(f, r.rest());
+    if (type == kEtherTypeIpv4) return ipv4(f, r.rest());
     if (type == kEtherIpv6) return ipv6(f, r.rest());
     return false;
   }
@@ -434,13 +431,6 @@ class Reader {
   std::vector<bool> ended_;                                           // per flow: FIN or RST seen
   std::map<std::string, std::size_t> frag_flows_;                     // fragmented datagram -> flow
 };
-
-std::string strip_path_prefix(std::string msg, const std::string& path) {
-  const std::string prefix = path + ": ";
-  if (msg.starts_with(prefix)) msg.erase(0, prefix.size());
-  std::replace(msg.begin(), msg.end(), '\n', ' ');
-  return msg;
-}
 
 struct PcapCloser {
   void operator()(pcap_t* p) const { pcap_close(p); }

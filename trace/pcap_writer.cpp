@@ -1,6 +1,7 @@
 // Synthesises an Ethernet/IPv4/TCP conversation around two byte streams and writes it with
 // libpcap. Every field is written explicitly with the helpers of common/bytes.hpp.
 #include "trace/pcap_writer.hpp"
+#include "trace/pcap_wire.hpp"
 
 #include <chrono>
 
@@ -16,26 +17,11 @@ constexpr int kSnapLen = 262144;
 constexpr std::size_t kEthHeader = 14;
 constexpr std::size_t kIpv4Header = 20;  // no options
 constexpr std::size_t kTcpHeader = 20;   // without options
-constexpr std::uint16_t kEtherTypeIpv4 = 0x0800;
-constexpr std::uint8_t kProtoTcp = 6;
-
-// RFC 793 §3.1 control bits.
-constexpr std::uint8_t kFin = 0x01;
-constexpr std::uint8_t kSyn = 0x02;
-constexpr std::uint8_t kPsh = 0x08;
-constexpr std::uint8_t kAck = 0x10;
+using namespace pcap_wire;
 
 // Locally administered (bit 1 of the first octet), unicast (bit 0 clear) MAC addresses.
 constexpr std::array<std::uint8_t, 6> kMac[2] = {{0x02, 0x00, 0x00, 0x00, 0x00, 0x01},
                                                  {0x02, 0x00, 0x00, 0x00, 0x00, 0x02}};
-
-// libpcap prefixes some messages with the file name; the caller adds it once.
-std::string strip_path_prefix(std::string msg, const std::string& path) {
-  const std::string prefix = path + ": ";
-  if (msg.starts_with(prefix)) msg.erase(0, prefix.size());
-  std::replace(msg.begin(), msg.end(), '\n', ' ');
-  return msg;
-}
 
 }  // namespace
 

@@ -23,8 +23,9 @@ namespace {
 
 constexpr const char* kNoRsockets =
     "rsockets are not supported by the emulated iWARP RNIC (use the rdma_cm API)";
-constexpr const char* kNoMulticast = "multicast is not supported on iWARP (RC connections only)";
-constexpr const char* kNoEce = "enhanced connection establishment (ECE) is not supported on iWARP";
+constexpr const char* kCmNoMulticast = "multicast is not supported on iWARP (RC connections only)";
+constexpr const char* kCmNoEce =
+    "enhanced connection establishment (ECE) is not supported on iWARP";
 constexpr const char* kNoCmSrq =
     "rdma_cm shared receive queues are not supported by the emulated iWARP RNIC (use "
     "ibv_create_srq)";
@@ -75,30 +76,30 @@ void iwarp_cm_rdma_destroy_srq(rdma_cm_id* /*id*/) {
 
 int iwarp_cm_rdma_reject_ece(rdma_cm_id* /*id*/, const void* /*private_data*/,
                              uint8_t /*private_data_len*/) {
-  return fail("rdma_reject_ece", kNoEce, EOPNOTSUPP);
+  return fail("rdma_reject_ece", kCmNoEce, EOPNOTSUPP);
 }
 
 int iwarp_cm_rdma_set_local_ece(rdma_cm_id* /*id*/, ibv_ece* /*ece*/) {
-  return fail("rdma_set_local_ece", kNoEce, EOPNOTSUPP);
+  return fail("rdma_set_local_ece", kCmNoEce, EOPNOTSUPP);
 }
 
 int iwarp_cm_rdma_get_remote_ece(rdma_cm_id* /*id*/, ibv_ece* /*ece*/) {
-  return fail("rdma_get_remote_ece", kNoEce, EOPNOTSUPP);
+  return fail("rdma_get_remote_ece", kCmNoEce, EOPNOTSUPP);
 }
 
 // ---- Multicast ----
 
 int iwarp_cm_rdma_join_multicast(rdma_cm_id* /*id*/, sockaddr* /*addr*/, void* /*context*/) {
-  return fail("rdma_join_multicast", kNoMulticast, ENOSYS);
+  return fail("rdma_join_multicast", kCmNoMulticast, ENOSYS);
 }
 
 int iwarp_cm_rdma_join_multicast_ex(rdma_cm_id* /*id*/, rdma_cm_join_mc_attr_ex* /*mc_join_attr*/,
                                     void* /*context*/) {
-  return fail("rdma_join_multicast_ex", kNoMulticast, ENOSYS);
+  return fail("rdma_join_multicast_ex", kCmNoMulticast, ENOSYS);
 }
 
 int iwarp_cm_rdma_leave_multicast(rdma_cm_id* /*id*/, sockaddr* /*addr*/) {
-  return fail("rdma_leave_multicast", kNoMulticast, ENOSYS);
+  return fail("rdma_leave_multicast", kCmNoMulticast, ENOSYS);
 }
 
 // ---- rsockets: rpoll/rselect work on ordinary descriptors, the rest fails ----
