@@ -23,9 +23,10 @@
 #        (default 5: attempts of a mixed case other than s2r; a further attempt runs only when
 #        the previous one failed in a known race: siw's accept race, perftest's listen race or
 #        siw's close race, see retry_reason), SIW_TRIES (default 3: attempts of an ours -> siw
-#        case that expects a clean run; a further attempt runs only when the previous one ended
-#        in our Terminate for an FPDU of siw's with a bad CRC or one that breaks DDP, and each
-#        such attempt must show siw's fault on siw's own wire: see siw_tx_reason)
+#        case that expects a clean run or siw's Terminate; a further attempt runs only when the
+#        previous one ended in our Terminate for an FPDU of siw's with a bad CRC or one that
+#        breaks DDP, or in siw's close without the Terminate the case expects, and each such
+#        attempt must show siw's fault on siw's own wire: see siw_tx_reason)
 set -uo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RNIC="${RNIC:-$SRC/build/rnic}"
@@ -196,7 +197,8 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     # each its own connection on its own port; the guest starts one only on ID.tryK.go
     tries=1; [ -n "$prog" ] && tries=$MIX_TRIES
     # ours -> siw cases that expect a clean run get spare attempts on siw's transmit defects
-    { [ "$dir" = o2s ] || [ "$dir" = o2u ]; } && [ "$exp" = ok ] && tries=$SIW_TRIES
+    { [ "$dir" = o2s ] || [ "$dir" = o2u ]; } && { [ "$exp" = ok ] || [ "$exp" = terminate ]; } \
+      && tries=$SIW_TRIES
     TRIES[$id]=$tries
     for k in $(seq 1 "$tries"); do
       aid=$id; gate=""; [ "$k" -gt 1 ] && { aid="$id.try$k"; gate=" gated"; }
@@ -296,8 +298,14 @@ retry_reason() {  # AID
 # siw_violation_on_wire), where siw's FPDU must be at fault before it reached slirp and us:
 #   siw's bad CRC       ours sent Terminate [MPA: CRC mismatch] (seen: p3, f2)
 #   siw's skipped FPDU  ours sent Terminate [DDP tagged: base or bounds violation] (seen: a4)
-siw_tx_reason() {  # AID
-  if grep -q 'sent Terminate \[MPA: CRC mismatch\]' "$RES/$1.ours.log"; then
+#   siw's lost Terminate  a case that expects siw's Terminate: ours saw the connection close
+#                       with no Terminate (siw_closed_without_terminate; seen: e1)
+siw_tx_reason() {  # AID (exp: the case's expectation)
+  if [ "$exp" = terminate ]; then
+    if grep -q 'the peer closed the connection' "$RES/$1.ours.log" && ! grep -q 'Terminate' "$RES/$1.ours.log"; then
+      echo "siw closed the connection without the Terminate its error sends (judged on siw's wire)"
+    fi
+  elif grep -q 'sent Terminate \[MPA: CRC mismatch\]' "$RES/$1.ours.log"; then
     echo "ours received an FPDU with a bad CRC and sent Terminate [MPA: CRC mismatch] (judged on siw's wire)"
   elif grep -q 'sent Terminate \[DDP tagged: base or bounds violation\]' "$RES/$1.ours.log"; then
     echo "ours sent Terminate [DDP tagged: base or bounds violation] (judged on siw's wire)"
@@ -585,8 +593,11 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
       elif grep -q 'sent Terminate \[DDP tagged: base or bounds violation\]' "$RES/$eid.ours.log" \
            && siw_violation_on_wire "$RES/$eid.siw.pcap" R; then
         early="$early attempt $k: siw's own wire has an FPDU of siw's that breaks DDP, ours sent Terminate [DDP tagged: base or bounds violation] (siw's skipped FPDU);"
+      elif [ "$exp" = terminate ] && grep -q 'the peer closed the connection' "$RES/$eid.ours.log" \
+           && ! grep -q 'Terminate' "$RES/$eid.ours.log" && siw_closed_without_terminate "$RES/$eid.siw.pcap"; then
+        early="$early attempt $k: siw's own wire has siw's FIN and no Terminate before it, ours saw the close (siw's lost Terminate);"
       else
-        why="$why; attempt $k failed and is neither siw's bad CRC nor siw's skipped FPDU on siw's wire"
+        why="$why; attempt $k failed and is none of siw's bad CRC, skipped FPDU or lost Terminate on siw's wire"
       fi
       k=$((k + 1))
     done

@@ -50,6 +50,15 @@ expect no "without the FPDUs after the gap (a TCP gap, no FPDU of siw's breaks D
 expect no "a clean connection of siw's (the close race's)" siw_violation_on_wire "$G/close_race.pcap" R
 expect no "a side that is neither I nor R" siw_violation_on_wire "$S" X
 expect no "a capture that is not there" siw_violation_on_wire "$T/missing.pcap" R
+# siw_no_terminate.pcap: e1 of the plain build's CI run on 2026-11-27 (siw's rping Reads our 4096
+# octets into 64): frame 12 our Read Response, 14 siw's FIN with no Terminate before it.
+# siw_terminate.pcap: e1 of an earlier run, as siw usually ends it: 12 its Terminate, 13 its FIN.
+N="$G/siw_no_terminate.pcap"
+expect yes "siw's close without its Terminate on the wire of a run where it happened" siw_closed_without_terminate "$N"
+expect no "the same case where siw sent its Terminate before its FIN" siw_closed_without_terminate "$G/siw_terminate.pcap"
+editcap "$N" "$T/no_fin.pcap" 14 2>/dev/null
+expect no "the same connection without siw's FIN (siw did not close)" siw_closed_without_terminate "$T/no_fin.pcap"
+expect no "a capture that is not there" siw_closed_without_terminate "$T/missing.pcap"
 # rping_exit_race.log: siw's rping client of case c5 in the CI run of 2026-11-27 (50 pings of 1000
 # octets, -V; our server had verified all 50), exit 255. rping's own exit race, rdma-core PR #1622.
 L="$G/rping_exit_race.log"

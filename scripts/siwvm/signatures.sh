@@ -45,6 +45,20 @@ siw_bad_crc_on_wire() {
         2>/dev/null | grep -c 'Bad CRC32')" -gt 0 ]
 }
 
+# siw_closed_without_terminate PCAP: siw sent its FIN and, before it, no Terminate (RDMAP opcode
+# 7) on siw's own wire. In case e1 (siw's rping Reads our 4096 octets into 64) siw's kernel ends
+# the QP with a Terminate [DDP tagged: base or bounds violation] and then closes; once in about
+# sixty runs (the plain build's CI run of 2026-11-27) it closed without sending it.
+siw_closed_without_terminate() {
+  [ -s "$1" ] || return 1
+  timeout 60 "${TSHARK[@]}" --disable-protocol rpcordma -r "$1" \
+    -Y 'ip.src == 10.0.2.15 && (iwarp_rdma.opcode == 7 || tcp.flags.fin == 1)' \
+    -T fields -e iwarp_rdma.opcode -e tcp.flags.fin 2>/dev/null | awk -F'\t' '
+      $1 == "0x07" { term = 1 }
+      ($2 == "1" || $2 == "True") && !term { fin = 1 }
+      END { exit !(fin && !term) }'
+}
+
 # siw_violation_on_wire PCAP SIDE: an FPDU siw sent breaks DDP on siw's own wire (`rnic decode`
 # reports a VIOLATION on it): seen once as an RDMA Write missing one FPDU (a4, CI 2026-11-27: the
 # next FPDU's TO skips 1436 octets while TCP's sequence numbers run on). SIDE is siw's end of the
