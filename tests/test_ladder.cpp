@@ -410,11 +410,11 @@ TEST(Ladder, BadInputGetsOneLineAndNonZeroExit) {
   const auto garbage = temp("garbage.pcap");
   std::ofstream(garbage) << "this is not a capture\n";
   const auto rping = kTraces + "siw/rping_lo.pcap";
-  struct Case {
+  struct BadInput {
     std::vector<std::string> args;
     std::string says;
   };
-  const Case cases[] = {
+  const BadInput cases[] = {
       {{temp("missing.pcap"), "-o", svg}, "missing.pcap"},
       {{garbage, "-o", svg}, "garbage.pcap"},
       {{kTraces + "siw/hostnet_eth0.pcap", "-o", svg}, "no iWARP connection"},
