@@ -196,7 +196,8 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
     # listen race, siw's close race: see retry_reason),
     # each its own connection on its own port; the guest starts one only on ID.tryK.go
     tries=1; [ -n "$prog" ] && tries=$MIX_TRIES
-    # ours -> siw cases that expect a clean run get spare attempts on siw's transmit defects
+    # ours -> siw cases that expect a clean run or siw's Terminate get spare attempts on siw's
+    # transmit defects
     { [ "$dir" = o2s ] || [ "$dir" = o2u ]; } && { [ "$exp" = ok ] || [ "$exp" = terminate ]; } \
       && tries=$SIW_TRIES
     TRIES[$id]=$tries
@@ -293,7 +294,8 @@ retry_reason() {  # AID
     echo "ours received an FPDU with a bad CRC and sent Terminate [MPA: CRC mismatch] (judged on siw's wire)"
   fi
 }
-# Why an attempt of an ours -> siw case (o2s, o2u) that expects a clean run deserves another
+# Why an attempt of an ours -> siw case (o2s, o2u) that expects a clean run (or, e1, siw's
+# Terminate) deserves another
 # (empty: it does not), from our log; judged again on siw's own wire (siw_bad_crc_on_wire,
 # siw_violation_on_wire), where siw's FPDU must be at fault before it reached slirp and us:
 #   siw's bad CRC       ours sent Terminate [MPA: CRC mismatch] (seen: p3, f2)
@@ -614,8 +616,10 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
         why="$why; siw's rping client's run was cut short: $(grep -m1 '^wait for RDMA_' "$RES/out/$jid.guest.log")"
       fi ;;
     terminate)
+      # siw's Terminate for its local error (RFC 5041 §5.2), as we report receiving it
       [ "$orc" != 0 ] || why="$why; our side did not fail"
-      grep -q 'Terminate' "$log" || why="$why; no Terminate reported by us" ;;
+      grep -q 'peer sent Terminate \[DDP tagged: base or bounds violation\]' "$log" \
+        || why="$why; no Terminate [DDP tagged: base or bounds violation] from siw reported by us" ;;
     reject)
       [ "$orc" != 0 ] || why="$why; our side did not fail"
       grep -qi 'reject' "$log" || why="$why; no rejection reported by us" ;;

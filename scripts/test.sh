@@ -14,9 +14,11 @@ cd "$(dirname "$0")/.."
 # time the finished commands used (user + system, all cores): on a shared machine the wall clock
 # moves with the neighbours' load, the processor time much less.
 phase() {
+  # cutime + cstime of this shell (fields 16 and 17 of /proc/PID/stat, in clock ticks): the
+  # commands it waited for and theirs; `times` would run in the $(...) subshell and print zeros.
   local cpu
-  cpu=$(times | awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] }
-                     printf "%.1f", s / 60 }')
+  cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.1f", ($14 + $15) / hz / 60 }' \
+          "/proc/$$/stat")
   echo "== $1 (at $((SECONDS / 60)) min $((SECONDS % 60)) s, processor $cpu min)"
 }
 bash scripts/install-deps.sh

@@ -2,7 +2,8 @@
 # program's tests and writes CTEST_FILE, which gives ctest one test per googletest suite
 # (--gtest_filter=Suite.*) instead of one per test. A sanitized program spends about half a
 # second starting (ASan registers and poisons every instrumented global, LeakSanitizer scans at
-# exit), and a test per process started it some 870 times per run.
+# exit), and a test per process started it some 870 times per run. --gtest_brief=1: a suite
+# prints its failures only, so the tail scripts/test.sh shows of a failed ctest is the failure.
 # Arguments (-D): TEST_EXE, CTEST_FILE, WORKING_DIR, TIMEOUT.
 execute_process(COMMAND "${TEST_EXE}" --gtest_list_tests
                 OUTPUT_VARIABLE listing RESULT_VARIABLE rc TIMEOUT 120)
@@ -18,7 +19,7 @@ foreach(line IN LISTS lines)
   if(line MATCHES "^([^ #][^ ]*)\\.( .*)?$")
     set(suite "${CMAKE_MATCH_1}")
     string(APPEND script
-      "add_test([=[${suite}]=] [=[${TEST_EXE}]=] [=[--gtest_filter=${suite}.*]=])\n"
+      "add_test([=[${suite}]=] [=[${TEST_EXE}]=] [=[--gtest_filter=${suite}.*]=] --gtest_brief=1)\n"
       "set_tests_properties([=[${suite}]=] PROPERTIES TIMEOUT ${TIMEOUT} "
       "WORKING_DIRECTORY [=[${WORKING_DIR}]=])\n")
     math(EXPR count "${count} + 1")

@@ -58,6 +58,10 @@ expect yes "siw's close without its Terminate on the wire of a run where it happ
 expect no "the same case where siw sent its Terminate before its FIN" siw_closed_without_terminate "$G/siw_terminate.pcap"
 editcap "$N" "$T/no_fin.pcap" 14 2>/dev/null
 expect no "the same connection without siw's FIN (siw did not close)" siw_closed_without_terminate "$T/no_fin.pcap"
+editcap "$N" "$T/no_response.pcap" 12 2>/dev/null
+expect no "without our Read Response (siw's error was never provoked)" siw_closed_without_terminate "$T/no_response.pcap"
+editcap "$N" "$T/no_request.pcap" 10 2>/dev/null
+expect no "without siw's Read Request (no iWARP decoded from siw)" siw_closed_without_terminate "$T/no_request.pcap"
 expect no "a capture that is not there" siw_closed_without_terminate "$T/missing.pcap"
 # rping_exit_race.log: siw's rping client of case c5 in the CI run of 2026-11-27 (50 pings of 1000
 # octets, -V; our server had verified all 50), exit 255. rping's own exit race, rdma-core PR #1622.

@@ -45,18 +45,28 @@ siw_bad_crc_on_wire() {
         2>/dev/null | grep -c 'Bad CRC32')" -gt 0 ]
 }
 
-# siw_closed_without_terminate PCAP: siw sent its FIN and, before it, no Terminate (RDMAP opcode
-# 7) on siw's own wire. In case e1 (siw's rping Reads our 4096 octets into 64) siw's kernel ends
-# the QP with a Terminate [DDP tagged: base or bounds violation] and then closes; once in about
-# sixty runs (the plain build's CI run of 2026-11-27) it closed without sending it.
+# siw_closed_without_terminate PCAP: siw closed without the Terminate its error sends. True when
+# siw's Read Request (RDMAP opcode 1) and then our Read Response (2) are on siw's own wire, and
+# siw's FIN follows with no Terminate (7) of siw's before it and no FIN or RST of ours before it
+# (so siw closed first, after our answer). In case e1 (siw's rping Reads our 4096 octets into 64)
+# siw's kernel ends the QP with a Terminate [DDP tagged: base or bounds violation] and then
+# closes; once in about sixty runs (the plain build's CI run of 2026-11-27) it closed without
+# sending it. tshark lists the opcodes of the FPDUs one segment carries comma-separated.
 siw_closed_without_terminate() {
   [ -s "$1" ] || return 1
   timeout 60 "${TSHARK[@]}" --disable-protocol rpcordma -r "$1" \
-    -Y 'ip.src == 10.0.2.15 && (iwarp_rdma.opcode == 7 || tcp.flags.fin == 1)' \
-    -T fields -e iwarp_rdma.opcode -e tcp.flags.fin 2>/dev/null | awk -F'\t' '
-      $1 == "0x07" { term = 1 }
-      ($2 == "1" || $2 == "True") && !term { fin = 1 }
-      END { exit !(fin && !term) }'
+    -Y 'iwarp_rdma || tcp.flags.fin == 1 || tcp.flags.reset == 1' \
+    -T fields -e ip.src -e iwarp_rdma.opcode -e tcp.flags.fin -e tcp.flags.reset 2>/dev/null |
+    awk -F'\t' '
+      function has(list, op) { return list ~ ("(^|,)" op "(,|$)") }
+      function set(flag) { return flag == "1" || flag == "True" }
+      siw_fin { next }
+      $1 == "10.0.2.15" && has($2, "0x01") { request = 1 }
+      $1 == "10.0.2.2" && has($2, "0x02") && request { response = 1 }
+      $1 == "10.0.2.15" && has($2, "0x07") { term = 1 }
+      $1 == "10.0.2.2" && (set($3) || set($4)) { ours_first = 1 }
+      $1 == "10.0.2.15" && set($3) { siw_fin = 1 }
+      END { exit !(request && response && siw_fin && !term && !ours_first) }'
 }
 
 # siw_violation_on_wire PCAP SIDE: an FPDU siw sent breaks DDP on siw's own wire (`rnic decode`
