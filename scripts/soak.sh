@@ -102,7 +102,14 @@ if [ $CRC != 0 ] || [ $SRC != 0 ]; then
   fail=1
 fi
 # Growth: the last third's peak against the first third's, for each process and measure.
-growth=$(awk -v q="$QPS" '
+# Under AddressSanitizer the resident set is not judged, only descriptors: its allocator keeps a
+# stack trace per allocation site reached and grows a region per size class the random sizes
+# reach, so a one-minute run's resident set still rises (7.9 MiB in the last third in CI,
+# 2026-11-27) with nothing leaked; LeakSanitizer's check at exit (a leak fails the run) is the
+# leak check there.
+asan=0
+ldd "$RNIC" 2>/dev/null | grep -q 'libasan\.' && asan=1
+growth=$(awk -v q="$QPS" -v asan="$asan" '
   { t[NR] = $1; for (i = 2; i <= 5; i++) v[NR, i] = $i }
   END {
     if (NR < 3) { print "too few samples (" NR ") to judge growth: run for at least 3 x SOAK_EVERY"; exit }
@@ -113,6 +120,7 @@ growth=$(awk -v q="$QPS" '
       for (n = 1; n <= a; n++) if (v[n, i] > first) first = v[n, i]
       for (n = NR - a + 1; n <= NR; n++) if (v[n, i] > last) last = v[n, i]
       allow = (i % 2 == 0) ? first * 1.05 + 2048 : first + q
+      if (i % 2 == 0 && asan) continue
       if (last > allow)
         printf "%s grew from %d to %d (allowed %d)\n", name[i - 1], first, last, allow
     }
@@ -134,6 +142,8 @@ if [ $fail = 0 ] && [ -n "$growth" ]; then
   fail=1
 fi
 if [ $fail = 0 ]; then
-  echo "PASS: $(figures); resident memory and descriptors flat ($(wc -l < "$SAMPLES") samples)"
+  flat="resident memory and descriptors flat"
+  [ $asan = 1 ] && flat="descriptors flat (resident memory not judged under ASan)"
+  echo "PASS: $(figures); $flat ($(wc -l < "$SAMPLES") samples)"
 fi
 exit $fail
