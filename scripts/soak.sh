@@ -11,7 +11,8 @@
 #   scripts/soak.sh MINUTES
 #
 # Environment: RNIC (the rnic binary, default build/rnic), SOAK_QPS (8), SOAK_KILL_EVERY (2 s),
-# SOAK_MAX_SIZE (262144), SOAK_EVERY (5 s), SOAK_SEED (1), SOAK_DIR (where the logs stay).
+# SOAK_MAX_SIZE (262144), SOAK_EVERY (5 s), SOAK_SEED (1), SOAK_RATE (operations a second per
+# connection, 0: as fast as they complete; the default), SOAK_DIR (where the logs stay).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 usage() { echo "usage: scripts/soak.sh MINUTES   (settings in the environment: see its top)"; }
@@ -28,6 +29,7 @@ KILL=${SOAK_KILL_EVERY:-2}
 MAX=${SOAK_MAX_SIZE:-262144}
 EVERY=${SOAK_EVERY:-5}
 SEED=${SOAK_SEED:-1}
+RATE=${SOAK_RATE:-0}
 DIR=${SOAK_DIR:-$(mktemp -d /tmp/soak.XXXXXX)}
 # Under AddressSanitizer freed memory waits in a quarantine (256 MiB by default) that would read
 # as growth: kept small here (other programs ignore the variable).
@@ -46,10 +48,12 @@ if [ ! -s "$PORTS" ]; then
   echo "FAILED: the soak server did not start:"; cat "$DIR/server.log"; exit 1
 fi
 "$RNIC" soak --client 127.0.0.1 --port-file "$PORTS" --qps "$QPS" --seconds "$SECONDS_RUN" \
-  --kill-every "$KILL" --max-size "$MAX" --seed "$SEED" --report "$EVERY" \
+  --kill-every "$KILL" --max-size "$MAX" --seed "$SEED" --rate "$RATE" --report "$EVERY" \
   > "$DIR/client.log" 2>&1 &
 CLI=$!
-echo "soak: $QPS connections for $SECONDS_RUN s, a kill every $KILL s, sizes 0..$MAX octets; logs in $DIR"
+pace=""
+[ "$RATE" != 0 ] && pace=", at most $RATE operations a second per connection"
+echo "soak: $QPS connections for $SECONDS_RUN s, a kill every $KILL s, sizes 0..$MAX octets$pace; logs in $DIR"
 
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
 fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }

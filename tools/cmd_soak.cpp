@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -59,6 +60,7 @@ struct SoakOptions {
   int qps = 8;
   int seconds = 60;
   double kill_every = 5;
+  double rate = 0;  // client: operations per second per connection, 0 unpaced
   std::size_t max_size = 256u << 10;
   std::uint64_t seed = 1;
   int report = 5;
@@ -568,7 +570,20 @@ void client_slot(ClientRun& run, int i) {
     }
     const Opened opened(run.t);
     bool broken = false;
+    // --rate: the operations of this connection keep to a schedule of one every 1/rate
+    // seconds from its opening (a late one is not made up for by a burst past the schedule).
+    const auto interval = o.rate > 0 ? std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(1.0 / o.rate))
+                                     : Clock::duration::zero();
+    auto due = Clock::now();
     while (Clock::now() < run.end && !run.give_up) {
+      if (o.rate > 0) {
+        // Sleep in steps of at most 50 ms, so a kill or the end is seen while waiting.
+        while (Clock::now() < due && Clock::now() < run.end && !run.give_up && !s.kill.load())
+          std::this_thread::sleep_for(std::min<Clock::duration>(due - Clock::now(), 50ms));
+        if (Clock::now() >= run.end || run.give_up) break;
+        due = std::max(due + interval, Clock::now());
+      }
       if (s.kill.exchange(false)) {
         // Killed: a large Write and Read posted, and the connection torn down under them.
         const auto n = static_cast<std::uint32_t>(o.max_size);
@@ -649,8 +664,10 @@ int run_client(const SoakOptions& o) {
   ClientRun run{o, ctx, t, Clock::now() + std::chrono::seconds(o.seconds), std::move(*ports), {}};
   for (int i = 0; i < o.qps; ++i) run.slots.push_back(std::make_unique<ClientSlot>(o.max_size));
   print_lines(fmt::format(
-      "client: {} connections to {} for {} s, sizes 0..{} octets, a kill every {} s, seed {}",
-      o.qps, o.client, o.seconds, o.max_size, o.kill_every, o.seed));
+      "client: {} connections to {} for {} s, sizes 0..{} octets, a kill every {} s, seed {}{}",
+      o.qps, o.client, o.seconds, o.max_size, o.kill_every, o.seed,
+      o.rate > 0 ? fmt::format(", at most {} operations a second per connection", o.rate)
+                 : std::string()));
   std::atomic<bool> stop{false};
   Reporter rep("client", t, o.report, stop);
   std::thread reporter([&] { rep.run(); });
@@ -718,6 +735,20 @@ Runner add_soak_command(CLI::App& app) {
             return x == 0 || (x >= 0.1 && x <= 3600) ? "" : "0 (never) or 0.1 .. 3600 seconds";
           },
           "0 or 0.1..3600"))
+      ->capture_default_str();
+  sub->add_option("--rate", o->rate,
+                  "Client: at most this many operations a second on each connection (0: as fast\n"
+                  "as they complete); a paced soak leaves the machine's cores to other work")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            double x = -1;
+            try {
+              x = std::stod(v);
+            } catch (const std::exception&) {
+            }
+            return x == 0 || (x >= 0.1 && x <= 1e6) ? "" : "0 (unpaced) or 0.1 .. 1000000";
+          },
+          "0 or 0.1..1e6"))
       ->capture_default_str();
   sub->add_option("--max-size", o->max_size,
                   "Largest message in octets (sizes are spread over every power of two below it;\n"
