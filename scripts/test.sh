@@ -5,11 +5,11 @@
 # seed input, then each libFuzzer target briefly), then checks the tree is clang-format clean.
 # What a sanitizer build leaves out: the drop-in libraries and the real programs they serve (an
 # instrumented library cannot load into Debian's uninstrumented programs), the benchmarks (off
-# below, for CI's time), the two checks of the sources (run once, in the plain build), the siw
-# interop test (QEMU's minutes, run by the plain build) and the two tests in SANITIZER_EXCLUDE
-# below; the TSan build also leaves out the test sources that start no thread
-# (tests/single_threaded_sources.txt, checked by the plain build). They run unit_tests a suite
-# per process.
+# below, for CI's time), the checks of the sources and of the TSan build's scope (run once, in
+# the plain build), the siw interop test (QEMU's minutes, run by the plain build) and the two
+# tests in SANITIZER_EXCLUDE below; the TSan build also leaves out the test sources that start no
+# thread (tests/single_threaded_sources.txt, checked by the plain build). They run unit_tests a
+# suite per process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase prints the minutes spent so far (CI must stay within its time) and the processor
@@ -53,20 +53,24 @@ run_ctest() {
 
 phase "build (warnings are errors)"
 # The siw interop test's VM image (scripts/siwvm/build.sh, cached in build/siwvm) is made while
-# the plain build compiles: about 110 s, mostly apt's downloads and unpacking, which the test
-# would otherwise spend before its first case. The test calls build.sh again, which finds the
+# the plain build compiles: about 110 s here (apt's downloads, unpacking the kernel's source,
+# compiling siw.ko), which the test would otherwise spend before its first case. The test calls build.sh again, which finds the
 # image or says why it could not be made (a failure here is only logged).
+# It installs host packages (QEMU) when they are missing: only as root or with sudo that asks
+# no password, and it is stopped if this script ends first.
 SIWVM_PID=""
-if [ "${SIW_INTEROP:-1}" != 0 ]; then
+if [ "${SIW_INTEROP:-1}" != 0 ] && { [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; }; then
   mkdir -p build
-  timeout 1500 bash scripts/siwvm/build.sh build/siwvm > build/siwvm-prebuild.log 2>&1 &
+  timeout -k 10 600 bash scripts/siwvm/build.sh build/siwvm > build/siwvm-prebuild.log 2>&1 </dev/null &
   SIWVM_PID=$!
+  trap '[ -n "$SIWVM_PID" ] && kill "$SIWVM_PID" 2>/dev/null' EXIT
 fi
 BUILD_DIR=build BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DIWARP_WERROR=ON -DIWARP_SANITIZE=OFF
 if [ -n "$SIWVM_PID" ] && ! wait "$SIWVM_PID"; then
   echo "the siw VM image could not be made ahead of the tests (build/siwvm-prebuild.log):"
   tail -n 5 build/siwvm-prebuild.log
 fi
+SIWVM_PID=""
 phase "tests"
 run_ctest build
 

@@ -572,9 +572,9 @@ void client_slot(ClientRun& run, int i) {
     bool broken = false;
     // --rate: the operations of this connection keep to a schedule of one every 1/rate
     // seconds from its opening (a late one is not made up for by a burst past the schedule).
-    const auto interval = o.rate > 0 ? std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(1.0 / o.rate))
-                                     : Clock::duration::zero();
+    const auto interval =
+        o.rate > 0 ? std::chrono::ceil<Clock::duration>(std::chrono::duration<double>(1.0 / o.rate))
+                   : Clock::duration::zero();
     auto due = Clock::now();
     while (Clock::now() < run.end && !run.give_up) {
       if (o.rate > 0) {

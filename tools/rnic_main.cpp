@@ -46,10 +46,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // rnic enlarge-bench's and rnic ladder's usage errors are one line, "rnic NAME: --FLAG: why".
+    // These subcommands' usage errors are one line, "rnic NAME: --FLAG: why".
     for (auto* sub : app.get_subcommands())
-      if (e.get_exit_code() != 0 && (sub->get_name() == "enlarge-bench" ||
-                                     sub->get_name() == "ladder" || sub->get_name() == "stat")) {
+      if (e.get_exit_code() != 0 &&
+          (sub->get_name() == "enlarge-bench" || sub->get_name() == "ladder" ||
+           sub->get_name() == "stat" || sub->get_name() == "soak")) {
         std::cerr << "rnic " << sub->get_name() << ": " << e.what() << "\n";
         return 2;
       }
