@@ -35,6 +35,7 @@ PKGS=(
   clang-19 libclang-rt-19-dev        # libFuzzer targets (fuzz/, scripts/fuzz.sh)
   libibverbs-dev librdmacm-dev       # rdma-core 44's headers: the drop-in libraries' ABI (verbs_abi/)
   rdmacm-utils ibverbs-utils perftest qperf  # unmodified programs run over the drop-in
+  qemu-system-x86 cpio kmod xz-utils zstd bc tcpdump  # the siw interop VM (scripts/siwvm/build.sh)
 )
 
 missing=()

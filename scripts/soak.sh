@@ -52,7 +52,7 @@ fi
   > "$DIR/client.log" 2>&1 &
 CLI=$!
 pace=""
-[ "$RATE" != 0 ] && pace=", at most $RATE operations a second per connection"
+awk -v r="$RATE" 'BEGIN { exit !(r + 0 > 0) }' && pace=", at most $RATE operations a second per connection"
 echo "soak: $QPS connections for $SECONDS_RUN s, a kill every $KILL s, sizes 0..$MAX octets$pace; logs in $DIR"
 
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null; }

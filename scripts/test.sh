@@ -3,6 +3,7 @@
 # runs every test, rebuilds under AddressSanitizer + UndefinedBehaviorSanitizer and runs every
 # test again, then once more under ThreadSanitizer, runs the fuzz smoke (every regression and
 # seed input, then each libFuzzer target briefly), then checks the tree is clang-format clean.
+# Each build after the first compiles while the tests before it run, in the idle scheduling class.
 # What a sanitizer build leaves out: the drop-in libraries and the real programs they serve (an
 # instrumented library cannot load into Debian's uninstrumented programs), the benchmarks (off
 # below, for CI's time), the checks of the sources and of the TSan build's scope (run once, in
@@ -24,6 +25,40 @@ phase() {
   echo "== $1 (at $((SECONDS / 60)) min $((SECONDS % 60)) s, processor $cpu min)"
 }
 bash scripts/install-deps.sh
+# Each sanitizer build, and the fuzz build, starts while the tests before it run, in the idle
+# scheduling class (chrt --idle): it gets only the processor time the tests leave unused, and the
+# tests run as if it were not there (a test's thread that wakes preempts it at once). The test
+# phases kept the 2 cores 73 to 86 % busy (waits on timers, on the network, on other programs):
+# about 2.5 minutes of idle processor in the plain tests alone. The build's output is printed
+# when the tests are done and the script has waited for it; a failed build fails the run.
+BG_PIDS=()
+SIWVM_PID=""
+stop_background() {
+  local p
+  for p in "${BG_PIDS[@]}"; do kill -- "-$p" 2>/dev/null || true; done
+  [ -z "$SIWVM_PID" ] || kill "$SIWVM_PID" 2>/dev/null || true
+}
+trap stop_background EXIT
+# idle_build LOG COMMAND...: starts COMMAND in the background, idle class, own process group;
+# its pid is in BG_PID.
+idle_build() {
+  local log=$1
+  shift
+  setsid -w chrt --idle 0 "$@" > "$log" 2>&1 < /dev/null &
+  BG_PID=$!
+  BG_PIDS+=("$BG_PID")
+}
+# finish_build PID LOG: waits for a build idle_build started, prints its output, and fails the
+# run when it failed.
+finish_build() {
+  local rc=0
+  wait "$1" || rc=$?
+  cat "$2"
+  if [ "$rc" != 0 ]; then
+    echo "== the build above failed (exit $rc; its log: $2)"
+    exit 1
+  fi
+}
 # A real program killed at a test's deadline leaves every thread's backtrace in the log
 # (tests/program_support.hpp): evidence for a hang that does not happen on demand.
 export DROPIN_GDB_ON_HANG=1
@@ -54,16 +89,15 @@ run_ctest() {
 phase "build (warnings are errors)"
 # The siw interop test's VM image (scripts/siwvm/build.sh, cached in build/siwvm) is made while
 # the plain build compiles: about 110 s here (apt's downloads, unpacking the kernel's source,
-# compiling siw.ko), which the test would otherwise spend before its first case. The test calls build.sh again, which finds the
-# image or says why it could not be made (a failure here is only logged).
-# It installs host packages (QEMU) when they are missing: only as root or with sudo that asks
-# no password, and it is stopped if this script ends first.
-SIWVM_PID=""
-if [ "${SIW_INTEROP:-1}" != 0 ] && { [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; }; then
+# compiling siw.ko), which the test would otherwise spend before its first case. The test calls
+# build.sh again, which finds the image or says why it could not be made (a failure here is only
+# logged). install-deps.sh installed the host tools (QEMU): this run installs nothing
+# (SIWVM_HOSTDEPS=0, so no dpkg to interrupt) and is stopped if this script ends first.
+if [ "${SIW_INTEROP:-1}" != 0 ]; then
   mkdir -p build
-  timeout -k 10 600 bash scripts/siwvm/build.sh build/siwvm > build/siwvm-prebuild.log 2>&1 </dev/null &
+  SIWVM_HOSTDEPS=0 timeout -k 10 600 bash scripts/siwvm/build.sh build/siwvm \
+    > build/siwvm-prebuild.log 2>&1 </dev/null &
   SIWVM_PID=$!
-  trap '[ -n "$SIWVM_PID" ] && kill "$SIWVM_PID" 2>/dev/null' EXIT
 fi
 BUILD_DIR=build BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DIWARP_WERROR=ON -DIWARP_SANITIZE=OFF
 if [ -n "$SIWVM_PID" ] && ! wait "$SIWVM_PID"; then
@@ -72,9 +106,6 @@ if [ -n "$SIWVM_PID" ] && ! wait "$SIWVM_PID"; then
 fi
 SIWVM_PID=""
 phase "tests"
-run_ctest build
-
-phase "build with ASan + UBSan"
 # The sanitizer builds keep line tables only (-g1: file and line in every report) and build no
 # benchmarks: full debug info and the bench targets cost CI minutes and no finding. -O0: at -O1
 # an ASan source took 1.7x as long to compile (34 s against 20 s for test_rnic_errors.cpp), more
@@ -82,29 +113,42 @@ phase "build with ASan + UBSan"
 # 10.4 against 12.6).
 # One ctest per googletest suite (IWARP_CTEST_PER_SUITE): an ASan unit_tests takes half a second to
 # start, a TSan one a seventh, and one ctest per test started them some 870 times per build.
-BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DIWARP_WERROR=ON -DIWARP_SANITIZE=ON \
-  -DIWARP_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DIWARP_CTEST_PER_SUITE=ON
+idle_build build/asan-build.log env BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh \
+  -DIWARP_WERROR=ON -DIWARP_SANITIZE=ON -DIWARP_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+  -DIWARP_CTEST_PER_SUITE=ON
+ASAN_BUILD=$BG_PID
+run_ctest build
+
+phase "build with ASan + UBSan (started with the tests above)"
+finish_build "$ASAN_BUILD" build/asan-build.log
 phase "tests under ASan + UBSan"
 # Two tests whose time goes to programs of others, on what the plain build's tests already
 # checked: HtmlViewBrowser (a headless browser renders the pages HtmlView.* write) and
 # SiwSignatures (tshark reads committed captures of siw's wire).
 SANITIZER_EXCLUDE='^(HtmlViewBrowser|SiwSignatures\.ReadSiwsOwnWire)$'
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_ctest build-asan -E "$SANITIZER_EXCLUDE"
-
-phase "build with TSan"
 # gcc 12 refuses (-Wtsan, an error with -Werror) the std::atomic_thread_fence in Boost.Asio's
 # fenced blocks, which ThreadSanitizer does not model; Asio's handler queues are ordered by its
 # mutexes anyway, so its fenced blocks are compiled out of this build.
-BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DIWARP_WERROR=ON -DIWARP_TSAN=ON \
-  -DIWARP_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS=-DBOOST_ASIO_DISABLE_FENCED_BLOCK \
+idle_build build/tsan-build.log env BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh \
+  -DIWARP_WERROR=ON -DIWARP_TSAN=ON -DIWARP_BUILD_BENCH=OFF \
+  -DCMAKE_CXX_FLAGS=-DBOOST_ASIO_DISABLE_FENCED_BLOCK \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DIWARP_CTEST_PER_SUITE=ON
+TSAN_BUILD=$BG_PID
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_ctest build-asan -E "$SANITIZER_EXCLUDE"
+
+phase "build with TSan (started with the tests above)"
+finish_build "$TSAN_BUILD" build/tsan-build.log
 phase "tests under TSan"
+# The fuzz targets' build (clang 19), idle class like the others.
+idle_build build/fuzz-build.log bash scripts/fuzz.sh --build-only
+FUZZ_BUILD=$BG_PID
 # The rnic processes some tests spawn inherit TSAN_OPTIONS: a race there fails its test too.
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   run_ctest build-tsan -E "$SANITIZER_EXCLUDE"
 
-phase "fuzz smoke"
+phase "fuzz smoke (its build started with the tests above)"
+finish_build "$FUZZ_BUILD" build/fuzz-build.log
 # Every input in fuzz/regressions/ and fuzz/corpus/ once, then 20 s of fuzzing per target
 # (clang 19, ASan + UBSan); a crash, leak, hang or broken invariant fails the run.
 bash scripts/fuzz.sh --smoke

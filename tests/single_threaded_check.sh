@@ -10,7 +10,9 @@ set -euo pipefail
 UNIT_TESTS=${1:?usage: single_threaded_check.sh UNIT_TESTS [LIST]}
 LIST=${2:-$(cd "$(dirname "$0")" && pwd)/single_threaded_sources.txt}
 HERE=$(cd "$(dirname "$0")" && pwd)
-command -v strace >/dev/null || { echo "single_threaded_check: strace is not installed" >&2; exit 2; }
+for tool in strace python3; do
+  command -v "$tool" >/dev/null || { echo "single_threaded_check: $tool is not installed" >&2; exit 2; }
+done
 [ -x "$UNIT_TESTS" ] || { echo "single_threaded_check: no unit_tests at $UNIT_TESTS" >&2; exit 2; }
 [ -r "$LIST" ] || { echo "single_threaded_check: cannot read $LIST" >&2; exit 2; }
 BUILD=$(cd "$(dirname "$UNIT_TESTS")/.." && pwd)
@@ -30,14 +32,17 @@ checked=0
 # their stdin and cannot eat the rest of it.
 while read -r source <&3; do
   listed=$((listed + 1))
-  filter=$(python3 "$HERE/strace_verdict.py" tests "$WORK/tests.json" "$source")
+  filter=$(python3 "$HERE/strace_verdict.py" tests "$WORK/tests.json" "$source") ||
+    { echo "single_threaded_check: cannot read googletest's list of tests" >&2; exit 2; }
   if [ -z "$filter" ]; then
     echo "$source: no test of unit_tests comes from $source.cpp (a stale entry in $LIST?)"
     fail=1
     continue
   fi
   rc=0
-  timeout -k 10 600 strace -f -qq --seccomp-bpf -e trace=clone,clone3,fork,vfork,execve \
+  # -q, not -qq: the "+++ exited" lines tell a pid used again from the one before it.
+  timeout -k 10 600 strace -f -q --seccomp-bpf -e trace=clone,clone3,fork,vfork,execve,execveat \
+    -e signal=none \
     -o "$WORK/$source.trace" "$UNIT_TESTS" --gtest_filter="$filter" --gtest_brief=1 \
     > "$WORK/$source.out" 2>&1 </dev/null || rc=$?
   if [ "$rc" != 0 ]; then
@@ -46,7 +51,8 @@ while read -r source <&3; do
     fail=1
     continue
   fi
-  verdict=$(python3 "$HERE/strace_verdict.py" trace "$WORK/$source.trace" "$BUILD")
+  verdict=$(python3 "$HERE/strace_verdict.py" trace "$WORK/$source.trace" "$BUILD") ||
+    { echo "single_threaded_check: cannot read the trace of $source" >&2; exit 2; }
   if [ -n "$verdict" ]; then
     echo "$source: $verdict, so the TSan build must compile it (take it out of $LIST)"
     fail=1

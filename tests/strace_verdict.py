@@ -5,16 +5,16 @@
       the googletest filter (Suite.Name:...) of every test whose file is SOURCE.cpp, from
       `unit_tests --gtest_list_tests --gtest_output=json:TESTS_JSON`; empty when there is none.
   strace_verdict.py trace TRACE BUILD_DIR
-      what a `strace -f -e trace=clone,clone3,fork,vfork,execve -o TRACE unit_tests ...` run shows
-      of our code beyond the test's own thread: "starts a thread", "runs PATH"; empty when
-      nothing.
+      what a `strace -f -q -e trace=clone,clone3,fork,vfork,execve,execveat -e signal=none
+      -o TRACE unit_tests ...` run shows of our code beyond the test's own thread: "starts a
+      thread", "runs PATH"; empty when nothing.
 
 strace -f writes "PID call(...) = RESULT"; a call another process interrupts is split into
 "PID call(... <unfinished ...>" and "PID <... call resumed> ...) = RESULT". A process is ours
 (the test process, or a child forked from one of ours that has not run another program) or
 another program's (tshark, sh). A clone with CLONE_THREAD in a process of ours is a thread of
-ours; an execve of the rnic tool, of unit_tests or of anything in the build tree runs our code
-in another process.
+ours; a successful execve of the rnic tool, of unit_tests or of anything in the build tree runs
+our code in another process. "+++ exited" lines (kept by -q, unlike -qq) end a pid's life.
 """
 import json
 import os
@@ -29,62 +29,91 @@ def tests_of(tests_json, source):
                     if os.path.basename(test.get("file", "")) == source + ".cpp")
 
 
+OURS = ("rnic", "unit_tests")
+
+
+def runs_ours(path, build):
+    """Whether an execve of path runs a program of ours: the rnic tool, unit_tests, anything in
+    the build tree, or a relative path (our programs are run by their build paths; other
+    programs are found on PATH, which gives absolute ones). /proc/self/exe is judged by who
+    runs it."""
+    return (path.startswith(build) or os.path.basename(path) in OURS
+            or not path.startswith("/"))
+
+
 def verdict(trace, build):
-    lines = [line.split(None, 1) for line in open(trace).read().splitlines()]
-    lines = [parts for parts in lines if len(parts) == 2]
     build = build.rstrip("/") + "/"
-    main = lines[0][0] if lines else ""
-    # First pass: who made each process or thread (its parent and the line of the call), and
-    # from which line each one runs another program. strace may print a child's first calls
-    # before its parent's "= PID", so this cannot be decided line by line.
-    parent = {}    # pid -> (parent pid, index of the parent's clone line)
-    foreign = {}   # pid -> index of its successful execve of a program not ours
+    # One pass gives every line its process incarnation: a pid counts anew after its "+++ exited"
+    # or "+++ killed" line (pids are reused; pid_max is 32768 here). strace may print a child's
+    # first calls before its parent's "= PID", so whether a line runs our code is decided after.
+    current = {}   # pid -> its live incarnation
+    parent = {}    # incarnation -> (parent incarnation, index of the parent's clone line)
+    foreign = {}   # incarnation -> index of its successful execve of a program not ours
     unfinished = {}  # pid -> index of its unfinished clone line
     exec_path = {}   # pid -> the program of its last execve call (finished or not)
-    ours_names = ("rnic", "unit_tests")
-    for i, (pid, rest) in enumerate(lines):
+    events = []    # (line index, incarnation, "thread" | "runs PATH")
+    count = 0
+
+    def incarnation(pid):
+        nonlocal count
+        if pid not in current:
+            count += 1
+            current[pid] = count
+        return current[pid]
+
+    main = None
+    for i, line in enumerate(open(trace).read().splitlines()):
+        parts = line.split(None, 1)
+        if len(parts) < 2:
+            continue
+        pid, rest = parts
+        me = incarnation(pid)
+        if main is None:
+            main = me
+        if rest.startswith("+++ exited") or rest.startswith("+++ killed"):
+            del current[pid]
+            continue
         if re.match(r"(clone3?|fork|vfork)\(", rest):
+            if "CLONE_THREAD" in rest:
+                events.append((i, me, "starts a thread"))
             result = re.search(r"= (\d+)$", rest)
             if result:
-                parent[result.group(1)] = (pid, i)
+                parent[incarnation(result.group(1))] = (me, i)
             else:
                 unfinished[pid] = i
             continue
         resumed = re.match(r"<\.\.\. (clone3?|fork|vfork) resumed>.*= (\d+)$", rest)
         if resumed:
-            parent[resumed.group(2)] = (pid, unfinished.pop(pid, i))
+            parent[incarnation(resumed.group(2))] = (me, unfinished.pop(pid, i))
             continue
-        execve = re.match(r'execve\("([^"]+)"', rest)
+        execve = re.match(r'execve(at)?\((?:[^,]+, )?"([^"]+)"', rest)
         if execve:
-            exec_path[pid] = execve.group(1)
-        if execve or re.match(r"<\.\.\. execve resumed>", rest):
+            exec_path[pid] = execve.group(2)
+        if (execve or re.match(r"<\.\.\. execve(at)? resumed>", rest)) and re.search(r"= 0$", rest):
             path = exec_path.get(pid, "")
-            if (re.search(r"= 0$", rest) and pid != main and pid not in foreign and
-                    not (path.startswith(build) or os.path.basename(path) in ours_names)):
-                foreign[pid] = i
+            if me != main:
+                if runs_ours(path, build):
+                    events.append((i, me, "runs " + path))
+                elif path == "/proc/self/exe":
+                    events.append((i, me, "again " + path))  # ours if its process is
+                elif me not in foreign:
+                    foreign[me] = i
 
-    def ours(pid, i, depth=0):
-        """Whether pid's process runs our code at line i (a thread or a forked child runs what
-        its parent ran when it was made, until it runs another program)."""
-        if pid == main:
-            return True
-        if pid in foreign and foreign[pid] < i:
-            return False
-        if pid not in parent or depth > 10000:
-            return True  # unknown: assume ours (a false alarm shows, a miss would not)
-        up, at = parent[pid]
-        return ours(up, at, depth + 1)
+    def ours(inc, i):
+        """Whether incarnation inc runs our code at line i: the test process does; a thread or a
+        forked child runs what its parent ran when it was made, until it runs another program."""
+        seen = set()
+        while inc != main:
+            if inc in foreign and foreign[inc] < i:
+                return False
+            if inc not in parent or inc in seen:
+                return True  # unknown: assume ours (a false alarm shows, a miss would not)
+            seen.add(inc)
+            inc, i = parent[inc]
+        return True
 
-    found = set()
-    for i, (pid, rest) in enumerate(lines):
-        if re.match(r"(clone3?|fork|vfork)\(", rest) and "CLONE_THREAD" in rest and ours(pid, i):
-            found.add("starts a thread")
-        execve = re.match(r'execve\("([^"]+)"', rest)
-        if execve and pid != main:
-            path = execve.group(1)
-            if path.startswith(build) or os.path.basename(path) in ("rnic", "unit_tests"):
-                found.add("runs " + path)
-    return ", ".join(sorted(found))
+    return ", ".join(sorted({what.replace("again ", "runs ") for i, inc, what in events
+                             if what.startswith("runs ") or ours(inc, i)}))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Checks tests/strace_verdict.py on strace -f output as strace 6.1 writes it (lines copied from
-real traces of unit_tests, pids and addresses shortened): split calls, a child's calls printed
-before its parent's result, other programs' threads. Run by ctest (TsanScope.StraceVerdict)."""
+"""Checks tests/strace_verdict.py on strace -f -q output in strace 6.1's forms (as in traces of
+unit_tests, with pids and addresses shortened): split calls, a child's calls printed before its
+parent's result, other programs' threads, failed execs, a pid used twice. Run by ctest
+(TsanScope.StraceVerdict)."""
 import os
 import sys
 import tempfile
@@ -11,53 +12,96 @@ import strace_verdict  # noqa: E402
 
 BUILD = "/src/build"
 START = '100 execve("build/tests/unit_tests", ["build/tests/unit_tests"], 0x7ffd /* 41 vars */) = 0\n'
-THREAD_FLAGS = ("CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD|CLONE_SYSVSEM|"
-                "CLONE_SETTLS|CLONE_PARENT_SETTID|CLONE_CHILD_CLEARTID")
-SPAWN = "100 clone3({flags=CLONE_VM|CLONE_VFORK, exit_signal=SIGCHLD, stack=0x7f90}, 88"
+THREAD = ("clone3({flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD|CLONE_SYSVSEM|"
+          "CLONE_SETTLS|CLONE_PARENT_SETTID|CLONE_CHILD_CLEARTID, child_tid=0x7f8, parent_tid=0x7f8,"
+          " exit_signal=0, stack=0x7f7, stack_size=0x7fff80, tls=0x7f8}")
+SPAWN = "clone3({flags=CLONE_VM|CLONE_VFORK, exit_signal=SIGCHLD, stack=0x7f90, stack_size=0x9000}"
+FORK = "clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f"
+# popen("tshark ..."): sh and tshark are other programs, and tshark's threads are not ours, even
+# when their lines come before the test process's "= PID" of the spawn.
+TSHARK = (f"100 {SPAWN} <unfinished ...>\n"
+          '101 execve("/bin/sh", ["sh", "-c", "tshark -r x"], 0x7ffd /* 41 vars */ <unfinished ...>\n'
+          "100 <... clone3 resumed>, 88) = 101\n"
+          "101 <... execve resumed>) = 0\n"
+          f"101 {FORK}) = 102\n"
+          '102 execve("/usr/bin/tshark", ["tshark", "-r", "x"], 0x5636 /* 41 vars */ <unfinished ...>\n'
+          "102 <... execve resumed>) = 0\n"
+          f"102 {THREAD} <unfinished ...>\n"
+          f"103 {THREAD}, 88) = 104\n"
+          "102 <... clone3 resumed> => {parent_tid=[103]}, 88) = 103\n"
+          "104 +++ exited with 0 +++\n"
+          "103 +++ exited with 0 +++\n"
+          "102 +++ exited with 0 +++\n"
+          "101 +++ exited with 0 +++\n")
 
 CASES = {
-    "nothing but the test": (START, ""),
-    "a thread of the test process": (
-        START + f"100 clone3({{flags={THREAD_FLAGS}, child_tid=0x7f}}, 88) = 101\n",
+    "nothing but the test": (START + "100 +++ exited with 0 +++\n", ""),
+    "a thread of the test process": (START + f"100 {THREAD}, 88) = 101\n", "starts a thread"),
+    "a thread of the test process, its clone split by tshark's lines": (
+        START + TSHARK.replace("101 +++ exited with 0 +++\n", "")
+        + f"100 {THREAD} <unfinished ...>\n"
+        f"102 {THREAD}, 88) = 105\n"
+        "100 <... clone3 resumed> => {parent_tid=[106]}, 88) = 106\n",
         "starts a thread"),
-    "a thread, its clone split by another process's line": (
-        START + f"100 clone3({{flags={THREAD_FLAGS}, child_tid=0x7f}} <unfinished ...>\n"
-        "101 execve(\"/bin/sh\", [\"sh\"], 0x7f /* 41 vars */) = 0\n"
-        "100 <... clone3 resumed> => {parent_tid=[102]}, 88) = 102\n",
-        "starts a thread"),
-    # popen("tshark ..."): sh and tshark are other programs; tshark's threads are not ours, even
-    # when tshark's lines come before the test process's "= PID" of the spawn.
-    "tshark through sh, its lines before the spawn's result": (
-        START + SPAWN + " <unfinished ...>\n"
-        '101 execve("/bin/sh", ["sh", "-c", "tshark -r x"], 0x7ffd /* 41 vars */ <unfinished ...>\n'
-        "100 <... clone3 resumed>) = 101\n"
-        "101 <... execve resumed>) = 0\n"
-        "101 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD) = 102\n"
-        '102 execve("/usr/bin/tshark", ["tshark", "-r", "x"], 0x5636 /* 41 vars */ <unfinished ...>\n'
-        "102 <... execve resumed>) = 0\n"
-        f"102 clone3({{flags={THREAD_FLAGS}, child_tid=0x7f}} <unfinished ...>\n"
-        f"103 clone3({{flags={THREAD_FLAGS}, child_tid=0x7f}}, 88) = 104\n"
-        "102 <... clone3 resumed> => {parent_tid=[103]}, 88) = 103\n",
-        ""),
+    "tshark through sh, its lines before the spawn's result": (START + TSHARK, ""),
     "the rnic tool through sh": (
-        START + SPAWN + ") = 101\n"
+        START + f"100 {SPAWN}, 88) = 101\n"
         '101 execve("/bin/sh", ["sh", "-c", "/src/build/rnic decode x"], 0x7ffd /* 41 vars */) = 0\n'
-        "101 clone(child_stack=NULL, flags=SIGCHLD) = 102\n"
+        f"101 {FORK}) = 102\n"
         '102 execve("/src/build/rnic", ["/src/build/rnic", "decode", "x"], 0x56 /* 41 vars */) = 0\n',
         "runs /src/build/rnic"),
     "unit_tests again, by a relative path": (
-        START + "100 fork() = 101\n"
+        START + f"100 {FORK}) = 101\n"
         '101 execve("tests/unit_tests", ["tests/unit_tests", "--child"], 0x7ffd /* 41 vars */) = 0\n',
         "runs tests/unit_tests"),
-    "a forked child of ours that starts a thread, printed before the fork's result": (
-        START + "100 fork( <unfinished ...>\n"
-        f"101 clone3({{flags={THREAD_FLAGS}, child_tid=0x7f}}, 88) = 102\n"
-        "100 <... fork resumed>) = 101\n",
-        "starts a thread"),
     "a program of the build tree": (
-        START + SPAWN + ") = 101\n"
+        START + f"100 {SPAWN}, 88) = 101\n"
         '101 execve("/src/build/tests/dropin_exit_probe", ["dropin_exit_probe"], 0x7 /* 1 var */) = 0\n',
         "runs /src/build/tests/dropin_exit_probe"),
+    "a program of ours by a relative path": (
+        START + f"100 {SPAWN}, 88) = 101\n"
+        '101 execve("./dropin_exit_probe", ["./dropin_exit_probe"], 0x7 /* 1 var */) = 0\n',
+        "runs ./dropin_exit_probe"),
+    "/proc/self/exe from a child of ours runs our code again": (
+        START + f"100 {FORK}) = 101\n"
+        '101 execve("/proc/self/exe", ["unit_tests", "--child"], 0x7 /* 1 var */) = 0\n',
+        "runs /proc/self/exe"),
+    "/proc/self/exe from another program (a browser starting its helpers) does not": (
+        START + f"100 {SPAWN}, 88) = 101\n"
+        '101 execve("/usr/lib/chromium/chromium", ["chromium"], 0x7 /* 1 var */) = 0\n'
+        f"101 {FORK}) = 102\n"
+        '102 execve("/proc/self/exe", ["chromium", "--type=zygote"], 0x7 /* 1 var */) = 0\n',
+        ""),
+    "a forked child of ours that starts a thread, printed before the fork's result": (
+        START + f"100 {FORK} <unfinished ...>\n"
+        f"101 {THREAD}, 88) = 102\n"
+        "100 <... clone resumed>) = 101\n",
+        "starts a thread"),
+    "a forked child that starts a thread and then runs sh": (
+        START + f"100 {FORK}) = 101\n"
+        f"101 {THREAD}, 88) = 102\n"
+        '101 execve("/bin/sh", ["sh", "-c", "true"], 0x7ffd /* 41 vars */) = 0\n',
+        "starts a thread"),
+    "a child whose execve fails keeps our code, and its thread is ours": (
+        START + f"100 {FORK}) = 101\n"
+        '101 execve("/usr/local/bin/tshark", ["tshark"], 0x7ffd /* 41 vars */) = -1 ENOENT (No such file or directory)\n'
+        f"101 {THREAD}, 88) = 102\n",
+        "starts a thread"),
+    "a failed execve in the build tree (sh searching PATH) runs nothing": (
+        START + f"100 {SPAWN}, 88) = 101\n"
+        '101 execve("/bin/sh", ["sh", "-c", "tshark"], 0x7ffd /* 41 vars */) = 0\n'
+        f"101 {FORK}) = 102\n"
+        '102 execve("/src/build/tshark", ["tshark"], 0x5636 /* 41 vars */) = -1 ENOENT (No such file or directory)\n'
+        '102 execve("/usr/bin/tshark", ["tshark"], 0x5636 /* 41 vars */) = 0\n'
+        f"102 {THREAD}, 88) = 103\n",
+        ""),
+    "a pid used again: sh's, then a fork of ours that starts a thread": (
+        START + f"100 {SPAWN}, 88) = 101\n"
+        '101 execve("/bin/sh", ["sh", "-c", "true"], 0x7ffd /* 41 vars */) = 0\n'
+        "101 +++ exited with 0 +++\n"
+        f"100 {FORK}) = 101\n"
+        f"101 {THREAD}, 88) = 102\n",
+        "starts a thread"),
 }
 
 failed = 0

@@ -27,7 +27,9 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench/process_probes.hpp"
@@ -698,6 +700,21 @@ int run_client(const SoakOptions& o) {
   return ok ? 0 : 1;
 }
 
+// A number that is 0 or within [lo, hi] (--kill-every, --rate); anything else is refused with
+// `message`. `desc` is what --help shows.
+CLI::Validator zero_or_between(double lo, double hi, std::string message, std::string desc) {
+  return CLI::Validator(
+      [lo, hi, message = std::move(message)](std::string& v) -> std::string {
+        double x = -1;
+        try {
+          x = std::stod(v);
+        } catch (const std::exception&) {
+        }
+        return x == 0 || (x >= lo && x <= hi) ? "" : message;
+      },
+      std::move(desc));
+}
+
 }  // namespace
 
 Runner add_soak_command(CLI::App& app) {
@@ -725,30 +742,12 @@ Runner add_soak_command(CLI::App& app) {
   sub->add_option("--kill-every", o->kill_every,
                   "Client: tear one random connection down (work requests in flight) and reopen\n"
                   "it every this many seconds (0: never)")
-      ->check(CLI::Validator(
-          [](std::string& v) -> std::string {
-            double x = -1;
-            try {
-              x = std::stod(v);
-            } catch (const std::exception&) {
-            }
-            return x == 0 || (x >= 0.1 && x <= 3600) ? "" : "0 (never) or 0.1 .. 3600 seconds";
-          },
-          "0 or 0.1..3600"))
+      ->check(zero_or_between(0.1, 3600, "0 (never) or 0.1 .. 3600 seconds", "0 or 0.1..3600"))
       ->capture_default_str();
   sub->add_option("--rate", o->rate,
                   "Client: at most this many operations a second on each connection (0: as fast\n"
                   "as they complete); a paced soak leaves the machine's cores to other work")
-      ->check(CLI::Validator(
-          [](std::string& v) -> std::string {
-            double x = -1;
-            try {
-              x = std::stod(v);
-            } catch (const std::exception&) {
-            }
-            return x == 0 || (x >= 0.1 && x <= 1e6) ? "" : "0 (unpaced) or 0.1 .. 1000000";
-          },
-          "0 or 0.1..1e6"))
+      ->check(zero_or_between(0.1, 1e6, "0 (unpaced) or 0.1 .. 1000000", "0 or 0.1..1e6"))
       ->capture_default_str();
   sub->add_option("--max-size", o->max_size,
                   "Largest message in octets (sizes are spread over every power of two below it;\n"
