@@ -15,6 +15,7 @@ for tool in strace python3; do
 done
 [ -x "$UNIT_TESTS" ] || { echo "single_threaded_check: no unit_tests at $UNIT_TESTS" >&2; exit 2; }
 [ -r "$LIST" ] || { echo "single_threaded_check: cannot read $LIST" >&2; exit 2; }
+UNIT_TESTS=$(cd "$(dirname "$UNIT_TESTS")" && pwd)/$(basename "$UNIT_TESTS")
 BUILD=$(cd "$(dirname "$UNIT_TESTS")/.." && pwd)
 # ptrace may be denied (a container without CAP_SYS_PTRACE, yama): say so once.
 strace -f -qq -o /dev/null true </dev/null 2>/dev/null ||
@@ -40,6 +41,9 @@ while read -r source <&3; do
     continue
   fi
   rc=0
+  # In the test program's folder, as ctest runs it: what a test writes to its current folder
+  # stays in the build tree.
+  cd "$(dirname "$UNIT_TESTS")"
   # -q, not -qq: the "+++ exited" lines tell a pid used again from the one before it.
   timeout -k 10 600 strace -f -q --seccomp-bpf -e trace=clone,clone3,fork,vfork,execve,execveat \
     -e signal=none \
