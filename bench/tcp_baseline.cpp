@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -45,6 +46,7 @@ bool read_all(int fd, std::uint8_t* p, std::size_t n) {
   while (n > 0) {
     const ssize_t k = ::recv(fd, p, n, 0);
     if (k < 0 && errno == EINTR) continue;
+    if (k == 0) errno = 0;  // the peer closed: no error code to report
     if (k <= 0) return false;
     p += k;
     n -= static_cast<std::size_t>(k);
@@ -83,6 +85,17 @@ void set_recv_timeout(int fd, std::chrono::milliseconds t) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
+// Waits in slices of 200 ms until fd is readable (data or its end) or stop is set.
+bool wait_readable(int fd, const std::atomic<bool>& stop) {
+  while (!stop.load()) {
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, 200);
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return true;  // the read says what is wrong
+  }
+  return false;
+}
+
 void tcp_server(int listener, std::chrono::milliseconds timeout, ServerShared& shared) {
   set_recv_timeout(listener, timeout);
   const int fd = ::accept(listener, nullptr, nullptr);
@@ -92,8 +105,16 @@ void tcp_server(int listener, std::chrono::milliseconds timeout, ServerShared& s
     return;
   }
   set_nodelay(fd);
+  // Set here, not only inherited from the listener: a connection the kernel completed before
+  // this thread set the listener's timeout would have none.
+  set_recv_timeout(fd, timeout);
   Bytes m, ack(8, 'A');
   for (;;) {
+    // Between messages the connection may rest for as long as the other schemes' cells take
+    // (a 1 MiB cell of each, seconds under a sanitizer): the wait for the next message ends
+    // only when the client stops us or closes. The receive timeout bounds each read once a
+    // message has begun.
+    if (!wait_readable(fd, shared.stop)) break;
     if (!recv_msg(fd, m)) {
       if (!shared.stop.load())
         shared.error = fmt::format("TCP server: the client's message: {}",
