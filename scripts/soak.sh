@@ -111,8 +111,10 @@ fi
 # reach, so a one-minute run's resident set still rises (7.9 MiB in the last third in CI,
 # 2026-11-27) with nothing leaked; LeakSanitizer's check at exit (a leak fails the run) is the
 # leak check there.
+# (An ASan program names __asan_init: imported from libasan when gcc linked it, built in when
+# clang did.)
 asan=0
-ldd "$RNIC" 2>/dev/null | grep -q 'libasan\.' && asan=1
+grep -qaF __asan_init "$RNIC" && asan=1
 growth=$(awk -v q="$QPS" -v asan="$asan" '
   { t[NR] = $1; for (i = 2; i <= 5; i++) v[NR, i] = $i }
   END {

@@ -29,6 +29,7 @@
 #include "process_support.hpp"
 #include "raw_peer.hpp"
 #include "rnic/connection_manager.hpp"  // the engine behind the endpoint
+#include "tests/sanitizers.hpp"
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;
@@ -38,12 +39,8 @@ using namespace std::chrono_literals;
 // The sanitizers' runtime needs descriptors of its own (UBSan's vptr check opens a pipe to
 // probe memory, and reports an invalid vptr when it cannot): a process that runs out of them
 // fails in the sanitizer, not in the code under test. The descriptor tests skip there.
-#if defined(__SANITIZE_ADDRESS__)
+#if IWARP_TEST_ASAN || IWARP_TEST_UBSAN
 #define IWARP_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
-#define IWARP_TEST_SANITIZED 1
-#endif
 #endif
 
 namespace {

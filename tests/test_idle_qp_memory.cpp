@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/sanitizers.hpp"
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;
@@ -41,7 +42,7 @@ EndpointOptions small() {
 }  // namespace
 
 TEST(IdleQpMemory, AnIdleConnectedQpCostsLittleResidentMemory) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if IWARP_TEST_ASAN || IWARP_TEST_TSAN
   // As StreamingDecode.RnicDecodeDoesNotLoadTheFile: under TSan an idle QP shows 124 KiB.
   GTEST_SKIP() << "a sanitizer's quarantine and shadow memory make the resident set no measure";
 #endif

@@ -294,12 +294,10 @@ TEST_P(StreamCutterFraming, WaitsForTheRestOfAnFpduUntilFlush) {
   EXPECT_TRUE(s.is_boundary(emitted));
   EXPECT_LE(emitted, s.fpdus.back().offset) << "part of the incomplete FPDU was cut off";
   c.flush(out);
-  std::uint64_t total = 0;
   Bytes all;
   for (const auto& g : cut.segs) {
     EXPECT_LE(g.payload.size(), mss);
     all.insert(all.end(), g.payload.begin(), g.payload.end());
-    total += g.payload.size();
   }
   EXPECT_EQ(all, Bytes(s.bytes.begin(), s.bytes.end() - static_cast<long>(held_back)));
 }

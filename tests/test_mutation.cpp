@@ -8,6 +8,7 @@
 #include <random>
 
 #include "test_support.hpp"
+#include "tests/sanitizers.hpp"
 
 namespace iwarp::mpa {
 namespace {
@@ -17,14 +18,8 @@ namespace {
 // single-threaded (nothing for TSan to find) and fuzzed under ASan by scripts/fuzz.sh as well.
 std::size_t mutation_count() {
   if (const char* s = std::getenv("IWARP_MUTATIONS")) return std::strtoull(s, nullptr, 10);
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if IWARP_TEST_ASAN || IWARP_TEST_TSAN
   return 200'000;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return 200'000;
-#else
-  return 1'000'000;
-#endif
 #else
   return 1'000'000;
 #endif

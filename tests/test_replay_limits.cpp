@@ -24,6 +24,7 @@
 #include "replay/replay_plan.hpp"
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
+#include "tests/sanitizers.hpp"
 #include "trace/pcap_reader.hpp"
 #include "trace/pcap_writer.hpp"
 #include "trace/trace_decoder.hpp"
@@ -130,7 +131,7 @@ std::uint64_t max_rss() {
 // What a refused capture may cost at most; under ASan its quarantine (256 MiB) keeps freed
 // memory resident, and TSan's shadow memory and its never-reused allocator regions add to
 // every allocation, so the bound is looser there (still far below the gigabytes asked for).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if IWARP_TEST_ASAN || IWARP_TEST_TSAN
 constexpr std::uint64_t kRssBudget = 600ull << 20;
 #else
 constexpr std::uint64_t kRssBudget = 200ull << 20;
@@ -584,7 +585,7 @@ TEST(ReplayLimits, PlaceholderBuffersCountInTheConnectionTotal) {
   EXPECT_LT(cp.cut_short.size(), 10u);
 }
 
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !IWARP_TEST_ASAN && !IWARP_TEST_TSAN
 // The last resort: a plan within the limits that this machine (here: an address space of
 // 512 MiB) cannot give ends in one line and exit status 2, not in an uncaught bad_alloc.
 // (Not under ASan or TSan: their shadow memory needs a far larger address space.)

@@ -25,9 +25,11 @@
 #include <thread>
 #include <vector>
 
+#include "tests/sanitizers.hpp"
+
 #if defined(IWARP_RNIC_BENCH_BUILT)
 #define IWARP_TEST_RNIC_BENCH IWARP_RNIC_BENCH_BUILT
-#elif defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#elif IWARP_TEST_ASAN || IWARP_TEST_TSAN
 #define IWARP_TEST_RNIC_BENCH 0
 #else
 #define IWARP_TEST_RNIC_BENCH 1

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/sanitizers.hpp"
 #include "trace/pcap_reader.hpp"
 #include "trace/tcp_reassembly.hpp"
 #include "trace/trace_decoder.hpp"
@@ -201,7 +202,7 @@ std::pair<std::uint64_t, int> run_rnic(const std::vector<std::string>& args) {
 }
 
 TEST(StreamingDecode, RnicDecodeDoesNotLoadTheFile) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if IWARP_TEST_ASAN || IWARP_TEST_TSAN
   GTEST_SKIP() << "a sanitizer's quarantine and shadow memory make the resident set no measure";
 #endif
   // 48 MiB of Writes: a decoder that loaded the file would be resident with all of it.
