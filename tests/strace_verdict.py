@@ -4,6 +4,12 @@
   strace_verdict.py tests TESTS_JSON SOURCE
       the googletest filter (Suite.Name:...) of every test whose file is SOURCE.cpp, from
       `unit_tests --gtest_list_tests --gtest_output=json:TESTS_JSON`; empty when there is none.
+  strace_verdict.py partition ALL_JSON SELECTED_JSON SOURCE...
+      whether the filter tests/CMakeLists.txt derived from the listed sources selects exactly
+      their tests: ALL_JSON lists every test of unit_tests, SELECTED_JSON those the filter
+      selects. One line per test selected from another source (no ctest of the plain build
+      would run it) and per test of a listed source left out (it would run twice); empty when
+      the filter is exact.
   strace_verdict.py trace TRACE BUILD_DIR
       what a `strace -f -q -e trace=clone,clone3,fork,vfork,execve,execveat -e signal=none
       -o TRACE unit_tests ...` run shows of our code beyond the test's own thread: "starts a
@@ -30,6 +36,22 @@ def tests_of(tests_json, source):
 
 
 OURS = ("rnic", "unit_tests")
+
+
+def files_of(tests_json):
+    tests = json.load(open(tests_json))
+    return {suite["name"] + "." + test["name"]: os.path.basename(test.get("file", ""))
+            for suite in tests["testsuites"] for test in suite["testsuite"]}
+
+
+def partition(all_json, selected_json, sources):
+    every, chosen = files_of(all_json), files_of(selected_json)
+    listed = {source + ".cpp" for source in sources}
+    lines = [f"{name} ({chosen[name]}) is selected, but {chosen[name]} is not listed"
+             for name in sorted(chosen) if chosen[name] not in listed]
+    lines += [f"{name} ({every[name]}) is not selected, though {every[name]} is listed"
+              for name in sorted(every) if every[name] in listed and name not in chosen]
+    return "\n".join(lines)
 
 
 def runs_ours(path, build):
@@ -119,7 +141,10 @@ def verdict(trace, build):
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "tests":
         print(tests_of(sys.argv[2], sys.argv[3]))
+    elif len(sys.argv) >= 4 and sys.argv[1] == "partition":
+        print(partition(sys.argv[2], sys.argv[3], sys.argv[4:]))
     elif len(sys.argv) == 4 and sys.argv[1] == "trace":
         print(verdict(sys.argv[2], sys.argv[3]))
     else:
-        sys.exit("usage: strace_verdict.py tests TESTS_JSON SOURCE | trace TRACE BUILD_DIR")
+        sys.exit("usage: strace_verdict.py tests TESTS_JSON SOURCE | "
+                 "partition ALL_JSON SELECTED_JSON SOURCE... | trace TRACE BUILD_DIR")

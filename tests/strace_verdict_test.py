@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Checks tests/strace_verdict.py on strace -f -q output in strace 6.1's forms (as in traces of
 unit_tests, with pids and addresses shortened): split calls, a child's calls printed before its
-parent's result, other programs' threads, failed execs, a pid used twice. Run by ctest
-(TsanScope.StraceVerdict)."""
+parent's result, other programs' threads, failed execs, a pid used twice; and its judgement of
+the single-threaded sources' filter (a test of another source selected, one of theirs left out).
+Run by ctest (TsanScope.StraceVerdict)."""
+import json
 import os
 import sys
 import tempfile
@@ -104,8 +106,44 @@ CASES = {
         "starts a thread"),
 }
 
+
+def listing(*tests):
+    """googletest's JSON list: (suite, name, file) each."""
+    suites = {}
+    for suite, name, file in tests:
+        suites.setdefault(suite, []).append({"name": name, "file": "/src/tests/" + file})
+    return json.dumps({"testsuites": [{"name": s, "testsuite": t} for s, t in suites.items()]})
+
+
+EVERY = listing(("Crc", "A", "test_crc32c.cpp"), ("Crc", "B", "test_crc32c.cpp"),
+                ("P/Ddp", "C/0", "test_ddp.cpp"), ("Rnic", "D", "test_rnic_cm.cpp"))
+PARTITIONS = {
+    "the filter selects exactly the listed sources' tests": (
+        listing(("Crc", "A", "test_crc32c.cpp"), ("Crc", "B", "test_crc32c.cpp"),
+                ("P/Ddp", "C/0", "test_ddp.cpp")), ["test_crc32c", "test_ddp"], ""),
+    "a test of an unlisted source is selected (a suite shared across sources)": (
+        listing(("Crc", "A", "test_crc32c.cpp"), ("Crc", "B", "test_crc32c.cpp"),
+                ("Rnic", "D", "test_rnic_cm.cpp")), ["test_crc32c"],
+        "Rnic.D (test_rnic_cm.cpp) is selected, but test_rnic_cm.cpp is not listed"),
+    "a test of a listed source is left out (a declaration the filter missed)": (
+        listing(("Crc", "A", "test_crc32c.cpp"), ("Crc", "B", "test_crc32c.cpp")),
+        ["test_crc32c", "test_ddp"],
+        "P/Ddp.C/0 (test_ddp.cpp) is not selected, though test_ddp.cpp is listed"),
+}
+
 failed = 0
 with tempfile.TemporaryDirectory() as tmp:
+    every = os.path.join(tmp, "every.json")
+    with open(every, "w") as f:
+        f.write(EVERY)
+    for name, (selected, sources, expected) in PARTITIONS.items():
+        chosen = os.path.join(tmp, "selected.json")
+        with open(chosen, "w") as f:
+            f.write(selected)
+        got = strace_verdict.partition(every, chosen, sources)
+        if got != expected:
+            print(f"FAIL: {name}: got {got!r}, expected {expected!r}")
+            failed += 1
     for name, (trace, expected) in CASES.items():
         path = os.path.join(tmp, "trace")
         with open(path, "w") as f:
@@ -114,5 +152,6 @@ with tempfile.TemporaryDirectory() as tmp:
         if got != expected:
             print(f"FAIL: {name}: got {got!r}, expected {expected!r}")
             failed += 1
-print(f"{len(CASES) - failed} of {len(CASES)} traces judged right")
+total = len(CASES) + len(PARTITIONS)
+print(f"{total - failed} of {total} traces and filters judged right")
 sys.exit(1 if failed else 0)
