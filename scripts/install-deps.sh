@@ -32,7 +32,7 @@ PKGS=(
   chromium fonts-dejavu-core         # headless browser test of rnic replay --html (tests/test_html_view.cpp)
   librsvg2-bin libxml2-utils         # rsvg-convert: rnic ladder --png; xmllint checks its SVG
   ccache                             # shared compile cache across the plain, sanitizer and fuzz builds
-  clang-19 libclang-rt-19-dev        # libFuzzer targets (fuzz/, scripts/fuzz.sh)
+  clang-19 libclang-rt-19-dev        # libFuzzer targets (fuzz/, scripts/fuzz.sh); test.sh's ASan build
   libibverbs-dev librdmacm-dev       # rdma-core 44's headers: the drop-in libraries' ABI (verbs_abi/)
   rdmacm-utils ibverbs-utils perftest qperf  # unmodified programs run over the drop-in
   qemu-system-x86 cpio kmod xz-utils zstd bc tcpdump  # the siw interop VM (scripts/siwvm/build.sh)

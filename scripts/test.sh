@@ -3,10 +3,11 @@
 # runs every test, rebuilds under AddressSanitizer + UndefinedBehaviorSanitizer and runs every
 # test again, then once more under ThreadSanitizer, runs the fuzz smoke (every regression and
 # seed input, then each libFuzzer target briefly), then checks the tree is clang-format clean.
-# Each build after the first compiles while the tests before it run, in the idle scheduling class.
+# The builds after the first compile one after the other in the background while tests run, in
+# the idle scheduling class (scripts/later-builds.sh).
 # What a sanitizer build leaves out: the drop-in libraries and the real programs they serve (an
 # instrumented library cannot load into Debian's uninstrumented programs), the benchmarks (off
-# below, for CI's time), the checks of the sources and of the TSan build's scope (run once, in
+# in scripts/later-builds.sh, for CI's time), the checks of the sources and of the TSan build's scope (run once, in
 # the plain build), the siw interop test (QEMU's minutes, run by the plain build) and the two
 # tests in SANITIZER_EXCLUDE below; the TSan build also leaves out the test sources that start no
 # thread (tests/single_threaded_sources.txt, checked by the plain build). They run unit_tests a
@@ -25,43 +26,56 @@ phase() {
   echo "== $1 (at $((SECONDS / 60)) min $((SECONDS % 60)) s, processor $cpu min)"
 }
 bash scripts/install-deps.sh
-# Each sanitizer build, and the fuzz build, starts while the tests before it run, in the idle
-# scheduling class (chrt --idle): it runs mostly on the processor time the tests leave unused (a
-# test's thread that wakes preempts it at once; they still share caches, memory and the disk).
-# The test phases kept the 2 cores 73 to 86 % busy (waits on timers, on the network, on other
-# programs): about 2.5 minutes of idle processor in the plain tests alone. The build's output is
-# printed when the tests are done and the script has waited for it; a failed build fails the run.
-# Where the idle class is refused (some sandboxes), nice 19 stands in.
+# The later builds (ASan + UBSan, TSan, the fuzz targets: scripts/later-builds.sh, one after
+# the other) start with the plain build's tests, in the background, in the idle scheduling class
+# (chrt --idle): they run on the processor time the tests leave unused (a test's thread that
+# wakes preempts them at once; they still share caches, memory and the disk). The test phases
+# keep the 2 cores 73 to 86 % busy (waits on timers, on the network, on other programs). Each
+# later test phase waits only for its own build, so a build that ends before the tests beside it
+# hands the idle processor to the next one. A build's output is printed when its tests are about
+# to run; a failed build fails the run. Where the idle class is refused (some sandboxes), nice 19
+# stands in.
 IDLE=(chrt --idle 0)
 if ! ("${IDLE[@]}" true) 2>/dev/null; then IDLE=(nice -n 19); fi
 BG_PID=""
-BG_START=0
 SIWVM_PID=""
 stop_background() {
   [ -z "$BG_PID" ] || kill -- "-$BG_PID" 2>/dev/null || kill "$BG_PID" 2>/dev/null || true
   [ -z "$SIWVM_PID" ] || kill "$SIWVM_PID" 2>/dev/null || true
 }
 trap stop_background EXIT
-# idle_build LOG COMMAND...: starts COMMAND in the background, idle class, in a process group of
-# its own (setsid does not fork here: a background job of a script without job control leads no
-# group); its pid is in BG_PID. One at a time.
-idle_build() {
-  local log=$1
-  shift
-  setsid -w "${IDLE[@]}" "$@" > "$log" 2>&1 < /dev/null &
+# start_later_builds: scripts/later-builds.sh in the background, idle class, in a process group
+# of its own (setsid does not fork here: a background job of a script without job control leads
+# no group); its pid is in BG_PID.
+start_later_builds() {
+  mkdir -p build
+  rm -f build/asan-build.status build/tsan-build.status build/fuzz-build.status
+  setsid -w "${IDLE[@]}" bash scripts/later-builds.sh > build/later-builds.log 2>&1 < /dev/null &
   BG_PID=$!
-  BG_START=$SECONDS
 }
-# finish_build LOG: waits for the build idle_build started, prints its output and how long it
-# ran, and fails the run when it failed.
-finish_build() {
-  local rc=0
-  wait "$BG_PID" || rc=$?
-  BG_PID=""
-  cat "$1" || true
-  echo "== (that build ran $(((SECONDS - BG_START) / 60)) min $(((SECONDS - BG_START) % 60)) s, started with the tests before it)"
+# background_running: whether later-builds.sh still runs (an ended child stays a zombie until it
+# is waited for, which kill -0 cannot tell).
+background_running() {
+  local state
+  state=$(ps -o stat= -p "$BG_PID" 2>/dev/null) || return 1
+  [[ $state != Z* ]]
+}
+# await_build NAME: waits until later-builds.sh has ended build NAME (asan, tsan, fuzz) or has
+# itself ended, prints that build's output and how long it ran, and fails the run when it failed
+# or never ended.
+await_build() {
+  local status=build/$1-build.status rc secs
+  while [ ! -f "$status" ] && background_running; do sleep 1; done
+  if [ ! -f "$status" ]; then
+    echo "== the later builds ended before the $1 build did (build/later-builds.log):"
+    tail -n 20 build/later-builds.log || true
+    exit 1
+  fi
+  read -r rc secs < "$status"
+  cat "build/$1-build.log" || true
+  echo "== (that build ran $((secs / 60)) min $((secs % 60)) s, in the background)"
   if [ "$rc" != 0 ]; then
-    echo "== the build above failed (exit $rc; its log: $1)"
+    echo "== the build above failed (exit $rc; its log: build/$1-build.log)"
     exit 1
   fi
 }
@@ -113,49 +127,36 @@ if [ -n "$SIWVM_PID" ] && ! wait "$SIWVM_PID"; then
 fi
 SIWVM_PID=""
 phase "tests"
-# The sanitizer builds keep line tables only (-g1: file and line in every report) and build no
-# benchmarks: full debug info and the bench targets cost CI minutes and no finding. -O0: at -O1
-# an ASan source took 1.7x as long to compile (34 s against 20 s for test_rnic_errors.cpp), more
-# than the suite's run gained (fresh clones here: build 16 min at -O1 against 7.5 at -O0, tests
-# 10.4 against 12.6). The ASan build is clang 19's (installed for the fuzz targets): it compiles
-# an ASan + UBSan translation unit in half gcc 12's time (the replay library's: 23 s against
-# 45 s; a unit_tests group: 24 s against 48 s), and the other builds keep gcc's warnings and
-# gcc's sanitizers.
-# One ctest per googletest suite (IWARP_CTEST_PER_SUITE): an ASan unit_tests takes half a second to
-# start, a TSan one a seventh, and one ctest per test started them some 870 times per build.
-idle_build build/asan-build.log env BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh \
-  -DCMAKE_CXX_COMPILER=clang++-19 -DIWARP_WERROR=ON -DIWARP_SANITIZE=ON -DIWARP_BUILD_BENCH=OFF \
-  -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DIWARP_CTEST_PER_SUITE=ON
+start_later_builds
 run_ctest build
 
-phase "build with ASan + UBSan (started with the tests above)"
-finish_build build/asan-build.log
+phase "build with ASan + UBSan (in the background since the tests above began)"
+await_build asan
 phase "tests under ASan + UBSan"
+# What runs here must be instrumented (an ASan program names __asan_init).
+if ! grep -qaF __asan_init build-asan/tests/unit_tests || ! grep -qaF __asan_init build-asan/rnic; then
+  echo "== build-asan's unit_tests or rnic is not built with AddressSanitizer: refusing to call its tests ASan's"
+  exit 1
+fi
 # Two tests whose time goes to programs of others, on what the plain build's tests already
 # checked: HtmlViewBrowser (a headless browser renders the pages HtmlView.* write) and
 # SiwSignatures (tshark reads committed captures of siw's wire).
 SANITIZER_EXCLUDE='^(HtmlViewBrowser|SiwSignatures\.ReadSiwsOwnWire)$'
-# gcc 12 refuses (-Wtsan, an error with -Werror) the std::atomic_thread_fence in Boost.Asio's
-# fenced blocks, which ThreadSanitizer does not model; Asio's handler queues are ordered by its
-# mutexes anyway, so its fenced blocks are compiled out of this build.
-idle_build build/tsan-build.log env BUILD_DIR=build-tsan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh \
-  -DIWARP_WERROR=ON -DIWARP_TSAN=ON -DIWARP_BUILD_BENCH=OFF \
-  -DCMAKE_CXX_FLAGS=-DBOOST_ASIO_DISABLE_FENCED_BLOCK \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DIWARP_CTEST_PER_SUITE=ON
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_ctest build-asan -E "$SANITIZER_EXCLUDE"
 
-phase "build with TSan (started with the tests above)"
-finish_build build/tsan-build.log
+phase "build with TSan (in the background)"
+await_build tsan
 phase "tests under TSan"
-# The fuzz targets' build (clang 19), idle class like the others.
-idle_build build/fuzz-build.log bash scripts/fuzz.sh --build-only
 # The rnic processes some tests spawn inherit TSAN_OPTIONS: a race there fails its test too.
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   run_ctest build-tsan -E "$SANITIZER_EXCLUDE"
 
-phase "fuzz smoke (its build started with the tests above)"
-finish_build build/fuzz-build.log
+phase "build of the fuzz targets (in the background)"
+await_build fuzz
+wait "$BG_PID" || true
+BG_PID=""
+phase "fuzz smoke"
 # Every input in fuzz/regressions/ and fuzz/corpus/ once, then 20 s of fuzzing per target
 # (clang 19, ASan + UBSan); a crash, leak, hang or broken invariant fails the run.
 bash scripts/fuzz.sh --smoke

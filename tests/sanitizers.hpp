@@ -30,8 +30,9 @@
 #if defined(__has_feature)
 #if __has_feature(undefined_behavior_sanitizer)
 #define IWARP_TEST_UBSAN 1
+#else
+#define IWARP_TEST_UBSAN 0
 #endif
-#endif
-#ifndef IWARP_TEST_UBSAN
+#else
 #define IWARP_TEST_UBSAN IWARP_TEST_ASAN
 #endif

@@ -41,6 +41,14 @@ if [ "${#sources[@]}" = 0 ]; then
   echo "single_threaded_check: $LIST names no source"
   exit 1
 fi
+# One form only, the one tests/CMakeLists.txt reads (lines that start with test_): an entry it
+# would not read could not be left out of the plain build's list, nor found here.
+for source in "${sources[@]}"; do
+  if ! [[ $source =~ ^test_[a-z0-9_]+$ ]]; then
+    echo "single_threaded_check: $LIST: \"$source\" is not a source's name (test_..., alone on its line)"
+    exit 1
+  fi
+done
 "$UNIT_TESTS" --gtest_list_tests --gtest_filter="$FILTER" --gtest_output="json:$WORK/selected.json" \
   >/dev/null </dev/null ||
   { echo "single_threaded_check: $UNIT_TESTS --gtest_list_tests --gtest_filter=... failed" >&2; exit 2; }
@@ -64,21 +72,26 @@ while read -r source <&3; do
     continue
   fi
   rc=0
-  # In the test program's folder, as ctest runs it: what a test writes to its current folder
-  # stays in the build tree.
-  cd "$(dirname "$UNIT_TESTS")"
+  # In the build folder, where the plain build's other unit_tests ctests run (gtest_discover_tests'
+  # WORKING_DIRECTORY): what a test writes to its current folder stays in the build tree.
+  cd "$BUILD"
   # -q, not -qq: the "+++ exited" lines tell a pid used again from the one before it.
   tracer=(strace -f -q --seccomp-bpf -e trace=clone,clone3,fork,vfork,execve,execveat
           -e signal=none -o "$WORK/$source.trace")
   [ -z "$cannot" ] || tracer=()
   timeout -k 10 600 "${tracer[@]}" "$UNIT_TESTS" --gtest_filter="$filter" --gtest_brief=1 \
-    > "$WORK/$source.out" 2>&1 </dev/null || rc=$?
+    --gtest_output="json:$WORK/$source.json" > "$WORK/$source.out" 2>&1 </dev/null || rc=$?
   if [ "$rc" != 0 ]; then
     echo "$source: its tests exited $rc; their last lines:"
     tail -n 40 "$WORK/$source.out"
     fail=1
     continue
   fi
+  # A test that skipped itself passed, as ctest counts it; it is named here (ctest would have
+  # listed it as skipped).
+  skipped=$(python3 "$HERE/strace_verdict.py" skipped "$WORK/$source.json") ||
+    { echo "single_threaded_check: cannot read the results of $source" >&2; exit 2; }
+  [ -z "$skipped" ] || echo "$source: skipped: $skipped"
   if [ -n "$cannot" ]; then
     checked=$((checked + 1))
     continue

@@ -10,6 +10,9 @@
       selects. One line per test selected from another source (no ctest of the plain build
       would run it) and per test of a listed source left out (it would run twice); empty when
       the filter is exact.
+  strace_verdict.py skipped RESULTS_JSON
+      the tests that skipped themselves (GTEST_SKIP) in googletest's --gtest_output=json
+      results, comma-separated; empty when none did.
   strace_verdict.py trace TRACE BUILD_DIR
       what a `strace -f -q -e trace=clone,clone3,fork,vfork,execve,execveat -e signal=none
       -o TRACE unit_tests ...` run shows of our code beyond the test's own thread: "starts a
@@ -52,6 +55,13 @@ def partition(all_json, selected_json, sources):
     lines += [f"{name} ({every[name]}) is not selected, though {every[name]} is listed"
               for name in sorted(every) if every[name] in listed and name not in chosen]
     return "\n".join(lines)
+
+
+def skipped(results_json):
+    results = json.load(open(results_json))
+    return ", ".join(suite["name"] + "." + test["name"]
+                     for suite in results.get("testsuites", []) for test in suite["testsuite"]
+                     if test.get("result") == "SKIPPED")
 
 
 def runs_ours(path, build):
@@ -143,8 +153,11 @@ if __name__ == "__main__":
         print(tests_of(sys.argv[2], sys.argv[3]))
     elif len(sys.argv) >= 4 and sys.argv[1] == "partition":
         print(partition(sys.argv[2], sys.argv[3], sys.argv[4:]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "skipped":
+        print(skipped(sys.argv[2]))
     elif len(sys.argv) == 4 and sys.argv[1] == "trace":
         print(verdict(sys.argv[2], sys.argv[3]))
     else:
         sys.exit("usage: strace_verdict.py tests TESTS_JSON SOURCE | "
-                 "partition ALL_JSON SELECTED_JSON SOURCE... | trace TRACE BUILD_DIR")
+                 "partition ALL_JSON SELECTED_JSON SOURCE... | skipped RESULTS_JSON | "
+                 "trace TRACE BUILD_DIR")

@@ -2,7 +2,8 @@
 """Checks tests/strace_verdict.py on strace -f -q output in strace 6.1's forms (as in traces of
 unit_tests, with pids and addresses shortened): split calls, a child's calls printed before its
 parent's result, other programs' threads, failed execs, a pid used twice; and its judgement of
-the single-threaded sources' filter (a test of another source selected, one of theirs left out).
+the single-threaded sources' filter (a test of another source selected, one of theirs left out)
+and its reading of skipped tests in googletest's results.
 Run by ctest (TsanScope.StraceVerdict)."""
 import json
 import os
@@ -131,8 +132,19 @@ PARTITIONS = {
         "P/Ddp.C/0 (test_ddp.cpp) is not selected, though test_ddp.cpp is listed"),
 }
 
+# googletest's --gtest_output=json results: a skipped test and a passed one.
+RESULTS = json.dumps({"testsuites": [{"name": "Crc", "testsuite": [
+    {"name": "A", "status": "RUN", "result": "SKIPPED"},
+    {"name": "B", "status": "RUN", "result": "COMPLETED"}]}]})
+
 failed = 0
 with tempfile.TemporaryDirectory() as tmp:
+    results = os.path.join(tmp, "results.json")
+    with open(results, "w") as f:
+        f.write(RESULTS)
+    if strace_verdict.skipped(results) != "Crc.A":
+        print(f"FAIL: skipped tests: got {strace_verdict.skipped(results)!r}, expected 'Crc.A'")
+        failed += 1
     every = os.path.join(tmp, "every.json")
     with open(every, "w") as f:
         f.write(EVERY)
@@ -152,6 +164,6 @@ with tempfile.TemporaryDirectory() as tmp:
         if got != expected:
             print(f"FAIL: {name}: got {got!r}, expected {expected!r}")
             failed += 1
-total = len(CASES) + len(PARTITIONS)
+total = len(CASES) + len(PARTITIONS) + 1
 print(f"{total - failed} of {total} traces and filters judged right")
 sys.exit(1 if failed else 0)
