@@ -36,7 +36,9 @@ for folder in "${!allowed[@]}"; do
     file=${hit%%:*}
     rest=${hit#*:}
     line=${rest%%:*}
-    dep=$(sed -E 's/.*#include "([A-Za-z0-9_]+)\/.*/\1/' <<<"$rest")
+    # (bash's own regex: a sed per include took 25 s of CI's plain tests)
+    [[ $rest =~ include[[:space:]]+\"([A-Za-z0-9_]+)/ ]] || continue
+    dep=${BASH_REMATCH[1]}
     checked=$((checked + 1))
     [ "$dep" = "$folder" ] && continue
     case " ${allowed[$folder]} " in
