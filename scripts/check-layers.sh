@@ -37,7 +37,11 @@ for folder in "${!allowed[@]}"; do
     rest=${hit#*:}
     line=${rest%%:*}
     # (bash's own regex: a sed per include took 25 s of CI's plain tests)
-    [[ $rest =~ include[[:space:]]+\"([A-Za-z0-9_]+)/ ]] || continue
+    if ! [[ $rest =~ include[[:space:]]+\"([A-Za-z0-9_]+)/ ]]; then
+      echo "$file:$line: an include this script cannot read: ${rest#*:}"
+      bad=1
+      continue
+    fi
     dep=${BASH_REMATCH[1]}
     checked=$((checked + 1))
     [ "$dep" = "$folder" ] && continue

@@ -4,11 +4,19 @@
 # test.sh runs this in the background, in the idle scheduling class, from the start of the plain
 # build's tests, and each later test phase waits only for its own build: a build that ends
 # before the tests beside it leaves their unused processor time to the next build, not idle.
-# Each build writes build/NAME-build.log, then build/NAME-build.status ("EXIT_STATUS SECONDS");
-# the first build that fails ends the script with its status.
+# Each build writes build/NAME-build.log, then build/NAME-build.status ("EXIT_STATUS SECONDS
+# RUN", RUN being test.sh's LATER_BUILDS_RUN); the first build that fails ends the script with
+# its status.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-mkdir -p build
+cd "$(dirname "$0")/.." || exit 1
+mkdir -p build || exit 1
+# One chain at a time: one left running by a test.sh that was killed would build into the same
+# trees.
+exec 9> build/later-builds.lock
+if ! flock -n 9; then
+  echo "later-builds.sh: another later-builds.sh is running (an earlier test.sh's?): stop it first"
+  exit 1
+fi
 
 # build NAME COMMAND...
 build() {
@@ -16,7 +24,7 @@ build() {
   shift
   "$@" > "build/$name-build.log" 2>&1 < /dev/null || rc=$?
   # Written whole, then renamed: the waiting test.sh never reads half a status.
-  echo "$rc $((SECONDS - start))" > "build/$name-build.status.part"
+  echo "$rc $((SECONDS - start)) ${LATER_BUILDS_RUN:-}" > "build/$name-build.status.part"
   mv "build/$name-build.status.part" "build/$name-build.status"
   [ "$rc" = 0 ] || exit "$rc"
 }
@@ -35,12 +43,15 @@ build() {
 # A build-asan that another compiler configured (gcc's, before) is removed: CMake would start its
 # cache afresh on the new compiler and keep none of the options below, and the "ASan" tests
 # would run an unsanitized build.
-if [ -f build-asan/CMakeCache.txt ] &&
-   ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++-19$' build-asan/CMakeCache.txt; then
-  echo "build-asan was configured with another compiler: removed, to be configured with clang++-19"
-  rm -rf build-asan
-fi
-build asan env BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh \
+asan_build() {
+  if [ -f build-asan/CMakeCache.txt ] &&
+     ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++-19$' build-asan/CMakeCache.txt; then
+    echo "build-asan was configured with another compiler: removed, to be configured with clang++-19"
+    rm -rf build-asan || return 1
+  fi
+  BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh "$@"
+}
+build asan asan_build \
   -DCMAKE_CXX_COMPILER=clang++-19 -DIWARP_WERROR=ON -DIWARP_SANITIZE=ON -DIWARP_BUILD_BENCH=OFF \
   -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DIWARP_CTEST_PER_SUITE=ON
 

@@ -16,7 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase prints the minutes spent so far (CI must stay within its time) and the processor
 # time the finished commands used (user + system, all cores): on a shared machine the wall clock
-# moves with the neighbours' load, the processor time much less.
+# moves with the neighbours' load, the processor time much less. The later builds' processor
+# time counts once their chain has ended, in the fuzz smoke's figure.
 phase() {
   # cutime + cstime of this shell (fields 16 and 17 of /proc/PID/stat, in clock ticks): the
   # commands it waited for and theirs; `times` would run in the $(...) subshell and print zeros.
@@ -46,32 +47,42 @@ stop_background() {
 trap stop_background EXIT
 # start_later_builds: scripts/later-builds.sh in the background, idle class, in a process group
 # of its own (setsid does not fork here: a background job of a script without job control leads
-# no group); its pid is in BG_PID.
+# no group); its pid is in BG_PID. LATER_BUILDS_RUN marks this run's status files: a chain left
+# running by an earlier test.sh that was killed cannot answer for this one (later-builds.sh also
+# refuses to run beside it).
 start_later_builds() {
   mkdir -p build
   rm -f build/asan-build.status build/tsan-build.status build/fuzz-build.status
+  LATER_BUILDS_RUN="$$.$(date +%s%N)"
+  export LATER_BUILDS_RUN
   setsid -w "${IDLE[@]}" bash scripts/later-builds.sh > build/later-builds.log 2>&1 < /dev/null &
   BG_PID=$!
 }
-# background_running: whether later-builds.sh still runs (an ended child stays a zombie until it
-# is waited for, which kill -0 cannot tell).
+# background_running: whether later-builds.sh still runs, from this shell's own table of jobs
+# (bash reaps an ended job at once, and its pid may then be another process's).
 background_running() {
-  local state
-  state=$(ps -o stat= -p "$BG_PID" 2>/dev/null) || return 1
-  [[ $state != Z* ]]
+  [[ " $(jobs -rp | tr '\n' ' ') " == *" $BG_PID "* ]]
+}
+# build_status NAME: prints "EXIT_STATUS SECONDS" once this run's chain has ended build NAME.
+build_status() {
+  local rc secs run
+  [ -f "build/$1-build.status" ] || return 1
+  read -r rc secs run < "build/$1-build.status" || return 1
+  [ "$run" = "$LATER_BUILDS_RUN" ] || return 1
+  echo "$rc $secs"
 }
 # await_build NAME: waits until later-builds.sh has ended build NAME (asan, tsan, fuzz) or has
 # itself ended, prints that build's output and how long it ran, and fails the run when it failed
 # or never ended.
 await_build() {
-  local status=build/$1-build.status rc secs
-  while [ ! -f "$status" ] && background_running; do sleep 1; done
-  if [ ! -f "$status" ]; then
+  local status rc secs
+  while ! build_status "$1" >/dev/null && background_running; do sleep 1; done
+  if ! status=$(build_status "$1"); then
     echo "== the later builds ended before the $1 build did (build/later-builds.log):"
     tail -n 20 build/later-builds.log || true
     exit 1
   fi
-  read -r rc secs < "$status"
+  read -r rc secs <<< "$status"
   cat "build/$1-build.log" || true
   echo "== (that build ran $((secs / 60)) min $((secs % 60)) s, in the background)"
   if [ "$rc" != 0 ]; then

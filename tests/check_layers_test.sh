@@ -8,9 +8,10 @@ tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
 mkdir -p "$tree/common" "$tree/mpa"
 printf '#include <vector>\n#include "common/bytes.hpp"\n' > "$tree/common/a.cpp"
-printf '  #  include "common/bytes.hpp"\n' > "$tree/mpa/b.cpp"
+printf '  #  include "common/bytes.hpp"\n#\tinclude "mpa/sub/x.hpp"  // "tools/y.hpp"\n' \
+  > "$tree/mpa/b.cpp"
 out=$(bash "$check" "$tree") || { echo "a tree that points down failed: $out"; exit 1; }
-[ "$out" = "layers: 2 project includes, all point down" ] || { echo "unexpected: $out"; exit 1; }
+[ "$out" = "layers: 3 project includes, all point down" ] || { echo "unexpected: $out"; exit 1; }
 printf '\n#include "mpa/mpa_frame.hpp"\n' >> "$tree/common/a.cpp"
 rc=0
 out=$(bash "$check" "$tree") || rc=$?

@@ -25,9 +25,9 @@
 #define IWARP_TEST_TSAN 0
 #endif
 
-// UndefinedBehaviorSanitizer: clang says so; gcc defines nothing for it, and the project builds
-// it only together with ASan (IWARP_SANITIZE).
-#if defined(__has_feature)
+// UndefinedBehaviorSanitizer: clang says so; gcc defines nothing for it (gcc 14's __has_feature
+// does not know it), and the project builds it only together with ASan (IWARP_SANITIZE).
+#if defined(__clang__)
 #if __has_feature(undefined_behavior_sanitizer)
 #define IWARP_TEST_UBSAN 1
 #else
