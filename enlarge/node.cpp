@@ -24,7 +24,10 @@ std::chrono::milliseconds left_until(Clock::time_point deadline) {
 
 std::expected<std::unique_ptr<Node>, std::string> Node::create(Options opts) {
   if (auto why = validate(opts); !why.empty()) return std::unexpected(why);
-  return std::unique_ptr<Node>(new Node(std::move(opts)));
+  const AllocatorTuning* tuning = opts.tune_malloc ? &keep_large_blocks_in_heap() : nullptr;
+  auto node = std::unique_ptr<Node>(new Node(std::move(opts)));
+  node->allocator_ = tuning;
+  return node;
 }
 
 Node::Node(Options opts) : opts_(std::move(opts)) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "enlarge/allocator.hpp"
 #include "enlarge/connection.hpp"
 #include "enlarge/options.hpp"
 
@@ -20,7 +21,8 @@ namespace iwarp::enlarge {
 
 class Node {
  public:
-  // Fails with the reason when the options are out of range.
+  // Fails with the reason when the options are out of range. With opts.tune_malloc, sets the
+  // process's malloc for large messages first (enlarge/allocator.hpp).
   static std::expected<std::unique_ptr<Node>, std::string> create(Options opts);
   ~Node();
   Node(const Node&) = delete;
@@ -50,6 +52,8 @@ class Node {
   std::uint64_t registered_bytes() const;
   const Options& options() const { return opts_; }
   verbs::ibv_context* context() { return ctx_; }
+  // What create() did to the process's malloc (null: tune_malloc was off).
+  const AllocatorTuning* allocator() const { return allocator_; }
 
  private:
   explicit Node(Options opts);
@@ -69,6 +73,7 @@ class Node {
   std::vector<Connection*> credit_waiting_;  // held back a Credit at the last progress()
   std::uint64_t next_id_ = 1;
   Bytes hello_;
+  const AllocatorTuning* allocator_ = nullptr;
 };
 
 }  // namespace iwarp::enlarge

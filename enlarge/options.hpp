@@ -43,6 +43,10 @@ struct Options {
   Mode mode = Mode::Enlarge;
   // The per-process registered-memory budget every registration is charged to (null: none).
   std::shared_ptr<Budget> budget;
+  // Node::create() sets the process's malloc to serve large blocks from a heap it keeps
+  // (enlarge/allocator.hpp): without it a stream of messages above 128 KiB can map and fault
+  // in every page of every message. false leaves the allocator as the program set it.
+  bool tune_malloc = true;
   // MPA options of the connections (CRC, markers, --wire impairments, pcap recording).
   rnic::CmOptions cm;
 };

@@ -80,6 +80,10 @@ void add_enlarge_options(CLI::App& app, EnlargeCli& o) {
                  "it refuses enlargements")
       ->capture_default_str()
       ->group(g);
+  app.add_flag("--malloc-as-is", o.malloc_as_is,
+               "Leave malloc as it is (by default blocks up to 32 MiB come from a heap kept "
+               "mapped, so large messages do not map and fault in their pages each time)")
+      ->group(g);
 }
 
 std::expected<enlarge::Options, std::string> enlarge_options(const EnlargeCli& o,
@@ -89,6 +93,7 @@ std::expected<enlarge::Options, std::string> enlarge_options(const EnlargeCli& o
   e.idle_shrink = std::chrono::milliseconds(o.idle_shrink_ms);
   e.refusal_backoff = std::chrono::milliseconds(o.refusal_backoff_ms);
   if (o.budget) e.budget = std::make_shared<enlarge::Budget>(o.budget);
+  e.tune_malloc = !o.malloc_as_is;
   e.cm = endpoint_options(app).cm;
   if (auto why = enlarge::validate(e); !why.empty()) return std::unexpected(why);
   return e;

@@ -18,7 +18,8 @@ struct EnlargeCli {
   std::string mode = "enlarge";
   int idle_shrink_ms = 0;
   int refusal_backoff_ms = 50;
-  std::uint64_t budget = 0;  // 0: none
+  std::uint64_t budget = 0;   // 0: none
+  bool malloc_as_is = false;  // leave the process's malloc alone (Options::tune_malloc off)
 };
 
 // The names of enlarge::Mode on the command line: enlarge, pieces, rendezvous.
@@ -28,7 +29,8 @@ std::vector<std::string> enlarge_mode_names();
 enlarge::Mode enlarge_mode(const std::string& name);
 
 // Registers --slot-size, --recv-slots, --send-slots, --threshold, --min-enlarged,
-// --max-enlarged, --free-small, --idle-shrink, --refusal-backoff, --mode, --budget.
+// --max-enlarged, --free-small, --idle-shrink, --refusal-backoff, --mode, --budget,
+// --malloc-as-is.
 void add_enlarge_options(CLI::App& app, EnlargeCli& o);
 
 // The options with the CLI's values applied and the MPA options from `app` (--crc, --markers,

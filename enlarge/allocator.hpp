@@ -1,0 +1,31 @@
+// The process's allocator and large messages. glibc's malloc serves a block above
+// M_MMAP_THRESHOLD (128 KiB at first, raised to the largest such block freed) with mmap, and
+// gives the top of the heap back to the kernel once M_TRIM_THRESHOLD (twice the former) is free
+// there. A stream of large messages (the buffers a program posts, the one this library assembles
+// for each message it receives) then maps, faults in page by page and unmaps every message: with
+// four 1 MiB messages in flight through a 4 MB enlarged ring that was 150,000 page faults and a
+// sixth of the throughput (docs/enlarge-bench.md). Message libraries over RDMA set the same
+// knobs for the same reason (MVAPICH2 and Open MPI's memory hooks keep freed memory mapped).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace iwarp::enlarge {
+
+// Blocks up to this size come from the heap, not from mmap of their own.
+inline constexpr std::size_t kHeapBlockLimit = 32u << 20;  // glibc's largest M_MMAP_THRESHOLD
+// This much free memory at the top of a heap stays mapped before it is given back.
+inline constexpr std::size_t kHeapTrimThreshold = 64u << 20;
+
+struct AllocatorTuning {
+  bool applied = false;  // both mallopt() calls took effect
+  std::string text;      // what was done, or why nothing was, in one line
+};
+
+// Sets M_MMAP_THRESHOLD and M_TRIM_THRESHOLD of the process (once: later calls return the
+// first call's answer). Under a sanitizer's allocator, or another malloc, mallopt() is not
+// glibc's and the answer says so.
+const AllocatorTuning& keep_large_blocks_in_heap();
+
+}  // namespace iwarp::enlarge
