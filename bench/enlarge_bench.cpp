@@ -345,6 +345,12 @@ void print_speed_table(const EnlargeBenchConfig& c, const std::vector<SpeedCell>
       "slots of {} B, messages above {} B\nare enlarged (enlarge), sent in pieces (pieces) or "
       "through a buffer registered for them (rendezvous).\n\n",
       c.base.slot_size, c.base.threshold ? c.base.threshold : c.base.slot_size - 16);
+  if (c.base.busy_poll.count() > 0)
+    std::cout << fmt::format(
+        "Busy polling (--busy-poll {}): the enlarge, pieces and rendezvous nodes and both "
+        "ends of plain\nWrite poll their completion queues and run the receive path on their "
+        "own threads; raw TCP blocks.\n\n",
+        c.base.busy_poll.count());
   std::cout << fmt::format("{:>9}  {:<10} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "size", "scheme",
                            "latency us", "MB/s", "lat x TCP", "tput x TCP", "tput x Write");
   std::uint64_t prev = 0;
@@ -382,8 +388,9 @@ std::expected<SpeedPart, std::string> run_speed_part(const EnlargeBenchConfig& c
                                                      std::vector<CsvRow>& csv) {
   auto clients = start_clients(c);
   if (!clients) return std::unexpected(clients.error());
-  auto write = WritePair::start(c.base.cm, std::ranges::max(c.sizes),
-                                std::chrono::milliseconds(c.timeout_ms));
+  auto write =
+      WritePair::start(c.base.cm, std::ranges::max(c.sizes),
+                       std::chrono::milliseconds(c.timeout_ms), c.base.busy_poll.count() > 0);
   if (!write) return std::unexpected("speed: " + write.error());
   SpeedPart part;
   for (auto& [name, client] : *clients) {

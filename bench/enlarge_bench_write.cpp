@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -26,6 +27,20 @@ struct WritePair::State {
   ibv_mr *csrc_mr = nullptr, *cdst_mr = nullptr, *sdst_mr = nullptr;
   ibv_mr *cnote_mr = nullptr, *snote_mr = nullptr, *note_mr_c = nullptr, *note_mr_s = nullptr;
   std::uint32_t unreaped_c = 0, unreaped_s = 0;  // signaled WRs whose completions wait
+  bool busy_poll = false;
+  std::chrono::milliseconds timeout{10000};
+
+  // The next completion of `cq`: sleeping on the channel, or polling it (busy_poll: the polls
+  // of an unarmed CQ run the device's receive path on this thread).
+  std::expected<ibv_wc, std::string> next(Endpoint& e, ibv_cq* cq) {
+    if (!busy_poll) return e.wait(cq);
+    const auto deadline = Clock::now() + timeout;
+    ibv_wc wc{};
+    while (ibv_poll_cq(cq, 1, &wc) == 0)
+      if (Clock::now() > deadline)
+        return std::unexpected(fmt::format("no completion within {} ms", timeout.count()));
+    return wc;
+  }
 
   // Reaps the send completions of one side, requiring success.
   std::expected<void, std::string> reap(Endpoint& e, std::uint32_t& unreaped, std::uint32_t keep) {
@@ -33,7 +48,7 @@ struct WritePair::State {
     while (unreaped > keep) {
       int k = ibv_poll_cq(e.send_cq(), 32, wc);
       if (k == 0) {
-        auto w = e.wait(e.send_cq());
+        auto w = next(e, e.send_cq());
         if (!w) return std::unexpected(w.error());
         wc[0] = *w;
         k = 1;
@@ -48,7 +63,7 @@ struct WritePair::State {
   }
   // Waits for one announcing Send at `e` and reposts its receive.
   std::expected<void, std::string> await_note(Endpoint& e, std::uint8_t* notes, ibv_mr* mr) {
-    auto w = e.wait(e.recv_cq());
+    auto w = next(e, e.recv_cq());
     if (!w) return std::unexpected(w.error());
     if (w->status != IBV_WC_SUCCESS)
       return std::unexpected(std::string("receive: ") + ibv_wc_status_str(w->status));
@@ -76,8 +91,70 @@ struct WritePair::State {
     ++unreaped;
     return {};
   }
+  // Busy polling: the server side runs on a thread of its own, as the enlarge schemes' servers
+  // do (one thread polling both devices in turn would leave each engine parked for the other's
+  // polls). It answers each note with a Write of echo_size and a note (0: it only counts).
+  std::thread server_thread;
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> echo_size{0}, notes_seen{0};
+  std::string server_error;  // read after notes_seen or after the join
+
+  void serve() {
+    // Spins while the Write cells run; between them (the other schemes' cells) it looks once a
+    // millisecond, so that it does not take a CPU from them.
+    auto last = Clock::now();
+    while (!stop.load()) {
+      ibv_wc wc{};
+      if (ibv_poll_cq(server->recv_cq(), 1, &wc) == 0) {
+        if (Clock::now() - last > std::chrono::milliseconds(2))
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      last = Clock::now();
+      std::expected<void, std::string> r;
+      if (wc.status != IBV_WC_SUCCESS) {
+        r = std::unexpected(std::string("receive: ") + ibv_wc_status_str(wc.status));
+      } else if (const auto i = static_cast<std::size_t>(wc.wr_id);
+                 post_one_recv(server->qp(), snote + i, 1, snote_mr->lkey, i) != 0) {
+        r = std::unexpected("ibv_post_recv: " + ibv_last_error());
+      } else if (const std::uint64_t size = echo_size.load(); size > 0) {
+        r = write(*server, sdst.data(), sdst_mr, size, cdst.data(), cdst_mr, unreaped_s);
+        if (r) r = announce(*server, note_mr_s, unreaped_s);
+        if (r) r = reap(*server, unreaped_s, 0);
+      }
+      if (!r) {
+        server_error = "server: " + r.error();
+        stop = true;
+      }
+      notes_seen.fetch_add(1);
+    }
+  }
+  // Busy polling: waits until the server thread has seen `n` notes in all.
+  std::expected<void, std::string> await_server(std::uint64_t n) {
+    const auto deadline = Clock::now() + timeout;
+    while (notes_seen.load() < n)
+      if (Clock::now() > deadline)
+        return std::unexpected(fmt::format("no note within {} ms", timeout.count()));
+    if (!server_error.empty()) return std::unexpected(server_error);
+    return {};
+  }
+  ~State() {
+    stop = true;
+    if (server_thread.joinable()) server_thread.join();
+  }
+
   // Client writes `size` and announces it; the server writes it back and announces it.
   std::expected<void, std::string> round_trip(std::uint64_t size) {
+    if (busy_poll) {
+      echo_size = size;
+      const std::uint64_t seen = notes_seen.load();
+      if (auto r = write(*client, csrc.data(), csrc_mr, size, sdst.data(), sdst_mr, unreaped_c); !r)
+        return r;
+      if (auto r = announce(*client, note_mr_c, unreaped_c); !r) return r;
+      if (auto r = await_note(*client, cnote, cnote_mr); !r) return r;
+      if (auto r = await_server(seen + 1); !r) return r;
+      return reap(*client, unreaped_c, 0);
+    }
     if (auto r = write(*client, csrc.data(), csrc_mr, size, sdst.data(), sdst_mr, unreaped_c); !r)
       return r;
     if (auto r = announce(*client, note_mr_c, unreaped_c); !r) return r;
@@ -95,8 +172,11 @@ WritePair::WritePair(std::unique_ptr<State> s) : s_(std::move(s)) {}
 WritePair::~WritePair() = default;
 
 std::expected<std::unique_ptr<WritePair>, std::string> WritePair::start(
-    const rnic::CmOptions& cm, std::uint64_t max_size, std::chrono::milliseconds timeout) {
+    const rnic::CmOptions& cm, std::uint64_t max_size, std::chrono::milliseconds timeout,
+    bool busy_poll) {
   auto s = std::make_unique<State>();
+  s->busy_poll = busy_poll;
+  s->timeout = timeout;
   EndpointOptions o;
   o.cm = cm;
   o.cap.max_send_wr = 2 * kOutstanding + 4;
@@ -113,6 +193,7 @@ std::expected<std::unique_ptr<WritePair>, std::string> WritePair::start(
   t.join();
   if (!r) return std::unexpected("write: connecting: " + r.error());
   if (!accepted) return std::unexpected("write: accepting: " + accepted.error());
+
   const auto n = static_cast<std::size_t>(std::max<std::uint64_t>(max_size, 1));
   s->csrc.assign(n, 'W');
   s->cdst.assign(n, 0);
@@ -132,6 +213,11 @@ std::expected<std::unique_ptr<WritePair>, std::string> WritePair::start(
     if (post_one_recv(s->client->qp(), s->cnote + i, 1, s->cnote_mr->lkey, i) != 0 ||
         post_one_recv(s->server->qp(), s->snote + i, 1, s->snote_mr->lkey, i) != 0)
       return std::unexpected("write: ibv_post_recv: " + ibv_last_error());
+  if (busy_poll) {
+    rnic_set_busy_poll(s->server->ctx(), true);
+    rnic_set_busy_poll(s->client->ctx(), true);
+    s->server_thread = std::thread([st = s.get()] { st->serve(); });
+  }
   return std::unique_ptr<WritePair>(new WritePair(std::move(s)));
 }
 
@@ -174,9 +260,14 @@ std::expected<SpeedCell, std::string> WritePair::run(std::uint64_t size, const S
         (seconds_since(t0) >= b.stream_s || (sent + 1) * size >= b.max_bytes))
       break;
   }
+  s.echo_size = 0;  // (busy polling) the server thread only counts the stream's note
+  const std::uint64_t seen = s.notes_seen.load();
   if (auto r = s.announce(*s.client, s.note_mr_c, s.unreaped_c); !r)
     return fail("stream", r.error());
-  if (auto r = s.await_note(*s.server, s.snote, s.snote_mr); !r) return fail("stream", r.error());
+  if (auto r =
+          s.busy_poll ? s.await_server(seen + 1) : s.await_note(*s.server, s.snote, s.snote_mr);
+      !r)
+    return fail("stream", r.error());
   const double secs = seconds_since(t0);
   if (auto r = s.reap(*s.client, s.unreaped_c, 0); !r) return fail("stream", r.error());
   cell.stream_messages = sent;

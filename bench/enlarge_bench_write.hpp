@@ -18,8 +18,12 @@ namespace iwarp::bench {
 class WritePair {
  public:
   // Two endpoints of the verbs shim on 127.0.0.1, buffers of `max_size` registered on both.
+  // `busy_poll`: both devices busy-poll and every wait polls the CQ instead of sleeping on the
+  // channel (the mode of the enlarge schemes' --busy-poll, so the ratio compares like with
+  // like).
   static std::expected<std::unique_ptr<WritePair>, std::string> start(
-      const rnic::CmOptions& cm, std::uint64_t max_size, std::chrono::milliseconds timeout);
+      const rnic::CmOptions& cm, std::uint64_t max_size, std::chrono::milliseconds timeout,
+      bool busy_poll = false);
   ~WritePair();
   WritePair(const WritePair&) = delete;
   WritePair& operator=(const WritePair&) = delete;

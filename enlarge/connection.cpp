@@ -449,15 +449,20 @@ void Connection::handle(const Message& m) {
   }
 }
 
-void Connection::drain_cq() {
+bool Connection::drain_cq(bool only_if_any) {
   ibv_wc wcs[32];
+  bool any = false;
   for (;;) {
     const int n = ibv_poll_cq(cq_, 32, wcs);
     if (n <= 0) break;
+    any = true;
     for (int k = 0; k < n; ++k) complete(wcs[k]);
   }
-  pump(/*defer_credit=*/true);
-  reclaim();
+  if (any || !only_if_any) {
+    pump(/*defer_credit=*/true);
+    reclaim();
+  }
+  return any;
 }
 
 void Connection::complete(const ibv_wc& wc) {

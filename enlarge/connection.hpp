@@ -86,7 +86,9 @@ class Connection {
   void set_established();
   void fail(std::string why, bool disconnect = true);
   void set_closed(std::string why);
-  void drain_cq();  // handles every completion on the CQ
+  // Handles every completion on the CQ, then sends what can go (always, or with
+  // `only_if_any` only when there was a completion). Whether there was one.
+  bool drain_cq(bool only_if_any = false);
   // Sends what can go, runs the idle timer. With `defer_credit`, reposted slots that nothing
   // carried back wait (credit_waiting()) for the next message, or for the node's next
   // progress() call, rather than going in a Credit of their own at once.

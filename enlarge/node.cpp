@@ -32,6 +32,7 @@ std::expected<std::unique_ptr<Node>, std::string> Node::create(Options opts) {
 
 Node::Node(Options opts) : opts_(std::move(opts)) {
   ctx_ = ibv_open_device("rnic0");
+  if (opts_.busy_poll.count() > 0) rnic_set_busy_poll(ctx_, true);
   channel_ = ibv_create_comp_channel(ctx_);
   ech_ = rdma_create_event_channel(ctx_);
   hello_ = encode_hello(Hello{opts_.slot_size, opts_.recv_slots, opts_.mode});
@@ -213,6 +214,13 @@ void Node::progress(std::chrono::milliseconds timeout) {
   credit_waiting_.clear();
   for (auto* c : waiting)
     if (c->credit_waiting()) c->pump();
+  // A node with nothing to do for kSpinIdle blocks at once: idle nodes do not spin.
+  if (opts_.busy_poll.count() > 0 && Clock::now() - last_activity_ < kSpinIdle &&
+      spin(std::min<std::chrono::microseconds>(opts_.busy_poll, timeout))) {
+    last_activity_ = Clock::now();
+    if (timers) pump_timers();
+    return;
+  }
   pollfd fds[2] = {{channel_->fd(), POLLIN, 0}, {ech_->fd(), POLLIN, 0}};
   ::poll(fds, 2, static_cast<int>(timeout.count()));
   // Completion events: arm, then drain (a completion between the two raises a new event).
@@ -228,6 +236,7 @@ void Node::progress(std::chrono::milliseconds timeout) {
   }
   std::ranges::sort(ready);
   ready.erase(std::unique(ready.begin(), ready.end()), ready.end());
+  if (!ready.empty()) last_activity_ = Clock::now();
   for (auto* c : ready) {
     ibv_req_notify_cq(c->cq(), 0);
     c->drain_cq();
@@ -240,9 +249,45 @@ void Node::progress(std::chrono::milliseconds timeout) {
     rdma_ack_cm_event(ev);
     if (dead) rdma_destroy_id(dead);
   }
-  if (timers)
-    for (auto& c : conns_)
-      if (c->wants_pump()) c->pump();
+  if (timers) pump_timers();
+}
+
+void Node::pump_timers() {
+  for (auto& c : conns_)
+    if (c->wants_pump()) c->pump();
+}
+
+// Busy polling: polls every connection's CQ (an unarmed CQ found empty makes this thread run
+// the device's receive path) and the connection events, until something happened or `limit`
+// passed. Then, before the caller blocks, arms every CQ (which hands the engine back to its
+// thread) and polls once more, so a completion that came in between is not left waiting for
+// an event that was never asked for. Whether anything happened.
+bool Node::spin(std::chrono::microseconds limit) {
+  const auto until = Clock::now() + limit;
+  const auto handle = [&] {
+    bool any = false;
+    for (auto& c : conns_) {
+      if (!c->cq()) continue;
+      if (c->drain_cq(/*only_if_any=*/true)) {
+        any = true;
+        if (c->credit_waiting()) credit_waiting_.push_back(c.get());
+      }
+    }
+    rdma_cm_event* ev = nullptr;
+    while (rdma_get_cm_event(ech_, &ev, 0) == 0) {
+      any = true;
+      rdma_cm_id* dead = handle_cm_event(ev);
+      rdma_ack_cm_event(ev);
+      if (dead) rdma_destroy_id(dead);
+    }
+    return any;
+  };
+  do {
+    if (handle()) return true;
+  } while (Clock::now() < until);
+  for (auto& c : conns_)
+    if (c->cq()) ibv_req_notify_cq(c->cq(), 0);
+  return handle();
 }
 
 std::expected<void, std::string> Node::flush(Connection& c, std::chrono::milliseconds timeout) {

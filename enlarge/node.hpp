@@ -39,7 +39,8 @@ class Node {
   // The next connection a peer made to this node's listener, once established.
   std::expected<Connection*, std::string> accept(std::chrono::milliseconds timeout);
 
-  // Waits up to `timeout` for completions or connection events, and handles all there are.
+  // Waits up to `timeout` for completions or connection events, and handles all there are
+  // (with Options::busy_poll, polling for up to that long first: enlarge/options.hpp).
   void progress(std::chrono::milliseconds timeout);
 
   // Blocking conveniences over post/try_recv and progress.
@@ -57,6 +58,8 @@ class Node {
 
  private:
   explicit Node(Options opts);
+  bool spin(std::chrono::microseconds limit);  // busy polling (Options::busy_poll)
+  void pump_timers();
   verbs::rdma_cm_id* handle_cm_event(verbs::rdma_cm_event* ev);
   void handle_connection_event(Connection& c, verbs::rdma_cm_event* ev);
   verbs::rdma_cm_id* accept_request(verbs::rdma_cm_event* ev);
@@ -74,6 +77,10 @@ class Node {
   std::uint64_t next_id_ = 1;
   Bytes hello_;
   const AllocatorTuning* allocator_ = nullptr;
+  // Busy polling spins only while the node is busy: after this long without a completion or a
+  // connection event it blocks at once, until the next one.
+  static constexpr std::chrono::milliseconds kSpinIdle{2};
+  std::chrono::steady_clock::time_point last_activity_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace iwarp::enlarge

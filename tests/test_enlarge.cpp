@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
+#include <time.h>
 
 #include <atomic>
 #include <cmath>
@@ -14,6 +15,7 @@
 
 #include "enlarge/node.hpp"
 #include "rnic/connection_manager.hpp"  // the engine behind the endpoint
+#include "rnic/device.hpp"              // engine statistics (busy polling)
 #include "tests/sanitizers.hpp"
 #include "verbs_shim/endpoint.hpp"
 
@@ -425,6 +427,86 @@ TEST(EnlargeAllocator, MegabyteMessagesDoNotFaultInTheirPagesEachTime) {
   EXPECT_LT(faults, messages * 32)
       << faults << " minor page faults for " << messages << " messages of 1 MiB";
 #endif
+}
+
+// Busy polling (Options::busy_poll): each node driven from a thread of its own, random
+// messages both ways (pieces, enlargement, parts beyond the ring) arrive intact and in order,
+// and the polling threads ran the devices' receive paths themselves.
+TEST(EnlargeBusyPoll, StreamsBothWaysRunOnThePollingThreads) {
+  Options o;
+  o.busy_poll = std::chrono::microseconds(200);
+  o.max_enlarged = 120000;
+  auto server = std::move(*Node::create(o));
+  auto client = std::move(*Node::create(o));
+  const std::uint16_t port = *server->listen("127.0.0.1", 0);
+  constexpr int kMessages = 40;
+  const auto message = [](int i, unsigned side) {
+    const std::size_t sizes[] = {0, 64, 900, 5000, 70000, 300000};
+    return pattern(sizes[static_cast<std::size_t>(i) % 6] + static_cast<std::size_t>(i),
+                   side * 1000 + static_cast<unsigned>(i));
+  };
+  // Each side posts its messages and checks the other's, in order.
+  const auto run = [&](Node& node, Connection* c, unsigned side, std::string& error) {
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    for (int i = 0; i < kMessages; ++i)
+      if (!c->post(message(i, side))) error = "post: " + c->error();
+    int got = 0;
+    while (error.empty() && (got < kMessages || !c->tx_idle())) {
+      if (std::chrono::steady_clock::now() > deadline)
+        error = fmt::format("{} of {}", got, kMessages);
+      node.progress(5ms);
+      while (auto r = c->try_recv()) {
+        if (r->data != message(got, 1 - side)) error = fmt::format("message {} altered", got);
+        ++got;
+      }
+      if (c->state() != Connection::State::Established) error = "connection: " + c->error();
+    }
+  };
+  std::string server_error, client_error;
+  std::thread st([&] {
+    auto a = server->accept(10s);
+    if (!a) {
+      server_error = "accept: " + a.error();
+      return;
+    }
+    run(*server, *a, 0, server_error);
+    // Stay up until the client has all it expects.
+    for (int i = 0; i < 200; ++i) server->progress(1ms);
+  });
+  auto cc = client->connect("127.0.0.1", port, 10s);
+  if (cc) run(*client, *cc, 1, client_error);
+  st.join();
+  ASSERT_TRUE(cc) << cc.error();
+  EXPECT_EQ(client_error, "");
+  EXPECT_EQ(server_error, "");
+  for (Node* n : {server.get(), client.get()})
+    EXPECT_GT(n->context()->dev->engine_stats().polled_handlers, 0u)
+        << "the polling thread never ran the receive path";
+}
+
+// A busy-polling node with nothing to do stops spinning: idle for 2 ms, progress() blocks on
+// the channel at once. Its thread, calling progress() for 0.5 s with a spin as long as each
+// call's timeout, uses a fraction of the CPU time it would spinning.
+TEST(EnlargeBusyPoll, AnIdleNodeBlocksInsteadOfSpinning) {
+  Options o;
+  o.busy_poll = std::chrono::microseconds(50000);
+  Pair p(o, o);
+  auto msg = pattern(3000, 5);
+  ASSERT_TRUE(p.c[0]->post(msg));
+  auto got = p.collect(p.s[0], 1);
+  ASSERT_EQ(got.size(), 1u) << p.c[0]->error() << p.s[0]->error();
+  const auto cpu = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+  };
+  const auto cpu0 = cpu();
+  const auto wall0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - wall0 < 500ms) p.server->progress(50ms);
+  const auto used = std::chrono::duration_cast<std::chrono::milliseconds>(cpu() - cpu0);
+  // Spinning, the thread would use about all of the 500 ms.
+  EXPECT_LT(used.count(), 150) << used.count() << " ms of CPU in 500 ms idle";
+  EXPECT_EQ(p.s[0]->state(), Connection::State::Established);
 }
 
 // With --free-small, the small pre-registered buffer is unregistered and freed once enlarged.

@@ -196,6 +196,26 @@ void expect_one_line(const std::string& out, const std::string& mentions) {
 // The speed part measures every scheme at one size before the next size, so the TCP baseline's
 // connection rests while the others' cells run (for longer than the step timeout under a
 // sanitizer: CI's TSan run of 2026-11-28 failed so). A rest is not a timeout.
+// --busy-poll: every scheme and the plain Write baseline (its server side then on a thread of
+// its own) run polling, and the run says so.
+TEST(EnlargeBench, BusyPollRunsEverySchemeAndTheWriteBaseline) {
+  const std::string csv = temp_path("busy.csv");
+  std::remove(csv.c_str());
+  Process p({"enlarge-bench", "--quick", "--part", "speed", "--sizes", "64,64K", "--busy-poll",
+             "100", "--csv", csv, "--png", ""},
+            "enlarge_bench_busy");
+  ASSERT_EQ(p.wait(std::chrono::seconds(300)), 0) << p.command() << "\n" << p.output();
+  EXPECT_NE(p.output().find("Busy polling (--busy-poll 100)"), std::string::npos) << p.output();
+  const Csv c = read_csv(csv);
+  for (const std::string scheme : {"tcp", "write", "enlarge", "pieces", "rendezvous"})
+    for (const std::string size : {"64", "65536"}) {
+      const Row* r = find_row(c, "speed", scheme, "size_bytes", size, "");
+      ASSERT_NE(r, nullptr) << scheme << " " << size;
+      EXPECT_GT(num(*r, "throughput_MBps"), 0) << scheme << " " << size;
+      EXPECT_GT(num(*r, "latency_median_us"), 0) << scheme << " " << size;
+    }
+}
+
 TEST(EnlargeBench, TcpBaselineOutlivesARestLongerThanTheTimeout) {
   using namespace std::chrono_literals;
   // Wide enough for a sanitizer build on busy cores: each step (the accept, each echo) must

@@ -82,7 +82,7 @@ TEST_P(EnlargeDemo, RandomStreamsBothWaysArriveIntactAndInOrder) {
     EXPECT_GE(granted, c.expect_reenlarge ? 2 : 1) << out;
     EXPECT_GT(writes, granted) << out;  // buffers reused
   }
-  if (std::string(c.name) == "free_small_shrink") {
+  if (std::string(c.name) == "free_small_shrink" || std::string(c.name) == "busy_poll_shrink") {
     EXPECT_GE(number_before(out, "client: sending side:", " release(s)"), 1) << out;
     EXPECT_GE(number_before(out, "client: receiving side:", " time(s)"), 1) << out;
   }
@@ -102,6 +102,11 @@ INSTANTIATE_TEST_SUITE_P(
         DemoCase{"depth1", {"--depth", "1"}, 60, false, true},
         // A budget that refuses most enlargements: pieces carry the rest.
         DemoCase{"tight_budget", {"--budget", "300000", "--refusal-backoff", "20"}, 120, true},
+        // Busy polling: each side's thread runs its receive path; with the idle timer too.
+        DemoCase{"busy_poll", {"--busy-poll", "100"}},
+        DemoCase{"busy_poll_shrink",
+                 {"--busy-poll", "300", "--free-small", "--idle-shrink", "5", "--pause", "30"},
+                 60},
         // The segment path: holes, duplicates, CRC and markers.
         DemoCase{
             "impaired_wire",
@@ -176,6 +181,9 @@ TEST(EnlargeDemoCli, BadFlagsSayWhatIsWrong) {
   Process c({"enlarge-demo"}, "enl_bad3");
   EXPECT_EQ(c.wait(), 2);
   EXPECT_NE(c.output().find("give --server or --client"), std::string::npos) << c.output();
+  Process d({"enlarge-demo", "--server", "--busy-poll", "-5"}, "enl_bad4");
+  EXPECT_EQ(d.wait(), 2);
+  EXPECT_NE(d.output().find("--busy-poll"), std::string::npos) << d.output();
 }
 
 }  // namespace

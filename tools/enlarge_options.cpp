@@ -80,6 +80,12 @@ void add_enlarge_options(CLI::App& app, EnlargeCli& o) {
                  "it refuses enlargements")
       ->capture_default_str()
       ->group(g);
+  app.add_option("--busy-poll", o.busy_poll_us,
+                 "Poll the completion queues for up to this many microseconds before blocking, "
+                 "this thread running the receive path (0: block at once)")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str()
+      ->group(g);
   app.add_flag("--malloc-as-is", o.malloc_as_is,
                "Leave malloc as it is (by default blocks up to 32 MiB come from a heap kept "
                "mapped, so large messages do not map and fault in their pages each time)")
@@ -94,6 +100,7 @@ std::expected<enlarge::Options, std::string> enlarge_options(const EnlargeCli& o
   e.refusal_backoff = std::chrono::milliseconds(o.refusal_backoff_ms);
   if (o.budget) e.budget = std::make_shared<enlarge::Budget>(o.budget);
   e.tune_malloc = !o.malloc_as_is;
+  e.busy_poll = std::chrono::microseconds(o.busy_poll_us);
   e.cm = endpoint_options(app).cm;
   if (auto why = enlarge::validate(e); !why.empty()) return std::unexpected(why);
   return e;

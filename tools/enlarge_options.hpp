@@ -20,6 +20,7 @@ struct EnlargeCli {
   int refusal_backoff_ms = 50;
   std::uint64_t budget = 0;   // 0: none
   bool malloc_as_is = false;  // leave the process's malloc alone (Options::tune_malloc off)
+  int busy_poll_us = 0;       // Options::busy_poll
 };
 
 // The names of enlarge::Mode on the command line: enlarge, pieces, rendezvous.
@@ -30,7 +31,7 @@ enlarge::Mode enlarge_mode(const std::string& name);
 
 // Registers --slot-size, --recv-slots, --send-slots, --threshold, --min-enlarged,
 // --max-enlarged, --free-small, --idle-shrink, --refusal-backoff, --mode, --budget,
-// --malloc-as-is.
+// --malloc-as-is, --busy-poll.
 void add_enlarge_options(CLI::App& app, EnlargeCli& o);
 
 // The options with the CLI's values applied and the MPA options from `app` (--crc, --markers,

@@ -76,6 +76,12 @@ int ibv_close_device(ibv_context* ctx) {
   return 0;
 }
 
+int rnic_set_busy_poll(ibv_context* ctx, bool on) {
+  if (!ctx || !ctx->dev) return EINVAL;
+  ctx->dev->set_busy_poll(on);
+  return 0;
+}
+
 ibv_pd* ibv_alloc_pd(ibv_context* ctx) {
   auto* pd = new ibv_pd;
   pd->context = ctx;

@@ -212,6 +212,11 @@ struct ibv_wc {
 // Devices. The emulated RNIC has no hardware to find: open creates one (engine thread included).
 ibv_context* ibv_open_device(const char* name = "rnic0");
 int ibv_close_device(ibv_context* ctx);
+// This emulator's extension (as a provider's direct verbs, mlx5dv_*, are rdma-core's): with
+// `on`, a thread that polls an unarmed CQ of the device and finds it empty runs the device's
+// receive path itself, the engine thread parked while it polls; arming a CQ hands the engine
+// back (the program is about to block). What `rnic run --busy-poll` sets for the drop-in.
+int rnic_set_busy_poll(ibv_context* ctx, bool on);
 
 ibv_pd* ibv_alloc_pd(ibv_context* ctx);
 int ibv_dealloc_pd(ibv_pd* pd);
