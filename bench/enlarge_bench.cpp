@@ -23,6 +23,7 @@
 #include "bench/process_probes.hpp"
 #include "bench/tcp_baseline.hpp"
 #include "common/byte_units.hpp"
+#include "enlarge/allocator.hpp"
 
 namespace iwarp::bench {
 
@@ -39,14 +40,17 @@ std::string human_bytes(double b) {
   return format_bytes(b, ByteFormat::Significant);
 }
 
-void print_header() {
+void print_header(const enlarge::Options& base) {
   double load = -1;
   std::ifstream("/proc/loadavg") >> load;
+  // The nodes set the process's malloc (enlarge/allocator.hpp): the benchmark says how.
+  const std::string malloc_line = base.tune_malloc ? enlarge::keep_large_blocks_in_heap().text
+                                                   : "malloc: left as it is (--malloc-as-is)";
   std::cout << fmt::format(
                    "rnic enlarge-bench on 127.0.0.1: {} CPUs, load average {:.2f} at the start\n"
                    "(other work on the host slows every scheme; each ratio compares numbers "
-                   "taken moments apart)\n\n",
-                   std::thread::hardware_concurrency(), load)
+                   "taken moments apart)\n{}\n\n",
+                   std::thread::hardware_concurrency(), load, malloc_line)
             << std::flush;
 }
 
@@ -432,7 +436,7 @@ int run_enlarge_bench(const EnlargeBenchConfig& config) {
   ::signal(SIGPIPE, SIG_IGN);  // a peer that is gone is an error, not a signal
   std::optional<std::string> gnuplot;
   if (!config.png.empty()) gnuplot = find_in_path("gnuplot");
-  print_header();
+  print_header(config.base);
   std::vector<CsvRow> csv;
   std::vector<MemRun> mem;
   if (config.memory) {

@@ -36,9 +36,11 @@ struct WritePair::State {
     if (!busy_poll) return e.wait(cq);
     const auto deadline = Clock::now() + timeout;
     ibv_wc wc{};
-    while (ibv_poll_cq(cq, 1, &wc) == 0)
+    while (ibv_poll_cq(cq, 1, &wc) == 0) {
+      if (stop.load() && !server_error.empty()) return std::unexpected(server_error);
       if (Clock::now() > deadline)
         return std::unexpected(fmt::format("no completion within {} ms", timeout.count()));
+    }
     return wc;
   }
 
@@ -97,20 +99,26 @@ struct WritePair::State {
   std::thread server_thread;
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> echo_size{0}, notes_seen{0};
-  std::string server_error;  // read after notes_seen or after the join
+  std::atomic<bool> active{false};  // a Write cell runs: the server thread spins
+  std::string server_error;         // read after notes_seen or after the join
 
   void serve() {
-    // Spins while the Write cells run; between them (the other schemes' cells) it looks once a
-    // millisecond, so that it does not take a CPU from them.
-    auto last = Clock::now();
+    // Spins while a Write cell runs (`active`, set by run()). Between them (the other schemes'
+    // cells) it arms the CQ, which hands the engine back to its thread, and looks once a
+    // millisecond, so that it takes no CPU from them and leaves no engine parked for it.
+    bool armed = false;
     while (!stop.load()) {
       ibv_wc wc{};
       if (ibv_poll_cq(server->recv_cq(), 1, &wc) == 0) {
-        if (Clock::now() - last > std::chrono::milliseconds(2))
+        if (!active.load()) {
+          if (!armed) ibv_req_notify_cq(server->recv_cq(), 0);
+          armed = true;
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        } else {
+          armed = false;  // (an armed CQ's event ends the arm; the engine thread runs till then)
+        }
         continue;
       }
-      last = Clock::now();
       std::expected<void, std::string> r;
       if (wc.status != IBV_WC_SUCCESS) {
         r = std::unexpected(std::string("receive: ") + ibv_wc_status_str(wc.status));
@@ -232,6 +240,12 @@ std::expected<SpeedCell, std::string> WritePair::run(std::uint64_t size, const S
   auto fail = [&](const std::string& what, const std::string& why) {
     return std::unexpected(fmt::format("write, {} bytes, {}: {}", size, what, why));
   };
+  // Busy polling: the server thread spins for this cell, and naps again after it.
+  struct Active {
+    std::atomic<bool>& a;
+    explicit Active(std::atomic<bool>& x) : a(x) { a = true; }
+    ~Active() { a = false; }
+  } active(s.active);
   for (std::size_t i = 0; i < b.warmup; ++i)
     if (auto r = s.round_trip(size); !r) return fail("warm-up", r.error());
   std::vector<double> us;

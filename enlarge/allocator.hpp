@@ -1,11 +1,12 @@
 // The process's allocator and large messages. glibc's malloc serves a block above
-// M_MMAP_THRESHOLD (128 KiB at first, raised to the largest such block freed) with mmap, and
-// gives the top of the heap back to the kernel once M_TRIM_THRESHOLD (twice the former) is free
-// there. A stream of large messages (the buffers a program posts, the one this library assembles
-// for each message it receives) then maps, faults in page by page and unmaps every message: with
-// four 1 MiB messages in flight through a 4 MB enlarged ring that was 150,000 page faults and a
-// sixth of the throughput (docs/enlarge-bench.md). Message libraries over RDMA set the same
-// knobs for the same reason (MVAPICH2 and Open MPI's memory hooks keep freed memory mapped).
+// M_MMAP_THRESHOLD (128 KiB at first, raised to the largest mapped block freed) with mmap, and
+// gives the top of a heap back to the kernel once more than M_TRIM_THRESHOLD is free there
+// (128 KiB at first, twice the mmap threshold once that was raised). A stream of large messages
+// (the buffers a program posts, the one this library assembles for each message it receives) then
+// maps, faults in page by page and unmaps every message: with four 1 MiB messages in flight through
+// a 4 MB enlarged ring that was 150,000 page faults and a sixth of the throughput
+// (docs/enlarge-bench.md). Message libraries over RDMA set the same knobs for the same reason
+// (MVAPICH2 and Open MPI's memory hooks keep freed memory mapped).
 #pragma once
 
 #include <cstddef>
@@ -24,8 +25,9 @@ struct AllocatorTuning {
 };
 
 // Sets M_MMAP_THRESHOLD and M_TRIM_THRESHOLD of the process (once: later calls return the
-// first call's answer). Under a sanitizer's allocator, or another malloc, mallopt() is not
-// glibc's and the answer says so.
+// first call's answer). Leaves malloc alone when GLIBC_TUNABLES sets any glibc.malloc tunable
+// (the user chose). Under ASan's allocator mallopt() refuses and the answer says so; TSan's
+// lets glibc's mallopt() answer, which then tunes nothing that allocates.
 const AllocatorTuning& keep_large_blocks_in_heap();
 
 }  // namespace iwarp::enlarge

@@ -214,15 +214,28 @@ void Node::progress(std::chrono::milliseconds timeout) {
   credit_waiting_.clear();
   for (auto* c : waiting)
     if (c->credit_waiting()) c->pump();
-  // A node with nothing to do for kSpinIdle blocks at once: idle nodes do not spin.
-  if (opts_.busy_poll.count() > 0 && Clock::now() - last_activity_ < kSpinIdle &&
-      spin(std::min<std::chrono::microseconds>(opts_.busy_poll, timeout))) {
-    last_activity_ = Clock::now();
-    if (timers) pump_timers();
-    return;
+  const auto start = Clock::now();
+  if (opts_.busy_poll.count() > 0) {
+    // Polls for up to busy_poll (within the timeout), but not past max(kSpinIdle, busy_poll)
+    // after the last completion or connection event: an idle node blocks at once. It may: every
+    // CQ is armed or has an event waiting on the channel (setup arms each CQ, a CQ's arm ends
+    // only by raising an event, and the blocking path below re-arms every CQ whose event it
+    // takes), so the channel wakes it for whatever comes.
+    const auto until =
+        std::min(start + std::min<Clock::duration>(opts_.busy_poll, timeout),
+                 last_activity_ + std::max<Clock::duration>(kSpinIdle, opts_.busy_poll));
+    if (until > start && spin(until)) {
+      last_activity_ = Clock::now();
+      if (timers) pump_timers();
+      return;
+    }
   }
+  // The rest of the timeout (busy polling took some of it).
+  const auto left = std::max(
+      std::chrono::milliseconds(0),
+      timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start));
   pollfd fds[2] = {{channel_->fd(), POLLIN, 0}, {ech_->fd(), POLLIN, 0}};
-  ::poll(fds, 2, static_cast<int>(timeout.count()));
+  ::poll(fds, 2, static_cast<int>(left.count()));
   // Completion events: arm, then drain (a completion between the two raises a new event).
   std::vector<Connection*> ready;
   for (;;) {
@@ -245,6 +258,7 @@ void Node::progress(std::chrono::milliseconds timeout) {
   for (;;) {
     rdma_cm_event* ev = nullptr;
     if (rdma_get_cm_event(ech_, &ev, 0) != 0) break;
+    last_activity_ = Clock::now();
     rdma_cm_id* dead = handle_cm_event(ev);
     rdma_ack_cm_event(ev);
     if (dead) rdma_destroy_id(dead);
@@ -258,19 +272,20 @@ void Node::pump_timers() {
 }
 
 // Busy polling: polls every connection's CQ (an unarmed CQ found empty makes this thread run
-// the device's receive path) and the connection events, until something happened or `limit`
-// passed. Then, before the caller blocks, arms every CQ (which hands the engine back to its
-// thread) and polls once more, so a completion that came in between is not left waiting for
-// an event that was never asked for. Whether anything happened.
-bool Node::spin(std::chrono::microseconds limit) {
-  const auto until = Clock::now() + limit;
+// the device's receive path) and the connection events, until something happened or `until`.
+// Then, before the caller blocks, arms every CQ (which hands the engine back to its thread)
+// and polls once more, so a completion that came in between is not left waiting for an event
+// that was never asked for. Whether anything happened.
+bool Node::spin(Clock::time_point until) {
   const auto handle = [&] {
     bool any = false;
-    for (auto& c : conns_) {
+    // By index: a completion's handling may run on_event, which may start a connection.
+    for (std::size_t i = 0; i < conns_.size(); ++i) {
+      Connection* c = conns_[i].get();
       if (!c->cq()) continue;
       if (c->drain_cq(/*only_if_any=*/true)) {
         any = true;
-        if (c->credit_waiting()) credit_waiting_.push_back(c.get());
+        if (c->credit_waiting()) credit_waiting_.push_back(c);
       }
     }
     rdma_cm_event* ev = nullptr;
@@ -285,8 +300,8 @@ bool Node::spin(std::chrono::microseconds limit) {
   do {
     if (handle()) return true;
   } while (Clock::now() < until);
-  for (auto& c : conns_)
-    if (c->cq()) ibv_req_notify_cq(c->cq(), 0);
+  for (std::size_t i = 0; i < conns_.size(); ++i)
+    if (conns_[i]->cq()) ibv_req_notify_cq(conns_[i]->cq(), 0);
   return handle();
 }
 

@@ -58,7 +58,7 @@ class Node {
 
  private:
   explicit Node(Options opts);
-  bool spin(std::chrono::microseconds limit);  // busy polling (Options::busy_poll)
+  bool spin(std::chrono::steady_clock::time_point until);  // busy polling (Options::busy_poll)
   void pump_timers();
   verbs::rdma_cm_id* handle_cm_event(verbs::rdma_cm_event* ev);
   void handle_connection_event(Connection& c, verbs::rdma_cm_event* ev);
@@ -77,8 +77,8 @@ class Node {
   std::uint64_t next_id_ = 1;
   Bytes hello_;
   const AllocatorTuning* allocator_ = nullptr;
-  // Busy polling spins only while the node is busy: after this long without a completion or a
-  // connection event it blocks at once, until the next one.
+  // Busy polling spins only while the node is busy: after max(this, busy_poll) without a
+  // completion or a connection event it blocks at once, until the next one.
   static constexpr std::chrono::milliseconds kSpinIdle{2};
   std::chrono::steady_clock::time_point last_activity_ = std::chrono::steady_clock::now();
 };

@@ -46,9 +46,9 @@ struct Options {
   // Busy polling: progress() first polls the node's CQs for up to this long, the polling thread
   // running the device's receive path itself (verbs::rnic_set_busy_poll), and blocks on the
   // completion channel only when nothing came; 0 blocks at once (the engine thread receives and
-  // the channel wakes this thread). A node that had no completion for 2 ms blocks at once
-  // until the next one; each spin polls every connection's CQ: for a few busy connections,
-  // not thousands of idle ones.
+  // the channel wakes this thread). A node that had no completion or connection event for
+  // max(2 ms, busy_poll) blocks at once until the next one; each spin polls every
+  // connection's CQ: for a few busy connections, not thousands of idle ones.
   std::chrono::microseconds busy_poll{0};
   // Node::create() sets the process's malloc to serve large blocks from a heap it keeps
   // (enlarge/allocator.hpp): without it a stream of messages above 128 KiB can map and fault

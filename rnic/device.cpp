@@ -139,6 +139,13 @@ void Device::note_poll() {
     posts_since_poll_.store(0, std::memory_order_relaxed);
 }
 
+// A thread about to wait for the engine to run what it posted (deregister, run_and_wait) may
+// be the very poller the engine thread is parked for: waking it now, rather than at the end of
+// its lease, is what a program that stops polling to wait gets too (end_busy_poll).
+void Device::hand_back_for_wait() {
+  if (busy_poll_.load(std::memory_order_relaxed) && lease_wanted_.load()) end_busy_poll();
+}
+
 void Device::end_busy_poll() {
   last_any_poll_ns_ = 0;  // the program is about to block: its posts go at once again
   if (!lease_wanted_.load()) return;
@@ -179,6 +186,7 @@ bool Device::deregister(STag stag) {
   auto done = std::make_shared<std::promise<bool>>();
   auto result = done->get_future();
   boost::asio::post(io_, [this, stag, done] { done->set_value(revoke_now(stag)); });
+  hand_back_for_wait();
   while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
     // The engine stopped (device shutting down) before it ran the revocation: nothing runs
     // on it any more, so the region can go from here.
@@ -209,6 +217,7 @@ bool Device::run_and_wait(std::function<void()> fn, std::chrono::milliseconds bo
     sh->fn();
     sh->done.set_value();
   });
+  hand_back_for_wait();
   const auto deadline = std::chrono::steady_clock::now() + bound;
   for (;;) {
     const auto left = deadline - std::chrono::steady_clock::now();

@@ -83,6 +83,8 @@ class Device {
   // The program is about to block (it armed a CQ for an event): the engine thread takes over at
   // once instead of after the lease.
   void end_busy_poll();
+  // end_busy_poll() if the engine thread is parked for a poller (deregister, run_and_wait).
+  void hand_back_for_wait();
   static constexpr std::chrono::microseconds kBusyPollLease{250};
   // Tests: a longer lease, so that what a test makes happen while its thread polls is run by
   // that thread even when the machine deschedules it for a while.

@@ -257,6 +257,25 @@ TEST(BusyPoll, TheEngineThreadTakesOverWhenTheProgramStopsPolling) {
   EXPECT_EQ(dst, src);
 }
 
+// A polling thread that unregisters memory waits for the engine thread to take the region out
+// of every QP; parked for that very thread, the engine thread is woken at once (a hand-back),
+// not when its lease runs out (2 s here), as for a program that stops polling to wait.
+TEST(BusyPoll, UnregisteringHandsTheEngineBackInsteadOfWaitingOutTheLease) {
+  std::vector<std::uint8_t> buf(4096);  // outlives the endpoints
+  auto p = connect_pair();
+  auto& dev = device_of(*p.server);
+  dev.set_busy_poll(true);
+  ASSERT_EQ(ping_pong(*p.server, *p.client, 8, 3), "");
+  auto* mr = p.server->reg(buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  dev.set_busy_poll_lease(2s);
+  ASSERT_TRUE(take_engine(dev, p.server->recv_cq()));
+  const auto handbacks = dev.engine_stats().handbacks;
+  ASSERT_TRUE(p.server->dereg(mr));
+  EXPECT_GT(dev.engine_stats().handbacks, handbacks)
+      << "the engine thread ran the revocation only when its lease ran out";
+}
+
 // Arming a CQ (what a program does before it sleeps on the channel) hands the engine back to
 // the engine thread at once, and polling an armed CQ (the poll between ibv_req_notify_cq and
 // waiting for the event) does not take it: the engine thread delivers the event.

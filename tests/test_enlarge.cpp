@@ -365,6 +365,9 @@ TEST(EnlargeAllocator, MegabyteMessagesDoNotFaultInTheirPagesEachTime) {
   auto client = std::move(*Node::create(o));
   ASSERT_NE(client->allocator(), nullptr) << "Node::create sets malloc unless told not to";
   const AllocatorTuning& t = *client->allocator();
+  Options as_is;
+  as_is.tune_malloc = false;
+  EXPECT_EQ((*Node::create(as_is))->allocator(), nullptr) << "tune_malloc = false";
   const std::uint16_t port = *server->listen("127.0.0.1", 0);
   const auto msg = pattern(1u << 20, 77);
   std::atomic<int> received{0};
@@ -479,17 +482,24 @@ TEST(EnlargeBusyPoll, StreamsBothWaysRunOnThePollingThreads) {
   ASSERT_TRUE(cc) << cc.error();
   EXPECT_EQ(client_error, "");
   EXPECT_EQ(server_error, "");
-  for (Node* n : {server.get(), client.get()})
-    EXPECT_GT(n->context()->dev->engine_stats().polled_handlers, 0u)
-        << "the polling thread never ran the receive path";
+  for (Node* n : {server.get(), client.get()}) {
+    const auto es = n->context()->dev->engine_stats();
+    fmt::print("engine handlers: {} on the engine thread, {} on the polling thread\n",
+               es.engine_handlers, es.polled_handlers);
+    // Not all: the engine thread runs what comes while a CQ is armed (from setup until its
+    // first event, and after each spin that found nothing) and the sends that found the
+    // socket full; here 15-45 of 90-165 handlers ran on the polling thread (0 blocking).
+    EXPECT_GE(es.polled_handlers, 5u)
+        << "the polling thread ran the receive path only " << es.polled_handlers << " time(s)";
+  }
 }
 
-// A busy-polling node with nothing to do stops spinning: idle for 2 ms, progress() blocks on
-// the channel at once. Its thread, calling progress() for 0.5 s with a spin as long as each
-// call's timeout, uses a fraction of the CPU time it would spinning.
+// A busy-polling node with nothing to do stops spinning: idle for max(2 ms, busy_poll),
+// progress() blocks on the channel at once. Its thread, calling progress() for 0.5 s with a
+// 10 ms spin and 50 ms timeouts, uses a fraction of the CPU time it would spinning.
 TEST(EnlargeBusyPoll, AnIdleNodeBlocksInsteadOfSpinning) {
   Options o;
-  o.busy_poll = std::chrono::microseconds(50000);
+  o.busy_poll = std::chrono::microseconds(10000);
   Pair p(o, o);
   auto msg = pattern(3000, 5);
   ASSERT_TRUE(p.c[0]->post(msg));

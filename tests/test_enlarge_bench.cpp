@@ -193,9 +193,6 @@ void expect_one_line(const std::string& out, const std::string& mentions) {
   EXPECT_NE(out.find(mentions), std::string::npos) << out;
 }
 
-// The speed part measures every scheme at one size before the next size, so the TCP baseline's
-// connection rests while the others' cells run (for longer than the step timeout under a
-// sanitizer: CI's TSan run of 2026-11-28 failed so). A rest is not a timeout.
 // --busy-poll: every scheme and the plain Write baseline (its server side then on a thread of
 // its own) run polling, and the run says so.
 TEST(EnlargeBench, BusyPollRunsEverySchemeAndTheWriteBaseline) {
@@ -216,6 +213,9 @@ TEST(EnlargeBench, BusyPollRunsEverySchemeAndTheWriteBaseline) {
     }
 }
 
+// The speed part measures every scheme at one size before the next size, so the TCP baseline's
+// connection rests while the others' cells run (for longer than the step timeout under a
+// sanitizer: CI's TSan run of 2026-11-28 failed so). A rest is not a timeout.
 TEST(EnlargeBench, TcpBaselineOutlivesARestLongerThanTheTimeout) {
   using namespace std::chrono_literals;
   // Wide enough for a sanitizer build on busy cores: each step (the accept, each echo) must
