@@ -37,7 +37,8 @@ struct WritePair::State {
     const auto deadline = Clock::now() + timeout;
     ibv_wc wc{};
     while (ibv_poll_cq(cq, 1, &wc) == 0) {
-      if (stop.load() && !server_error.empty()) return std::unexpected(server_error);
+      if (stop.load())
+        return std::unexpected(server_error.empty() ? std::string("stopped") : server_error);
       if (Clock::now() > deadline)
         return std::unexpected(fmt::format("no completion within {} ms", timeout.count()));
     }
@@ -119,6 +120,7 @@ struct WritePair::State {
         }
         continue;
       }
+      armed = false;  // a completion came: the arm, if any, ended with its event
       std::expected<void, std::string> r;
       if (wc.status != IBV_WC_SUCCESS) {
         r = std::unexpected(std::string("receive: ") + ibv_wc_status_str(wc.status));
@@ -140,9 +142,12 @@ struct WritePair::State {
   // Busy polling: waits until the server thread has seen `n` notes in all.
   std::expected<void, std::string> await_server(std::uint64_t n) {
     const auto deadline = Clock::now() + timeout;
-    while (notes_seen.load() < n)
+    while (notes_seen.load() < n) {
+      if (stop.load())
+        return std::unexpected(server_error.empty() ? std::string("stopped") : server_error);
       if (Clock::now() > deadline)
         return std::unexpected(fmt::format("no note within {} ms", timeout.count()));
+    }
     if (!server_error.empty()) return std::unexpected(server_error);
     return {};
   }

@@ -204,6 +204,7 @@ void Node::handle_connection_event(Connection& conn, rdma_cm_event* ev) {
 }
 
 void Node::progress(std::chrono::milliseconds timeout) {
+  const auto entry = Clock::now();
   // The idle-shrink timer needs a look now and then even with no traffic. (The refusal
   // back-off needs none: data waits for nothing while it runs, it goes in pieces.)
   const bool timers = opts_.idle_shrink.count() > 0;
@@ -214,28 +215,30 @@ void Node::progress(std::chrono::milliseconds timeout) {
   credit_waiting_.clear();
   for (auto* c : waiting)
     if (c->credit_waiting()) c->pump();
-  const auto start = Clock::now();
+  const auto deadline = entry + std::max(timeout, std::chrono::milliseconds(0));
   if (opts_.busy_poll.count() > 0) {
-    // Polls for up to busy_poll (within the timeout), but not past max(kSpinIdle, busy_poll)
-    // after the last completion or connection event: an idle node blocks at once. It may: every
-    // CQ is armed or has an event waiting on the channel (setup arms each CQ, a CQ's arm ends
-    // only by raising an event, and the blocking path below re-arms every CQ whose event it
-    // takes), so the channel wakes it for whatever comes.
-    const auto until =
-        std::min(start + std::min<Clock::duration>(opts_.busy_poll, timeout),
-                 last_activity_ + std::max<Clock::duration>(kSpinIdle, opts_.busy_poll));
-    if (until > start && spin(until)) {
+    // Polls (one pass at least) for up to busy_poll within the timeout, but not past
+    // max(kSpinIdle, busy_poll) after the last completion or connection event: an idle node
+    // blocks at once. It may: every CQ is armed or has an event waiting on the channel (setup
+    // arms each CQ, a CQ's arm ends only by raising an event, and the blocking path below
+    // re-arms every CQ whose event it takes), so the channel wakes it for whatever comes.
+    const auto now = Clock::now();
+    const auto busy_for = std::max<Clock::duration>(kSpinIdle, opts_.busy_poll);
+    if (now - last_activity_ < busy_for &&
+        spin(std::max(now,
+                      std::min({entry + opts_.busy_poll, deadline, last_activity_ + busy_for})))) {
       last_activity_ = Clock::now();
       if (timers) pump_timers();
       return;
     }
   }
-  // The rest of the timeout (busy polling took some of it).
-  const auto left = std::max(
-      std::chrono::milliseconds(0),
-      timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start));
+  // What is left of the timeout (busy polling took some of it), to the nanosecond.
+  const auto left = std::max(Clock::duration::zero(), deadline - Clock::now());
+  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(left);
+  const timespec ts{static_cast<time_t>(secs.count()),
+                    static_cast<long>(std::chrono::nanoseconds(left - secs).count())};
   pollfd fds[2] = {{channel_->fd(), POLLIN, 0}, {ech_->fd(), POLLIN, 0}};
-  ::poll(fds, 2, static_cast<int>(left.count()));
+  ::ppoll(fds, 2, &ts, nullptr);
   // Completion events: arm, then drain (a completion between the two raises a new event).
   std::vector<Connection*> ready;
   for (;;) {
@@ -267,8 +270,9 @@ void Node::progress(std::chrono::milliseconds timeout) {
 }
 
 void Node::pump_timers() {
-  for (auto& c : conns_)
-    if (c->wants_pump()) c->pump();
+  // By index: pump() may run on_event, which may start a connection.
+  for (std::size_t i = 0; i < conns_.size(); ++i)
+    if (conns_[i]->wants_pump()) conns_[i]->pump();
 }
 
 // Busy polling: polls every connection's CQ (an unarmed CQ found empty makes this thread run

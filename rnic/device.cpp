@@ -256,7 +256,8 @@ bool Device::stop(std::chrono::milliseconds bound) {
   if (busy_poll_)
     log::layer("engine").info(
         "{}: busy polling: {} handlers ran on polling threads, {} on the engine thread, which "
-        "spent {} lease periods parked and was handed the engine back {} times by arming; {} "
+        "spent {} lease periods parked and was handed the engine back {} times (arming, "
+        "waits for the engine); {} "
         "posts waited for a poll",
         name_, polled_handlers_.load(), engine_handlers_.load(), parks_.load(), handbacks_.load(),
         deferred_posts_.load());

@@ -203,6 +203,8 @@ TEST(EnlargeBench, BusyPollRunsEverySchemeAndTheWriteBaseline) {
             "enlarge_bench_busy");
   ASSERT_EQ(p.wait(std::chrono::seconds(300)), 0) << p.command() << "\n" << p.output();
   EXPECT_NE(p.output().find("Busy polling (--busy-poll 100)"), std::string::npos) << p.output();
+  // What the nodes did to malloc (enlarge/allocator.hpp), in the header.
+  EXPECT_NE(p.output().find("\nmalloc: "), std::string::npos) << p.output();
   const Csv c = read_csv(csv);
   for (const std::string scheme : {"tcp", "write", "enlarge", "pieces", "rendezvous"})
     for (const std::string size : {"64", "65536"}) {
@@ -211,6 +213,22 @@ TEST(EnlargeBench, BusyPollRunsEverySchemeAndTheWriteBaseline) {
       EXPECT_GT(num(*r, "throughput_MBps"), 0) << scheme << " " << size;
       EXPECT_GT(num(*r, "latency_median_us"), 0) << scheme << " " << size;
     }
+}
+
+// A user who set glibc's malloc tunables keeps them: the nodes leave malloc alone and the
+// header says so.
+TEST(EnlargeBench, MallocTunablesOfTheUserAreLeftAlone) {
+  const std::string csv = temp_path("tunables.csv");
+  ::setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1048576", 1);
+  Process p({"enlarge-bench", "--quick", "--part", "speed", "--sizes", "64", "--schemes", "enlarge",
+             "--csv", csv, "--png", ""},
+            "enlarge_bench_tunables");
+  ::unsetenv("GLIBC_TUNABLES");
+  ASSERT_EQ(p.wait(std::chrono::seconds(120)), 0) << p.command() << "\n" << p.output();
+  EXPECT_NE(p.output().find("malloc: left as GLIBC_TUNABLES sets it "
+                            "(glibc.malloc.trim_threshold=1048576)"),
+            std::string::npos)
+      << p.output();
 }
 
 // The speed part measures every scheme at one size before the next size, so the TCP baseline's
