@@ -443,7 +443,10 @@ TEST(EnlargeAllocator, MegabyteMessagesDoNotFaultInTheirPagesEachTime) {
 // and the polling threads ran the devices' receive paths themselves.
 TEST(EnlargeBusyPoll, StreamsBothWaysRunOnThePollingThreads) {
   Options o;
-  o.busy_poll = std::chrono::microseconds(200);
+  // Longer than a gap between messages even under a sanitizer on a loaded machine: with
+  // 200 µs there, spins ran out, armed the CQs and the engine thread did nearly all the work
+  // (CI's ASan run: 0 and 5 handlers on the polling threads).
+  o.busy_poll = std::chrono::microseconds(20000);
   o.max_enlarged = 120000;
   auto server = std::move(*Node::create(o));
   auto client = std::move(*Node::create(o));
