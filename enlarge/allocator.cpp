@@ -12,6 +12,7 @@ const AllocatorTuning& keep_large_blocks_in_heap() {
   static const AllocatorTuning t = [] {
     AllocatorTuning r;
     if (const char* env = std::getenv("GLIBC_TUNABLES"); env && std::strstr(env, "glibc.malloc.")) {
+      r.left_to_user = true;
       r.text = fmt::format("malloc: left as GLIBC_TUNABLES sets it ({})", env);
       return r;
     }

@@ -20,8 +20,9 @@ inline constexpr std::size_t kHeapBlockLimit = 32u << 20;  // glibc's largest M_
 inline constexpr std::size_t kHeapTrimThreshold = 64u << 20;
 
 struct AllocatorTuning {
-  bool applied = false;  // both mallopt() calls took effect
-  std::string text;      // what was done, or why nothing was, in one line
+  bool applied = false;       // both mallopt() calls took effect
+  bool left_to_user = false;  // GLIBC_TUNABLES sets malloc: no mallopt() call was made
+  std::string text;           // what was done, or why nothing was, in one line
 };
 
 // Sets M_MMAP_THRESHOLD and M_TRIM_THRESHOLD of the process (once: later calls return the
