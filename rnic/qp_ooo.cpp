@@ -300,7 +300,6 @@ void QueuePair::receive_segment(TcpSeq seq, Bytes payload,
       if (window != 0 && end - self->rx_.segments->next_seq() > static_cast<std::int32_t>(window))
         return;
     } else {
-      std::lock_guard l(self->mu_);
       self->stats_.bytes_received += p.size();
     }
     self->rx_segment(seq, p);

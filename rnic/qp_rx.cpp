@@ -162,10 +162,7 @@ void QueuePair::tap_inbound(ByteSpan data) {
 
 void QueuePair::rx_data(ByteSpan data) {
   if (tap_wire_.tap) tap_inbound(data);
-  {
-    std::lock_guard l(mu_);
-    stats_.bytes_received += data.size();
-  }
+  stats_.bytes_received += data.size();
   if (tap_wire_.shaper) {
     // A simulation: the stream is cut into segments again and presented out of order.
     tap_wire_.shaper->push(data, [this](TcpSeq seq, ByteSpan p) { rx_segment(seq, p); });
@@ -228,11 +225,8 @@ void QueuePair::rx_drain() {
       const std::size_t n = transport_->read_some(win, ec);
       if (!ec) {
         if (tap_wire_.tap) tap_inbound(ByteSpan(win.data(), n));
-        {
-          std::lock_guard l(mu_);
-          stats_.bytes_received += n;
-          ++stats_.direct_reads;
-        }
+        stats_.bytes_received += n;
+        ++stats_.direct_reads;
         rx_.segments->advance(n);
         rx_.reader->commit_direct(n, *rx_.sink);
         continue;
@@ -390,10 +384,7 @@ MutableByteSpan QueuePair::rx_head(const mpa::FpduHead& h, Delivery how) {
                                                               ? ddp::kTaggedHeaderSize
                                                               : ddp::kUntaggedHeaderSize)));
   rx_.fpdu.raw_rdmap.clear();
-  {
-    std::lock_guard l(mu_);
-    ++stats_.fpdus_received;
-  }
+  ++stats_.fpdus_received;
   if (!rx_.first_fpdu_seen) {
     rx_.first_fpdu_seen = true;
     TxLock tl(tx_mu_);

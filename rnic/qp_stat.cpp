@@ -40,7 +40,6 @@ QpLiveState QueuePair::live_state() const {
     if (tx_.framing && setup_) s.mulpdu = mulpdu();
   }
   s.ord_used = static_cast<std::uint32_t>(orq_.size());
-  Stats st;
   {
     std::lock_guard l(mu_);
     s.error = error_reason_;
@@ -53,8 +52,8 @@ QpLiveState QueuePair::live_state() const {
       s.ord = setup_->initiator ? p.initiator_ord : p.responder_ord;
       s.ird = setup_->initiator ? p.initiator_ird : p.responder_ird;
     }
-    st = stats_;
   }
+  const Stats st = stats();
   if (init_.srq) {
     s.rq_used = static_cast<std::uint32_t>(init_.srq->size());
   }

@@ -186,8 +186,22 @@ std::optional<StreamSetup> QueuePair::setup() const {
 }
 
 QueuePair::Stats QueuePair::stats() const {
-  std::lock_guard l(mu_);
-  return stats_;
+  const auto& c = stats_;
+  return Stats{.fpdus_sent = c.fpdus_sent.load(),
+               .fpdus_received = c.fpdus_received.load(),
+               .bytes_sent = c.bytes_sent.load(),
+               .bytes_received = c.bytes_received.load(),
+               .doorbells = c.doorbells.load(),
+               .tx_batches = c.tx_batches.load(),
+               .direct_reads = c.direct_reads.load(),
+               .posted_inline_batches = c.posted_inline_batches.load(),
+               .posted_inline_wrs = c.posted_inline_wrs.load(),
+               .inline_handoffs = c.inline_handoffs.load(),
+               .ooo_placed = c.ooo_placed.load(),
+               .released = c.released.load(),
+               .crc_errors = c.crc_errors.load(),
+               .terminates_sent = c.terminates_sent.load(),
+               .terminates_received = c.terminates_received.load()};
 }
 
 int QueuePair::post_send(const SendWr& in, std::string* why, bool ring) {
@@ -346,10 +360,7 @@ void QueuePair::engine_doorbell() {
   if (doorbell_pending_.exchange(true)) return;
   boost::asio::post(dev_.io(), [self = shared_from_this()] {
     self->doorbell_pending_ = false;
-    {
-      std::lock_guard l(self->mu_);
-      ++self->stats_.doorbells;
-    }
+    ++self->stats_.doorbells;
     self->tx_kick();
   });
 }
