@@ -150,7 +150,7 @@ class WireEnd final : public Transport {
 
  private:
   void post(WaitHandler h, boost::system::error_code ec) {
-    boost::asio::post(io_, [h = std::move(h), ec] { h(ec); });
+    boost::asio::post(io_, [h = std::move(h), ec]() mutable { h(ec); });
   }
   void wake(Wire::Direction& d) {
     if (auto h = std::move(d.reader)) {

@@ -93,8 +93,8 @@ std::size_t SocketTransport::mss() const {
 
 void NullTransport::async_wait_readable(WaitHandler done) {
   if (closed_) {
-    boost::asio::post(io_,
-                      [done = std::move(done)] { done(boost::asio::error::operation_aborted); });
+    boost::asio::post(
+        io_, [done = std::move(done)]() mutable { done(boost::asio::error::operation_aborted); });
     return;
   }
   pending_read_ = std::move(done);
@@ -103,7 +103,7 @@ void NullTransport::async_wait_readable(WaitHandler done) {
 void NullTransport::async_wait_writable(WaitHandler done) {
   const auto ec = closed_ ? boost::system::error_code(boost::asio::error::operation_aborted)
                           : boost::system::error_code{};
-  boost::asio::post(io_, [done = std::move(done), ec] { done(ec); });
+  boost::asio::post(io_, [done = std::move(done), ec]() mutable { done(ec); });
 }
 
 std::size_t NullTransport::read_some(MutableByteSpan, boost::system::error_code& ec) {
@@ -132,7 +132,8 @@ void NullTransport::close() {
   closed_ = true;
   if (auto h = std::move(pending_read_)) {
     pending_read_ = nullptr;
-    boost::asio::post(io_, [h = std::move(h)] { h(boost::asio::error::operation_aborted); });
+    boost::asio::post(io_,
+                      [h = std::move(h)]() mutable { h(boost::asio::error::operation_aborted); });
   }
 }
 

@@ -16,8 +16,9 @@
 
 namespace iwarp::rnic {
 
-using IoHandler = std::function<void(const boost::system::error_code&, std::size_t)>;
-using WaitHandler = std::function<void(const boost::system::error_code&)>;
+// Move-only: a handler that holds no more than a shared_ptr (the queue pair's next read) is
+// stored inside it, where std::function (which must copy) allocates one for every wait.
+using WaitHandler = std::move_only_function<void(const boost::system::error_code&)>;
 
 // Readiness, not asynchronous transfers: the QP waits until the transport can move octets and
 // then moves them itself, synchronously, on the engine thread. So no buffer of registered
