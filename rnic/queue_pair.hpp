@@ -423,8 +423,8 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
   std::atomic<QpState> state_{QpState::Idle};
 
   // The work queues, shared between the verbs side (any thread) and the engine.
-  // Guards the rings (sq_ and its indices, rq_), rnr_abort_, ooo_.placed, the error reason
-  // and setup_.
+  // Guards the rings (sq_ and its indices, rq_), retired_, rnr_abort_ (rq_posted_ waits on
+  // it), ooo_.placed and ooo_.errors, the error reason and setup_.
   mutable std::mutex mu_;
   std::condition_variable rq_posted_;  // a receive WR was posted (QpInit::rnr_wait)
   bool rnr_abort_ = false;             // modify_to_error(): stop waiting for one (under mu_)
@@ -451,7 +451,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
     Counter ooo_placed, released;
     Counter crc_errors, terminates_sent, terminates_received;
   } stats_;
-  // stats() names every counter: one added here and not there (or there and not here) fails.
+  // Counters and Stats have as many members (stats() must still name each one).
   static_assert(sizeof(Counters) / sizeof(Counter) == sizeof(Stats) / sizeof(std::uint64_t));
 
   // The transmit lock (docs/progress-model.md): guards tx_ and irq_, and the writes of closed_,
