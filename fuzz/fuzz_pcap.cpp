@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -116,6 +117,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       for (const auto& s : dir)
         FUZZ_CHECK(s.frame >= 1 && s.frame <= cap->frames, "segment of frame %llu of %llu",
                    (unsigned long long)s.frame, (unsigned long long)cap->frames);
+
+  // The same capture with its payloads left in the file (rnic replay's way): every payload is
+  // found there, octet for octet the one held in memory.
+  auto on_disk = trace::read_capture(path, {.payloads_in_file = true});
+  FUZZ_CHECK(on_disk.has_value(), "read with payloads_in_file failed: %s",
+             on_disk ? "" : on_disk.error().c_str());
+  FUZZ_CHECK(on_disk->flows.size() == cap->flows.size(), "flows differ");
+  {
+    std::optional<trace::PayloadReader> reader;
+    if (on_disk->file) reader.emplace(on_disk->file);
+    for (std::size_t i = 0; i < cap->flows.size(); ++i)
+      for (int d = 0; d < 2; ++d) {
+        const auto &a = cap->flows[i].dir[d], &b = on_disk->flows[i].dir[d];
+        FUZZ_CHECK(a.size() == b.size(), "segments differ");
+        for (std::size_t k = 0; k < a.size(); ++k) {
+          FUZZ_CHECK(a[k].size() == b[k].size(), "payload length differs at frame %llu",
+                     (unsigned long long)a[k].frame);
+          if (!b[k].in_file()) continue;
+          FUZZ_CHECK(reader.has_value(), "a payload in a file but no file");
+          const auto p = reader->payload(b[k]);
+          FUZZ_CHECK(std::equal(p.begin(), p.end(), a[k].payload.begin(), a[k].payload.end()),
+                     "payload of frame %llu read back differs", (unsigned long long)a[k].frame);
+        }
+      }
+  }
 
   auto plan = replay::make_plan(*cap, kLimits);
   if (plan) check_plan(*plan);

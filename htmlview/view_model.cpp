@@ -376,6 +376,12 @@ std::expected<View, std::string> build_view(const std::string& path, const repla
   if (auto rep = trace::decode_file(path, on_record); !rep) return std::unexpected(rep.error());
 
   // The replay's connection of each capture connection.
+  // The capture file the plan's payloads are read from, when they stayed there, and each
+  // connection's index of which segment supplies which octets (made when first needed).
+  std::optional<trace::PayloadReader> reader;
+  std::map<const replay::ConnectionPlan*, replay::StreamOctets> octets;
+  if (!plan.connections.empty() && plan.connections.front().file)
+    reader.emplace(plan.connections.front().file);
   auto plan_of = [&](std::size_t flow) -> const replay::ConnectionPlan* {
     for (const auto& c : plan.connections)
       if (c.flow == flow) return &c;
@@ -485,31 +491,27 @@ std::expected<View, std::string> build_view(const std::string& path, const repla
     if (ev.segment_count > ev.segments.size())
       j["segments_more"] = ev.segment_count - ev.segments.size();
 
-    // Its octets: the first FPDUs (or the MPA frame) from the replay's rebuilt stream.
+    // Its octets: the first FPDUs (or the MPA frame), as the capture's segments carried them.
     if (cp) {
-      const auto& stream = cp->stream[static_cast<int>(e.dir)];
       std::vector<std::uint8_t> bytes;
-      for (auto [off, len] : ev.fpdus) {
-        for (std::uint64_t o = off; o < off + len && bytes.size() < limits.max_bytes_per_event;) {
-          auto it = stream.upper_bound(o);
-          if (it == stream.begin()) break;
-          --it;
-          const auto& blk = it->second;
-          if (o >= it->first + blk.size()) break;  // not in the rebuilt stream (a gap)
-          const auto from = o - it->first;
-          const auto n = std::min<std::uint64_t>(
-              {blk.size() - from, off + len - o, limits.max_bytes_per_event - bytes.size()});
-          bytes.insert(bytes.end(), blk.begin() + static_cast<std::ptrdiff_t>(from),
-                       blk.begin() + static_cast<std::ptrdiff_t>(from + n));
-          o += n;
+      std::string unreadable;
+      try {
+        for (auto [off, len] : ev.fpdus) {
+          const auto want = std::min<std::uint64_t>(len, limits.max_bytes_per_event - bytes.size());
+          auto idx = octets.find(cp);
+          if (idx == octets.end()) idx = octets.try_emplace(cp, *cp).first;
+          const auto got = idx->second.get(e.dir, off, want, reader ? &*reader : nullptr);
+          bytes.insert(bytes.end(), got.begin(), got.end());
+          if (got.size() < want || bytes.size() >= limits.max_bytes_per_event) break;
         }
-        if (bytes.size() >= limits.max_bytes_per_event) break;
+      } catch (const trace::CaptureChanged& x) {
+        unreadable = x.what();
       }
       if (!bytes.empty()) {
         j["hex"] = hex_dump(bytes.data(), bytes.size());
         if (ev.wire > bytes.size()) j["hex_more"] = ev.wire - bytes.size();
       } else {
-        j["hex_missing"] = "its octets are not in the replay's rebuilt stream";
+        j["hex_missing"] = unreadable.empty() ? "its octets are not in the capture" : unreadable;
       }
     }
 

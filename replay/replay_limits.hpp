@@ -48,9 +48,15 @@ inline constexpr std::uint64_t kMaxConnectionMemory = 1ull << 30;
 // Not refusing. Stream offsets (octets after the first of a direction): the learning pass
 // reassembles and decodes only the first 1 GiB of each direction. Octets beyond are still
 // injected, but nothing is learned from them (their Sends, STags and Reads are unknown, so the
-// emulation may find violations there); the connection's report says so. The reassembly holds
-// only the octets the capture has, so a segment far ahead costs what it carries.
+// emulation may find violations there); the connection's report says so.
 inline constexpr std::uint64_t kMaxStreamOffset = 1ull << 30;
+
+// Not refusing. Octets the learning pass holds per direction beyond a gap not yet filled
+// (it decodes each direction as it becomes contiguous and keeps nothing behind but the last
+// 128 KiB; held octets count trace::kHeldPieceOverhead per piece too). Octets that would take
+// it further are still injected, but nothing is learned from them; the connection's report
+// says so. 64 MiB is far above a TCP window.
+inline constexpr std::uint64_t kMaxHeldBeyondGap = 64ull << 20;
 
 // Bookkeeping estimates per work request the replay creates (receive WR with its SGE and its
 // completion slot; send WR slot and its completion slot) and per STag, counted in
@@ -68,6 +74,7 @@ struct PlanLimits {
   std::uint64_t max_requests = kMaxRequests;
   std::uint64_t max_total = kMaxConnectionMemory;  // all of a connection's memory
   std::uint64_t max_stream = kMaxStreamOffset;
+  std::uint64_t max_held = kMaxHeldBeyondGap;
 };
 
 }  // namespace iwarp::replay

@@ -1,12 +1,13 @@
 #include "replay/replay_plan.hpp"
 
 #include <fmt/format.h>
-#include <malloc.h>
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <set>
 #include <variant>
 
@@ -14,6 +15,7 @@
 #include "ddp/segment.hpp"
 #include "mpa/crc32c.hpp"
 #include "mpa/fpdu.hpp"
+#include "trace/tcp_reassembly.hpp"
 #include "trace/trace_decoder.hpp"
 
 namespace iwarp::replay {
@@ -33,15 +35,61 @@ std::uint64_t ConnectionPlan::segments() const {
       steps.begin(), steps.end(), [](const Step& s) { return s.kind == Step::Kind::Segment; }));
 }
 
-Bytes ConnectionPlan::payload_of(const Step& st) const {
-  if (!st.in_stream) return st.payload;
-  const auto& blocks = stream[index(st.dir)];
-  auto it = blocks.upper_bound(st.offset);
-  if (it == blocks.begin()) return {};  // (make_plan puts every in_stream step in a block)
-  --it;
-  const auto from = static_cast<std::ptrdiff_t>(st.offset - it->first);
-  if (st.offset - it->first + st.length > it->second.size()) return {};
-  return Bytes(it->second.begin() + from, it->second.begin() + from + st.length);
+Bytes ConnectionPlan::payload_of(const Step& st, trace::PayloadReader* reader) const {
+  if (st.file_offset == trace::kNotInFile) return st.payload;
+  if (!reader)
+    throw trace::CaptureChanged(
+        "internal error: a payload is in the capture file, but the plan has no file to read it "
+        "from");
+  const auto p = reader->read(st.file_offset, st.length);
+  return Bytes(p.begin(), p.end());
+}
+
+StreamOctets::StreamOctets(const ConnectionPlan& cp) : cp_(cp) {
+  IntervalSet<std::uint64_t> held[2];
+  // Setup segments and steps, each list in capture order, merged by frame.
+  auto add = [&](const Step& st) {
+    if (st.kind != Step::Kind::Segment) return;
+    const int d = index(st.dir);
+    const std::int64_t at = st.seq - cp.stream_seq[d];
+    const std::size_t n = st.file_offset != trace::kNotInFile ? st.length : st.payload.size();
+    const std::int64_t end = at + static_cast<std::int64_t>(n);
+    if (end <= 0) return;
+    held[d].insert(
+        static_cast<std::uint64_t>(std::max<std::int64_t>(at, 0)), static_cast<std::uint64_t>(end),
+        [&](std::uint64_t lo, std::uint64_t hi) {
+          pieces_[d].emplace(lo, Piece{hi, &st});
+        },
+        [](std::uint64_t, std::uint64_t) {});
+  };
+  auto a = cp.setup.begin();
+  for (const auto& st : cp.steps) {
+    for (; a != cp.setup.end() && a->frame < st.frame; ++a) add(*a);
+    add(st);
+  }
+  for (; a != cp.setup.end(); ++a) add(*a);
+}
+
+Bytes StreamOctets::get(mpa::Direction d, std::uint64_t off, std::uint64_t len,
+                        trace::PayloadReader* reader) const {
+  Bytes out;
+  const auto& pieces = pieces_[index(d)];
+  for (std::uint64_t o = off; o < off + len;) {
+    auto it = pieces.upper_bound(o);
+    if (it == pieces.begin()) break;
+    --it;
+    if (o >= it->second.end) break;
+    const Step& st = *it->second.step;
+    const Bytes p = cp_.payload_of(st, reader);
+    const std::int64_t at = st.seq - cp_.stream_seq[index(d)];
+    const auto from = static_cast<std::size_t>(static_cast<std::int64_t>(o) - at);
+    const auto n = static_cast<std::size_t>(std::min(it->second.end, off + len) - o);
+    if (from + n > p.size()) break;  // (a step's payload is as long as the range it supplies)
+    out.insert(out.end(), p.begin() + static_cast<std::ptrdiff_t>(from),
+               p.begin() + static_cast<std::ptrdiff_t>(from + n));
+    o += n;
+  }
+  return out;
 }
 
 std::uint64_t Plan::total_steps() const {
@@ -63,29 +111,42 @@ using rdmap::Opcode;
 
 constexpr Direction kDirs[2] = {Direction::FromInitiator, Direction::FromResponder};
 
-// Payload octets rebuild_stream gives back to the system at a time (see there).
-constexpr std::uint64_t kTrimEvery = 64u << 20;
+// The in-order octets of a direction the learning pass keeps behind the decoder (an Atomic
+// Response's octets are copied from there when it is decoded, for renumbering): more than an
+// FPDU's largest wire length (a 16-bit ULPDU length, pad, CRC and markers).
+constexpr std::size_t kKeptBehind = 128u << 10;
 
 std::string dir_name(Direction d) {
   return d == Direction::FromInitiator ? "I>R" : "R>I";
 }
 
-// One FPDU of the capture, as the learning pass needs it.
+using Body = decltype(ddp::Segment::body);
+
+// One FPDU of the capture, as the learning pass needs it (one per FPDU of the capture: kept
+// small, what only some opcodes have is on the heap).
 struct FpduInfo {
   std::uint64_t offset = 0;  // stream offset (MPA frame included)
   std::uint32_t wire_length = 0;
   mpa::CrcStatus crc = mpa::CrcStatus::NotChecked;
   bool parsed = false;
   ddp::DdpHeader hdr;
-  decltype(ddp::Segment::body) body;
   std::uint32_t payload_length = 0;
   std::size_t first_step = SIZE_MAX;  // first segment step that carried any of its octets
   std::uint64_t first_frame = 0;
+  std::unique_ptr<const Body> body;  // the RDMAP body, for the opcodes that have one
+  std::unique_ptr<Bytes> wire;  // Atomic Responses: the FPDU's octets (renumber_atomic_responses)
+  template <class T>
+  const T& get() const {
+    return std::get<T>(*body);
+  }
+  void set_body(const Body& b) {
+    if (b.index() != 0) body = std::make_unique<const Body>(b);
+  }
 };
 
 class Collector final : public mpa::ConnectionVisitor {
  public:
-  std::vector<FpduInfo> fpdus[2];
+  std::deque<FpduInfo> fpdus[2];  // (a deque: no copy and no spare half as it grows)
   std::uint64_t frame_length[2] = {0, 0};
 
   void on_mpa_frame(Direction d, const mpa::MpaFrame&, std::uint64_t, std::size_t length) override {
@@ -100,7 +161,7 @@ class Collector final : public mpa::ConnectionVisitor {
     if (auto seg = ddp::parse_segment(f.ulpdu)) {
       i.parsed = true;
       i.hdr = seg->hdr;
-      i.body = seg->body;
+      i.set_body(seg->body);
       i.payload_length = static_cast<std::uint32_t>(seg->payload.size());
     }
     fpdus[index(d)].push_back(std::move(i));
@@ -115,8 +176,8 @@ class Resync final : public mpa::StreamVisitor {
   // for a block whose markers were taken out before decoding.
   using WireMap =
       std::function<std::pair<std::uint64_t, std::uint32_t>(std::uint64_t, std::uint32_t)>;
-  Resync(std::vector<FpduInfo>& out, std::uint64_t base, WireMap wire = {})
-      : out_(out), base_(base), wire_(std::move(wire)) {}
+  Resync(std::deque<FpduInfo>& out, std::uint64_t base, ByteSpan block, WireMap wire = {})
+      : out_(out), base_(base), block_(block), wire_(std::move(wire)) {}
   std::size_t count = 0;
   void on_mpa_frame(const mpa::MpaFrame&, std::uint64_t, std::size_t) override { stop_ = true; }
   void on_fpdu(const mpa::Fpdu& f) override {
@@ -135,8 +196,12 @@ class Resync final : public mpa::StreamVisitor {
     i.crc = f.crc;
     i.parsed = true;
     i.hdr = seg->hdr;
-    i.body = seg->body;
+    i.set_body(seg->body);
     i.payload_length = static_cast<std::uint32_t>(seg->payload.size());
+    if (i.hdr.op() == rdmap::Opcode::AtomicResponse && off + len <= block_.size()) {
+      const auto w = block_.subspan(off, len);
+      i.wire = std::make_unique<Bytes>(w.begin(), w.end());
+    }
     auto at = std::upper_bound(out_.begin(), out_.end(), i.offset,
                                [](std::uint64_t o, const FpduInfo& x) { return o < x.offset; });
     out_.insert(at, std::move(i));
@@ -145,8 +210,9 @@ class Resync final : public mpa::StreamVisitor {
   void on_error(const WireError&) override { stop_ = true; }
 
  private:
-  std::vector<FpduInfo>& out_;
+  std::deque<FpduInfo>& out_;
   std::uint64_t base_;
+  ByteSpan block_;
   WireMap wire_;
   bool stop_ = false;
 };
@@ -206,8 +272,7 @@ std::string terminate_text(const rdmap::Terminate& t) {
 struct SegmentRef {
   const trace::TcpSegment* seg;
   int dir;
-  std::size_t len = 0;     // its payload's length (the payload may go: see in_stream)
-  bool in_stream = false;  // its octets are all in the rebuilt stream, first arrivals
+  std::size_t len = 0;  // its payload's length (in memory or in the capture file)
 };
 
 // A request an endpoint issued (an RDMA Read, an atomic, or the RTR its queue pair sent), by
@@ -254,18 +319,19 @@ void strip_markers(ByteSpan block, std::uint64_t fo, Bytes& logical,
   }
 }
 
-// The learning pass over one connection, as a sequence of passes over shared state: rebuild
-// each direction's stream, decode it (beyond the gaps too, markers taken out), map the FPDUs
-// to the segment steps that carried them, learn from each FPDU, match requests to answers,
-// renumber Atomic Responses, size the endpoints against the limits, and write the notes.
+// The learning pass over one connection, as a sequence of passes over shared state: decode
+// each direction's stream as it becomes contiguous (and at the end what lies beyond the gaps,
+// markers taken out), map the FPDUs to the segment steps that carried them, learn from each
+// FPDU, match requests to answers, renumber Atomic Responses, size the endpoints against the
+// limits, and write the notes. It holds per direction what lies beyond a gap (at most
+// max_held) and the last kKeptBehind octets, not the stream: a payload that stays in the
+// capture file is read from there (`reader`) and not kept.
 class Learner {
  public:
-  // With `consume`, the payloads of `tcp_flow` move into the plan's steps (the capture was
-  // handed over: make_plan(Capture&&)) instead of being copied.
   Learner(std::size_t flow_number, const trace::TcpFlow& tcp_flow, const trace::FlowReport& report,
           const std::vector<trace::Record>& capture_records, const PlanLimits& plan_limits,
-          bool consume)
-      : consume_payloads(consume),
+          trace::PayloadReader* reader)
+      : reader_(reader),
         flow_index(flow_number),
         flow(tcp_flow),
         fr(report),
@@ -281,7 +347,6 @@ class Learner {
 
   std::expected<ConnectionPlan, Refusal> run() {
     order_segments();
-    for (int d = 0; d < 2; ++d) rebuild_stream(d);
     if (auto r = decode_streams()) return std::unexpected(*r);
     for (const auto d : kDirs) decode_beyond_gaps(d);
     map_segments_to_steps();
@@ -297,15 +362,13 @@ class Learner {
     cp.planned_bytes = planned;
     for (int e = 0; e < 2; ++e) build_endpoint(e);
     patch_segments();
-    if (consume_payloads)
-      for (int d = 0; d < 2; ++d) cp.stream[d] = std::move(blocks[d]);
     interleave_posts();
     write_notes();
     return std::move(cp);
   }
 
  private:
-  const bool consume_payloads;
+  trace::PayloadReader* const reader_;  // null: every payload is held in memory
   const std::size_t flow_index;
   const trace::TcpFlow& flow;
   const trace::FlowReport& fr;
@@ -314,12 +377,19 @@ class Learner {
   ConnectionPlan cp;
 
   std::vector<SegmentRef> order;  // capture order
-  // Each direction's stream as contiguous blocks by stream offset; block 0 is the in-order
-  // stream, later ones lie beyond a gap the capture never filled.
-  std::map<std::uint64_t, Bytes> blocks[2];
+  // Per direction: the reassembly (what lies beyond a gap), and the last in-order octets
+  // (`behind`, from stream offset behind_at) with how many of its FPDUs were looked at.
+  std::optional<trace::TcpReassembler> reassembly[2];
+  Bytes behind[2];
+  std::uint64_t behind_at[2] = {0, 0};
+  std::size_t looked_at[2] = {0, 0};
+  // (Octets held while the framing is not known, the Reply not yet decoded: at most max_held.)
+  mpa::ConnectionDecoder dec{mpa::StreamDecoderOptions{
+      .continue_after_bad_crc = true,
+      .max_pending = static_cast<std::size_t>(std::min<std::uint64_t>(limits.max_held, SIZE_MAX))}};
   Collector col;                                  // the FPDUs of each direction, in stream order
   std::uint64_t frame_len[2] = {0, 0};            // the MPA frame's length
-  std::vector<Step> seg_steps;                    // segments and FINs, in capture order
+  std::deque<Step> seg_steps;                     // segments and FINs, in capture order
   std::map<std::uint32_t, RegionAcc> regions[2];  // per endpoint, by STag
   std::map<std::uint32_t, RecvPlan> recvs[2];     // per endpoint, by MSN
   std::set<std::uint32_t> invalidated[2];  // STags a Send with Invalidate named, per receiver
@@ -335,125 +405,128 @@ class Learner {
   void order_segments() {
     for (int d = 0; d < 2; ++d)
       for (const auto& s : flow.dir[d])
-        if (!s.payload.empty() || s.fin || s.rst) order.push_back({&s, d, s.payload.size()});
+        if (s.size() > 0 || s.fin || s.rst) order.push_back({&s, d, s.size()});
     std::stable_sort(order.begin(), order.end(), [](const SegmentRef& a, const SegmentRef& b) {
       return a.seg->frame < b.seg->frame;
     });
   }
 
-  // Direction d's stream as contiguous blocks of stream offsets (the first arrival of an octet
-  // wins, as in TCP, RFC 793 §3.9). Only the octets the capture holds are kept (a segment far
-  // ahead of the others costs what it carries), and only the first max_stream octets.
-  void rebuild_stream(int d) {
-    cp.stream_seq[d] = trace::stream_start(flow, d);
-    IntervalSet<std::uint64_t> held;
-    std::uint64_t beyond = 0, beyond_frame = 0;
-    std::uint64_t carried = 0;  // octets the direction's segments carry: the in-order block's room
-    for (const auto& r : order)
-      if (r.dir == d) carried += r.seg->payload.size();
+  ByteSpan payload(const trace::TcpSegment& s) {
+    if (!s.in_file()) return s.payload;
+    if (!reader_)
+      throw trace::CaptureChanged(
+          "internal error: a payload is in the capture file, but the plan has no file to read it "
+          "from");
+    return reader_->payload(s);
+  }
+
+  // Each direction's stream (the first arrival of an octet wins, as in TCP, RFC 793 §3.9),
+  // decoded as it becomes contiguous, in capture order: both MPA frames, then the FPDUs (the
+  // decoder holds the initiator's octets back until the Reply fixes their framing). Only the
+  // first max_stream octets of a direction are learned from; what arrives beyond a gap is held
+  // (at most max_held) and decoded at the end (decode_beyond_gaps).
+  std::optional<Refusal> decode_streams() {
     const auto max_stream =
         static_cast<std::int64_t>(std::min<std::uint64_t>(limits.max_stream, INT64_MAX));
-    auto& runs = blocks[d];
-    // Appends data to the block ending at `a`, or starts a block there; a block that now ends
-    // where the next starts takes it in (the runs of `held`, which merges touching ranges).
-    auto keep = [&](std::uint64_t a, ByteSpan data) {
-      auto next = runs.upper_bound(a);
-      auto at = runs.end();
-      if (next != runs.begin()) {
-        auto prev = std::prev(next);
-        if (prev->first + prev->second.size() == a) at = prev;
-      }
-      if (at == runs.end()) {
-        at = runs.emplace_hint(next, a, Bytes());
-        if (a == 0)
-          at->second.reserve(static_cast<std::size_t>(
-              std::min<std::uint64_t>(carried, static_cast<std::uint64_t>(max_stream))));
-      }
-      at->second.insert(at->second.end(), data.begin(), data.end());
-      if (next != runs.end() && at->first + at->second.size() == next->first) {
-        at->second.insert(at->second.end(), next->second.begin(), next->second.end());
-        runs.erase(next);
-      }
-    };
-    std::uint64_t released = 0;  // payload octets given back since the last malloc_trim
-    for (auto& r : order) {
-      if (r.dir != d || r.seg->payload.empty()) continue;
+    std::uint64_t beyond[2] = {0, 0}, beyond_frame[2] = {0, 0};
+    for (int d = 0; d < 2; ++d) {
+      cp.stream_seq[d] = trace::stream_start(flow, d);
+      reassembly[d].emplace(cp.stream_seq[d], static_cast<std::size_t>(std::min<std::uint64_t>(
+                                                  limits.max_held, SIZE_MAX)));
+    }
+    for (const auto& r : order) {
+      if (r.len == 0) continue;
+      const int d = r.dir;
       const std::int64_t off = r.seg->seq - cp.stream_seq[d];
-      const std::int64_t e = off + static_cast<std::int64_t>(r.seg->payload.size());
+      const std::int64_t e = off + static_cast<std::int64_t>(r.len);
       const std::int64_t lo = std::max<std::int64_t>(off, 0);
       const std::int64_t hi = std::min(e, max_stream);
       if (e > max_stream) {
-        if (beyond == 0) beyond_frame = r.seg->frame;
-        beyond += static_cast<std::uint64_t>(e - std::max(lo, max_stream));
+        if (beyond[d] == 0) beyond_frame[d] = r.seg->frame;
+        beyond[d] += static_cast<std::uint64_t>(e - std::max(lo, max_stream));
       }
       if (hi <= lo) continue;
-      // Only the octets no earlier segment supplied are kept.
-      const ByteSpan data(r.seg->payload);
-      std::uint64_t fresh = 0;
-      held.insert(
-          static_cast<std::uint64_t>(lo), static_cast<std::uint64_t>(hi),
-          [&](std::uint64_t a, std::uint64_t b) {
-            const auto from = static_cast<std::size_t>(static_cast<std::int64_t>(a) - off);
-            keep(a, data.subspan(from, static_cast<std::size_t>(b - a)));
-            fresh += b - a;
-          },
-          [](std::uint64_t, std::uint64_t) {});
-      // A segment whose every octet is a first arrival is, octet for octet, the stream at its
-      // offset: when the capture was handed over, its step reads them there (the plan keeps
-      // the stream) and the capture's copy goes now, so the payload is held once, not twice.
-      if (consume_payloads && off >= 0 && e <= max_stream && fresh == r.len) {
-        r.in_stream = true;
-        released += r.len;
-        Bytes().swap(const_cast<trace::TcpSegment*>(r.seg)->payload);  // (not const: see above)
-        // glibc keeps freed small blocks in its heap; give the pages back as we go.
-        if (released >= kTrimEvery) {
-          ::malloc_trim(0);
-          released = 0;
-        }
-      }
+      const ByteSpan data = payload(*r.seg).subspan(static_cast<std::size_t>(lo - off),
+                                                    static_cast<std::size_t>(hi - lo));
+      reassembly[d]->add(cp.stream_seq[d] + static_cast<std::uint32_t>(lo), data,
+                         [&](ByteSpan run) { deliver(d, run); });
     }
-    if (released > 0) ::malloc_trim(0);
-    if (beyond > 0)
-      cp.limits.push_back(LimitFinding{
-          "kMaxStreamOffset", limits.max_stream, limits.max_stream + beyond,
-          fmt::format(
-              "{}: segments carry {} octet(s) beyond stream offset {} (from frame {} on; limit "
-              "kMaxStreamOffset): they are replayed but nothing is learned from them, so "
-              "their Sends, STags and Reads are unknown to the emulation",
-              dir_name(kDirs[d]), beyond, limits.max_stream, beyond_frame)});
-  }
-
-  // Decodes the two in-order streams: both MPA frames first, then the FPDUs of each direction.
-  std::optional<Refusal> decode_streams() {
-    static const Bytes kEmpty;
-    const Bytes* stream[2];
     for (int d = 0; d < 2; ++d) {
-      stream[d] = blocks[d].contains(0) ? &blocks[d][0] : &kEmpty;
-      cp.stream_length[d] = stream[d]->size();
+      cp.stream_length[d] = reassembly[d]->delivered();
+      if (beyond[d] > 0)
+        cp.limits.push_back(LimitFinding{
+            "kMaxStreamOffset", limits.max_stream, limits.max_stream + beyond[d],
+            fmt::format(
+                "{}: segments carry {} octet(s) beyond stream offset {} (from frame {} on; limit "
+                "kMaxStreamOffset): they are replayed but nothing is learned from them, so "
+                "their Sends, STags and Reads are unknown to the emulation",
+                dir_name(kDirs[d]), beyond[d], limits.max_stream, beyond_frame[d])});
+      if (const auto lost = reassembly[d]->dropped(); lost > 0)
+        cp.limits.push_back(LimitFinding{
+            "kMaxHeldBeyondGap", limits.max_held, limits.max_held + lost,
+            fmt::format("{}: {} octet(s) of {} segment(s) arrived more than {} octets beyond a "
+                        "gap not yet filled (limit kMaxHeldBeyondGap): they are replayed but "
+                        "nothing is learned from them",
+                        dir_name(kDirs[d]), lost, reassembly[d]->dropped_segments(),
+                        limits.max_held)});
     }
-    mpa::ConnectionDecoder dec(
-        mpa::StreamDecoderOptions{.continue_after_bad_crc = true, .max_pending = SIZE_MAX});
     for (int d = 0; d < 2; ++d) {
-      auto n = mpa::frame_size_from_header(*stream[d]);
-      if (!n || *n > stream[d]->size())
+      frame_len[d] = col.frame_length[d];
+      if (frame_len[d] == 0)
         return Refusal{
             fmt::format("the MPA {} is not complete in the capture", d == 0 ? "Request" : "Reply"),
             std::nullopt};
-      frame_len[d] = *n;
     }
-    dec.feed(Direction::FromInitiator, ByteSpan(*stream[0]).first(frame_len[0]), col);
-    dec.feed(Direction::FromResponder, ByteSpan(*stream[1]).first(frame_len[1]), col);
-    dec.feed(Direction::FromInitiator, ByteSpan(*stream[0]).subspan(frame_len[0]), col);
-    dec.feed(Direction::FromResponder, ByteSpan(*stream[1]).subspan(frame_len[1]), col);
     return std::nullopt;
   }
 
+  // In-order octets of direction d: decoded, and kept behind the decoder for a while.
+  void deliver(int d, ByteSpan run) {
+    behind[d].insert(behind[d].end(), run.begin(), run.end());
+    dec.feed(kDirs[d], run, col);
+    // (Feeding the Reply may decode initiator octets held back: both directions are looked at.)
+    for (int k = 0; k < 2; ++k) keep_atomic_responses(k);
+    // (Octets the decoder holds until the Reply fixes their framing stay behind too.)
+    if (behind[d].size() > 2 * kKeptBehind &&
+        dec.stream(kDirs[d]).state() != mpa::StreamDecoder::State::AwaitFraming) {
+      const std::size_t drop = behind[d].size() - kKeptBehind;
+      behind[d].erase(behind[d].begin(), behind[d].begin() + static_cast<std::ptrdiff_t>(drop));
+      behind_at[d] += drop;
+    }
+  }
+
+  // The octets of each Atomic Response decoded since the last look (renumbering patches them).
+  void keep_atomic_responses(int d) {
+    auto& fp = col.fpdus[d];
+    for (; looked_at[d] < fp.size(); ++looked_at[d]) {
+      auto& f = fp[looked_at[d]];
+      if (!f.parsed || f.hdr.op() != Opcode::AtomicResponse) continue;
+      if (f.offset < behind_at[d] || f.offset + f.wire_length > behind_at[d] + behind[d].size())
+        continue;  // (not renumbered: see patch_request_id)
+      const auto w = ByteSpan(behind[d]).subspan(f.offset - behind_at[d], f.wire_length);
+      f.wire = std::make_unique<Bytes>(w.begin(), w.end());
+    }
+  }
+
   // Beyond a gap: a sender starts each segment with an FPDU (RFC 5044 §8), so decoding can
-  // start again where a block starts; it stops at the first thing that does not decode.
+  // start again where a block of held octets starts; it stops at the first thing that does not
+  // decode.
   void decode_beyond_gaps(Direction d) {
     const auto framing = d == Direction::FromInitiator ? cp.params.framing_to_responder()
                                                        : cp.params.framing_to_initiator();
-    for (const auto& [off, bytes] : blocks[index(d)]) {
+    // The held pieces, joined into blocks where they touch (each piece freed as it is joined).
+    auto blocks = reassembly[index(d)]->take_held();
+    reassembly[index(d)].reset();
+    for (auto it = blocks.begin(); it != blocks.end();) {
+      const auto next = std::next(it);
+      if (next != blocks.end() && it->first + it->second.size() == next->first) {
+        it->second.insert(it->second.end(), next->second.begin(), next->second.end());
+        blocks.erase(next);
+      } else {
+        it = next;
+      }
+    }
+    for (const auto& [off, bytes] : blocks) {
       if (off == 0 || off < frame_len[index(d)]) continue;
       const std::size_t learned = framing.markers ? decode_marked_block(d, off, bytes)
                                                   : decode_block(d, framing, off, bytes);
@@ -461,6 +534,7 @@ class Learner {
         cp.notes.push_back(fmt::format("{}: {} FPDU(s) learned beyond the gap at stream offset {}",
                                        dir_name(d), learned, off));
     }
+    Bytes().swap(behind[index(d)]);
     cp.mpa_length[index(d)] = frame_len[index(d)];
     cp.full_operation_seq[index(d)] =
         cp.stream_seq[index(d)] + static_cast<std::uint32_t>(frame_len[index(d)]);
@@ -470,7 +544,7 @@ class Learner {
   std::size_t decode_block(Direction d, mpa::FramingConfig framing, std::uint64_t off,
                            ByteSpan bytes) {
     mpa::StreamDecoder sd(framing, mpa::StreamDecoderOptions{});
-    Resync rs(col.fpdus[index(d)], off);
+    Resync rs(col.fpdus[index(d)], off, bytes);
     sd.feed(bytes, rs);
     return rs.count;
   }
@@ -492,32 +566,23 @@ class Learner {
                                                      static_cast<std::uint32_t>(end - start)};
     };
     mpa::StreamDecoder sd(mpa::FramingConfig{false, false}, mpa::StreamDecoderOptions{});
-    Resync rs(col.fpdus[index(d)], off, wire);
+    Resync rs(col.fpdus[index(d)], off, bytes, wire);
     sd.feed(logical, rs);
     return rs.count;
-  }
-
-  // The octets [off, off + len) of a direction's stream, when the capture has them all.
-  MutableByteSpan stream_span(int d, std::uint64_t off, std::uint64_t len) {
-    auto it = blocks[d].upper_bound(off);
-    if (it == blocks[d].begin()) return {};
-    --it;
-    if (off + len > it->first + it->second.size()) return {};
-    return MutableByteSpan(it->second).subspan(off - it->first, len);
   }
 
   // Segment steps, in capture order, with their stream offsets; which step first carried
   // each FPDU.
   void map_segments_to_steps() {
-    seg_steps.reserve(order.size());
     for (const auto& r : order) {
       const auto& s = *r.seg;
-      const std::size_t len = r.len;  // (the payload may be gone: in_stream)
+      const std::size_t len = r.len;
       const std::int64_t seg_end = (s.seq - cp.stream_seq[r.dir]) + static_cast<std::int64_t>(len);
       // Segments that hold nothing beyond the MPA frame are the connection setup, not replayed.
-      if (len > 0 && seg_end <= static_cast<std::int64_t>(frame_len[r.dir]))
+      if (len > 0 && seg_end <= static_cast<std::int64_t>(frame_len[r.dir])) {
         ++cp.setup_segments;
-      else if (len > 0)
+        cp.setup.push_back(raw_step(r));
+      } else if (len > 0)
         seg_steps.push_back(segment_step(r));
       if (s.fin) {
         cp.fin[r.dir] = true;
@@ -533,9 +598,8 @@ class Learner {
     }
   }
 
-  // The step that injects segment `r`, with the tagged data its FPDUs place; marks the FPDUs it
-  // carries a part of as first carried by it (when no earlier step did).
-  Step segment_step(const SegmentRef& r) {
+  // The step that injects segment `r`, without what its FPDUs tell.
+  Step raw_step(const SegmentRef& r) const {
     const auto& s = *r.seg;
     Step st;
     st.kind = Step::Kind::Segment;
@@ -543,19 +607,25 @@ class Learner {
     st.frame = s.frame;
     st.time_us = s.time_us;
     st.seq = s.seq;
-    const std::size_t len = r.len;
-    // The stream is rebuilt and decoded by now: nothing reads the capture's payload again.
-    // (consume_payloads: the Capture was passed as an rvalue, so it is not const.)
-    if (r.in_stream) {
-      st.in_stream = true;
-      st.length = static_cast<std::uint32_t>(len);
-    } else if (consume_payloads) {
-      st.payload = std::move(const_cast<trace::TcpSegment&>(s).payload);
+    // A payload in the capture file stays there: the replay reads it when it injects the step.
+    if (s.in_file()) {
+      st.file_offset = s.file_offset;
+      st.length = s.length;
     } else {
       st.payload = s.payload;
     }
     const std::int64_t off = s.seq - cp.stream_seq[r.dir];
     st.offset = off < 0 ? 0 : static_cast<std::uint64_t>(off);
+    return st;
+  }
+
+  // The step that injects segment `r`, with the tagged data its FPDUs place; marks the FPDUs it
+  // carries a part of as first carried by it (when no earlier step did).
+  Step segment_step(const SegmentRef& r) {
+    const auto& s = *r.seg;
+    Step st = raw_step(r);
+    const std::size_t len = r.len;
+    const std::int64_t off = s.seq - cp.stream_seq[r.dir];
     const std::size_t step_index = seg_steps.size();
     if (off + static_cast<std::int64_t>(len) <= 0) return st;
     const auto a = static_cast<std::uint64_t>(std::max<std::int64_t>(off, 0));
@@ -600,7 +670,7 @@ class Learner {
         case Opcode::AtomicResponse: {
           atomic_answers.push_back({d, &f});
           Answer a{Request::Atomic, f.first_step, f.first_frame};
-          a.atomic_id = std::get<rdmap::AtomicResponse>(f.body).request_id;
+          a.atomic_id = f.get<rdmap::AtomicResponse>().request_id;
           answers[index(receiver_of(d))].push_back(a);
           break;
         }
@@ -645,7 +715,7 @@ class Learner {
   std::optional<Refusal> on_read_request(Direction d, const FpduInfo& f, bool first_fpdu) {
     const Side tx = sender_of(d), rx = receiver_of(d);
     const auto& h = f.hdr;
-    const auto& rr = std::get<rdmap::ReadRequest>(f.body);
+    const auto& rr = f.get<rdmap::ReadRequest>();
     Request q{h.msn.value(), Request::Read, f.first_step, f.first_frame};
     if (first_fpdu && cp.params.rtr == mpa::RtrType::Read && rr.size == 0) {
       q.kind = Request::Rtr;  // sent by the queue pair itself (send_rtr)
@@ -665,7 +735,7 @@ class Learner {
   }
 
   void on_atomic_request(Direction d, const FpduInfo& f) {
-    const auto& a = std::get<rdmap::AtomicRequest>(f.body);
+    const auto& a = f.get<rdmap::AtomicRequest>();
     regions[index(receiver_of(d))][a.stag.value()].add(a.to.value(), 8, "atomic target",
                                                        f.first_frame);
     Request q{f.hdr.msn.value(), Request::Atomic, f.first_step, f.first_frame};
@@ -714,7 +784,7 @@ class Learner {
 
   void on_terminate(Direction d, const FpduInfo& f) {
     const Side tx = sender_of(d);
-    const auto& t = std::get<rdmap::Terminate>(f.body);
+    const auto& t = f.get<rdmap::Terminate>();
     cp.terminates.push_back(
         TerminatePlan{tx, f.first_frame, t.layer, t.etype, t.ecode, terminate_text(t)});
     // The trace says an STag was invalid at the Terminate's sender: leave it unshadowed, so
@@ -857,7 +927,7 @@ class Learner {
       const auto& f = *fp;
       const Side rx = receiver_of(d);
       const auto& mine = cp.ep[index(rx)].atomics;
-      const auto captured = std::get<rdmap::AtomicResponse>(f.body).request_id;
+      const auto captured = f.get<rdmap::AtomicResponse>().request_id;
       std::size_t k = nth[index(rx)];
       for (std::size_t i = 0; i < mine.size(); ++i)
         if (mine[i].request.request_id == captured) k = i;
@@ -873,15 +943,16 @@ class Learner {
           renumbered));
   }
 
-  // Writes `id` into the Atomic Response FPDU `f` (and its CRC, when that was good), in the
-  // rebuilt stream and as patches for the segments; false when the capture lacks some of it.
+  // Writes `id` into the Atomic Response FPDU `f` (and its CRC, when that was good) as patches
+  // for the segments; false when the capture lacks some of it (its octets were not kept).
   bool patch_request_id(Direction d, const FpduInfo& f, std::uint32_t id) {
     const auto& p = cp.params;
     const bool markers =
         d == Direction::FromInitiator ? p.markers_to_responder : p.markers_to_initiator;
     const std::uint64_t fo = f.offset - frame_len[index(d)];
-    auto fpdu = stream_span(index(d), f.offset, f.wire_length);
-    if (fpdu.size() != f.wire_length) return false;
+    if (!f.wire || f.wire->size() != f.wire_length || f.wire_length < mpa::kCrcSize) return false;
+    Bytes copy = *f.wire;
+    MutableByteSpan fpdu(copy);
     const std::size_t crc_at = f.wire_length - mpa::kCrcSize;
     const bool crc_was_good = p.crc && load_le32(&fpdu[crc_at]) == mpa::crc32c(fpdu.first(crc_at));
     std::uint8_t idb[4];
@@ -991,21 +1062,22 @@ class Learner {
     }
   }
 
-  // Applies the renumbering patches to every segment that carries a patched octet.
+  // Applies the renumbering patches to every segment that carries a patched octet (one whose
+  // payload is in the capture file gets its own copy, patched).
   void patch_segments() {
     for (auto& st : seg_steps) {
       if (st.kind != Step::Kind::Segment) continue;
       const auto& pm = patches[index(st.dir)];
       if (pm.empty()) continue;
       const std::int64_t off = st.seq - cp.stream_seq[index(st.dir)];
-      if (st.in_stream) {
-        // Its octets in the stream carry the new identifiers but not the new CRCs: it gets its
-        // own copy, patched.
-        const auto first = pm.lower_bound(st.offset);
-        if (first == pm.end() || first->first >= st.offset + st.length) continue;
-        const auto from = stream_span(index(st.dir), st.offset, st.length);
+      if (st.file_offset != trace::kNotInFile) {
+        const std::int64_t end = off + static_cast<std::int64_t>(st.length);
+        const auto first = pm.lower_bound(off < 0 ? 0 : static_cast<std::uint64_t>(off));
+        if (end <= 0 || first == pm.end() || static_cast<std::int64_t>(first->first) >= end)
+          continue;
+        const auto from = reader_->read(st.file_offset, st.length);
         st.payload.assign(from.begin(), from.end());
-        st.in_stream = false;
+        st.file_offset = trace::kNotInFile;
         st.length = 0;
       }
       for (auto it = pm.lower_bound(off < 0 ? 0 : static_cast<std::uint64_t>(off));
@@ -1022,13 +1094,14 @@ class Learner {
     std::stable_sort(posts.begin(), posts.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     std::size_t pi = 0;
-    cp.steps.reserve(seg_steps.size() + posts.size());
-    for (std::size_t i = 0; i < seg_steps.size(); ++i) {
+    // (Each segment step leaves its deque as it is moved: the two are not held whole at once.)
+    for (std::size_t i = 0; !seg_steps.empty(); ++i) {
       for (; pi < posts.size() && posts[pi].first <= i; ++pi) {
-        posts[pi].second.time_us = seg_steps[i].time_us;
+        posts[pi].second.time_us = seg_steps.front().time_us;
         cp.steps.push_back(std::move(posts[pi].second));
       }
-      cp.steps.push_back(std::move(seg_steps[i]));
+      cp.steps.push_back(std::move(seg_steps.front()));
+      seg_steps.pop_front();
     }
   }
 
@@ -1084,12 +1157,10 @@ class Learner {
 std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace::TcpFlow& flow,
                                              const trace::FlowReport& fr,
                                              const std::vector<trace::Record>& records,
-                                             const PlanLimits& limits, bool consume) {
-  return Learner(flow_index, flow, fr, records, limits, consume).run();
+                                             const PlanLimits& limits,
+                                             trace::PayloadReader* reader) {
+  return Learner(flow_index, flow, fr, records, limits, reader).run();
 }
-
-std::expected<Plan, std::string> make_plan_from(const trace::Capture& cap, const PlanLimits& limits,
-                                                bool consume);
 
 }  // namespace
 
@@ -1122,24 +1193,20 @@ std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
 }
 
 std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const PlanLimits& limits) {
-  return make_plan_from(cap, limits, false);
-}
-
-std::expected<Plan, std::string> make_plan(trace::Capture&& cap, const PlanLimits& limits) {
-  return make_plan_from(cap, limits, true);
-}
-
-namespace {
-
-std::expected<Plan, std::string> make_plan_from(const trace::Capture& cap, const PlanLimits& limits,
-                                                bool consume) {
   // The learning pass needs the decoder's violations only (TraceViolation), not every record.
-  const auto rep = trace::decode_capture(cap, {.keep_records = false, .keep_violations = true});
+  // (Holding what lies beyond a gap up to the learning pass's own bound.)
+  const auto rep = trace::decode_capture(
+      cap,
+      {.keep_records = false,
+       .keep_violations = true,
+       .window = static_cast<std::size_t>(std::min<std::uint64_t>(limits.max_held, SIZE_MAX))});
   Plan plan;
   plan.path = cap.path;
   plan.frames = cap.frames;
   plan.problems = cap.problems;
   plan.limits = limits;
+  std::optional<trace::PayloadReader> reader;
+  if (cap.file) reader.emplace(cap.file);
   for (std::size_t i = 0; i < cap.flows.size(); ++i) {
     const auto& flow = cap.flows[i];
     const auto& fr = rep.flows[i];
@@ -1160,8 +1227,9 @@ std::expected<Plan, std::string> make_plan_from(const trace::Capture& cap, const
     } else if (!fr.params) {
       sk.reason = "the MPA frames did not establish the connection";
     } else {
-      auto cp = learn(i, flow, fr, rep.records, limits, consume);
+      auto cp = learn(i, flow, fr, rep.records, limits, reader ? &*reader : nullptr);
       if (cp) {
+        cp->file = cap.file;
         plan.connections.push_back(std::move(*cp));
         continue;
       }
@@ -1180,7 +1248,5 @@ std::expected<Plan, std::string> make_plan_from(const trace::Capture& cap, const
   }
   return plan;
 }
-
-}  // namespace
 
 }  // namespace iwarp::replay

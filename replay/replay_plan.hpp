@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <expected>
 #include <map>
 #include <optional>
@@ -116,14 +117,14 @@ struct Step {
   Side side = Side::Initiator;                         // PostRead/PostAtomic: who posts
   std::uint64_t frame = 0, time_us = 0;
   TcpSeq seq;                // Segment: first payload octet; Fin: the FIN's sequence number
-  Bytes payload;             // Segment (unless in_stream)
+  Bytes payload;             // Segment, when its payload is held (file_offset == kNotInFile)
   std::size_t item = 0;      // PostRead/PostAtomic: index into the endpoint's reads/atomics
   std::uint64_t offset = 0;  // Segment: stream offset of seq (MPA frame included); 0 when seq
                              // lies before the stream (the receiver drops those octets)
   std::vector<TaggedRange> tagged;  // Segment: Write / Read Response data its FPDUs place
-  // Segment, make_plan(Capture&&) only: its payload is ConnectionPlan::stream's `length` octets
-  // at `offset` (every one the first arrival of its octet), not held in `payload`.
-  bool in_stream = false;
+  // Segment of a capture read with payloads_in_file: its payload is the `length` octets at
+  // this position of the capture file, read when the step is injected (payload_of).
+  std::uint64_t file_offset = trace::kNotInFile;
   std::uint32_t length = 0;
 };
 
@@ -147,10 +148,12 @@ struct ConnectionPlan {
   std::uint64_t stream_length[2] = {0, 0};  // octets reassembled in order
   std::uint64_t fpdus[2] = {0, 0};
   std::uint64_t setup_segments = 0;  // segments holding only MPA frames (not replayed)
+  std::deque<Step> setup;            // those segments, kept for their octets (StreamOctets)
   bool fin[2] = {false, false};      // a FIN closed that direction in the capture
   bool rst = false;
   EndpointPlan ep[2];
-  std::vector<Step> steps;
+  // (Deques: one step per captured segment, so no copy and no spare half as they grow.)
+  std::deque<Step> steps;
   std::vector<TerminatePlan> terminates;
   std::vector<TraceViolation> trace_violations;
   // Why the capture holds less than the whole exchange (holes never filled, a message or an
@@ -162,12 +165,32 @@ struct ConnectionPlan {
   // What the replay allocates for this connection (shadow memory, receive buffers, atomic
   // results, work request bookkeeping): at most PlanLimits::max_total.
   std::uint64_t planned_bytes = 0;
-  // make_plan(Capture&&): each direction's rebuilt stream, by stream offset, which the
-  // in_stream segment steps read their payload from.
-  std::map<std::uint64_t, Bytes> stream[2];
+  // The capture file the steps' payloads are read from (a capture read with payloads_in_file).
+  std::shared_ptr<const trace::CaptureFile> file;
   std::uint64_t segments() const;
-  // A segment step's payload (from `stream` when in_stream).
-  Bytes payload_of(const Step& st) const;
+  // A segment step's payload: held, or read from the capture file through `reader` (one made
+  // for `file`; throws trace::CaptureChanged when the file changed since it was read).
+  Bytes payload_of(const Step& st, trace::PayloadReader* reader) const;
+};
+
+// A connection's stream octets as the capture's segments carried them, each from the first
+// segment (in capture order) that carried it, as the replay injected them: an index of which
+// segment step supplies each range, built once (the HTML view asks for many ranges). Refers to
+// the plan, which must outlive it.
+class StreamOctets {
+ public:
+  explicit StreamOctets(const ConnectionPlan& cp);
+  // Direction d's octets [off, off + len), up to the first octet no segment holds.
+  Bytes get(mpa::Direction d, std::uint64_t off, std::uint64_t len,
+            trace::PayloadReader* reader) const;
+
+ private:
+  struct Piece {
+    std::uint64_t end;  // [key, end) of the stream comes from `step`
+    const Step* step;
+  };
+  const ConnectionPlan& cp_;
+  std::map<std::uint64_t, Piece> pieces_[2];  // per direction, disjoint, by stream offset
 };
 
 // A TCP connection that is not replayed, and why.
@@ -197,11 +220,11 @@ std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
 
 // Learns the plan. Fails (one line naming the file) when no connection can be replayed: no
 // iWARP connection, none with its MPA exchange in the capture, or every one past a limit (see
-// replay_limits.hpp: nothing is allocated for a connection past a limit).
+// replay_limits.hpp: nothing is allocated for a connection past a limit). A capture read with
+// payloads_in_file is read again from its file, segment by segment, and the plan's steps keep
+// where their payloads lie, not the payloads (throws trace::CaptureChanged when the file
+// changed since it was read).
 std::expected<Plan, std::string> make_plan(const trace::Capture& cap,
                                            const PlanLimits& limits = {});
-// The same, taking the capture's payloads into the plan's steps instead of copying them (the
-// capture keeps its flows and segments, without payload).
-std::expected<Plan, std::string> make_plan(trace::Capture&& cap, const PlanLimits& limits = {});
 
 }  // namespace iwarp::replay

@@ -4,6 +4,7 @@
 
 #include <boost/asio/post.hpp>
 #include <chrono>
+#include <exception>
 #include <future>
 #include <map>
 #include <mutex>
@@ -697,7 +698,21 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         if (r.stag == b.stag && r.begin_to < b.end_to && b.begin_to < r.end_to) return true;
     return false;
   };
+  // Payloads in the capture file are read as their steps come (a file that changed since it
+  // was read ends the loop; the endpoints are torn down before the error goes up).
+  std::optional<trace::PayloadReader> reader;
+  if (plan.file) reader.emplace(plan.file);
+  std::exception_ptr failed;
   for (const auto& st : plan.steps) {
+    Bytes payload;
+    if (st.kind == Step::Kind::Segment) {
+      try {
+        payload = plan.payload_of(st, reader ? &*reader : nullptr);
+      } catch (const trace::CaptureChanged&) {
+        failed = std::current_exception();
+        break;
+      }
+    }
     ++res.steps;
     now_time = st.time_us;
     if (st.kind == Step::Kind::Segment || st.kind == Step::Kind::Fin)
@@ -711,14 +726,13 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         const int d = index(st.dir);
         if (!disorder[d]) {
           ++res.segments_injected;
-          inject(eps[index(receiver_of(st.dir))], st.frame, st.time_us, st.seq,
-                 plan.payload_of(st));
+          inject(eps[index(receiver_of(st.dir))], st.frame, st.time_us, st.seq, std::move(payload));
           break;
         }
         if (overlaps_burst(d, st.tagged)) settle_direction(st.dir);
         burst[d].insert(burst[d].end(), st.tagged.begin(), st.tagged.end());
         origin[d][static_cast<std::uint32_t>(st.seq - plan.stream_seq[d])] = {st.frame, st.time_us};
-        splitter[d]->push(sim::WireSegment{st.seq, plan.payload_of(st)},
+        splitter[d]->push(sim::WireSegment{st.seq, std::move(payload)},
                           [&](sim::WireSegment s) { disorder[d]->push(std::move(s), out[d]); });
         break;
       }
@@ -754,6 +768,7 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   std::vector<TimelineEntry> findings;
   take_timeline(res, eps, *shared, findings);
   tear_down(res, eps);
+  if (failed) std::rethrow_exception(failed);
   finish(res, plan, findings);
   return res;
 }

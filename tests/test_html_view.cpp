@@ -376,7 +376,7 @@ TEST(HtmlView, LimitsCutTheViewWithANote) {
   const std::string pcap = kTraces + "mpa2_p2p_read_crc.pcap";
   auto cap = iwarp::trace::read_capture(pcap);
   ASSERT_TRUE(cap) << cap.error();
-  auto plan = iwarp::replay::make_plan(std::move(*cap));
+  auto plan = iwarp::replay::make_plan(*cap);
   ASSERT_TRUE(plan) << plan.error();
   iwarp::replay::ReplayOptions ro;
   const auto result = iwarp::replay::replay(*plan, ro);

@@ -504,6 +504,49 @@ TEST(ReplayLimits, SegmentFarAheadCostsWhatItCarries) {
       "kMaxStreamOffset");
 }
 
+// The learning pass holds what arrives beyond a gap up to kMaxHeldBeyondGap per direction: a
+// Send 8 KiB beyond a gap is learned from (a receive buffer for its MSN) under the default,
+// and past a 4 KiB limit it is a finding, not learned, while the replay still injects it.
+TEST(ReplayLimits, OctetsHeldBeyondAGapAreBounded) {
+  HostileCapture hc(temp_path("held"));
+  hc.send(TSide::Client, send_seg(1, 0, Bytes(16, 0x11)));
+  hc.send(TSide::Client, send_seg(2, 0, Bytes(32, 0x22)));
+  hc.close();
+  auto cap = trace::read_capture(hc.path());
+  ASSERT_TRUE(cap) << cap.error();
+  auto& dir = cap->flows.at(0).dir[0];
+  trace::TcpSegment* last = nullptr;
+  for (auto& s : dir)
+    if (!s.payload.empty()) last = &s;
+  ASSERT_NE(last, nullptr);
+  last->seq = last->seq + 8192u;  // the second Send, beyond a gap never filled
+  auto learned = make_plan(*cap);
+  ASSERT_TRUE(learned) << learned.error();
+  const auto& c = learned->connections.at(0);
+  EXPECT_TRUE(c.limits.empty());
+  ASSERT_EQ(c.ep[index(Side::Responder)].recvs.size(), 2u);
+  EXPECT_TRUE(c.ep[index(Side::Responder)].recvs[1].seen);
+  EXPECT_EQ(c.ep[index(Side::Responder)].recvs[1].size, 32u);
+  PlanLimits small;
+  small.max_held = 4096;
+  auto bounded = make_plan(*cap, small);
+  ASSERT_TRUE(bounded) << bounded.error();
+  const auto& b = bounded->connections.at(0);
+  ASSERT_EQ(b.limits.size(), 1u);
+  EXPECT_EQ(b.limits[0].limit, "kMaxHeldBeyondGap");
+  EXPECT_EQ(b.limits[0].allowed, 4096u);
+  EXPECT_NE(b.limits[0].text.find("I>R: 56 octet(s) of 1 segment(s) arrived more than 4096 octets "
+                                  "beyond a gap"),
+            std::string::npos)
+      << b.limits[0].text;
+  EXPECT_EQ(b.ep[index(Side::Responder)].recvs.size(), 1u);  // MSN 2 not learned
+  EXPECT_EQ(b.segments(), c.segments());                     // but still injected
+  const auto r = replay(*bounded, {});
+  EXPECT_NE(format_text(*bounded, r, std::nullopt, std::nullopt, {})
+                .find("limit reached: I>R: 56 octet(s)"),
+            std::string::npos);
+}
+
 // Connections past a limit are named in the report (text and --json, with the limit) while
 // the others are replayed: one capture of two connections, the second with a Send at MSN
 // 3,000,000.

@@ -30,9 +30,14 @@ std::expected<void, std::string> check_view_paths(const CaptureViews& v) {
 std::expected<void, std::string> write_capture_views(const std::string& capture,
                                                      const CaptureViews& v) {
   if (v.html.empty() && v.ladder.empty()) return {};
-  auto cap = trace::read_capture(capture);
+  auto cap = trace::read_capture(capture, {.payloads_in_file = true});
   if (!cap) return std::unexpected(cap.error());
-  auto plan = replay::make_plan(std::move(*cap));
+  std::expected<replay::Plan, std::string> plan;
+  try {
+    plan = replay::make_plan(*cap);
+  } catch (const trace::CaptureChanged& e) {
+    return std::unexpected(e.what());
+  }
   if (!plan) return std::unexpected(plan.error());
   // The replay's emulated RNICs would repeat, as warnings, what the live run already said
   // (its Terminates): they speak only of errors here.

@@ -82,7 +82,9 @@ int run_replay(const ReplayOpts& o) {
     fmt::print(stderr, "rnic replay: --ladder-png {}: cannot open for writing\n", o.ladder_png);
     return 2;
   }
-  auto cap = trace::read_capture(o.file);
+  // The payloads stay in the file (read again as each connection is learned and replayed): the
+  // replay's memory grows with the capture's segments and FPDUs, not with their octets.
+  auto cap = trace::read_capture(o.file, {.payloads_in_file = true});
   if (!cap) {
     fmt::print(stderr, "rnic replay: {}\n", cap.error());
     return 2;
@@ -93,8 +95,14 @@ int run_replay(const ReplayOpts& o) {
       return 2;
     }
   }
-  auto plan = replay::make_plan(std::move(*cap));
-  *cap = trace::Capture{};  // its payloads are the plan's now
+  std::expected<replay::Plan, std::string> plan;
+  try {
+    plan = replay::make_plan(*cap);
+  } catch (const trace::CaptureChanged& e) {
+    fmt::print(stderr, "rnic replay: {}\n", e.what());
+    return 2;
+  }
+  *cap = trace::Capture{};  // (the plan keeps what the replay needs, the file included)
   if (!plan) {
     fmt::print(stderr, "rnic replay: {}\n", plan.error());
     return 2;
@@ -151,6 +159,10 @@ int run_replay(const ReplayOpts& o) {
   } catch (const std::bad_alloc&) {
     pb.clear();
     throw;  // one line, at the top
+  } catch (const trace::CaptureChanged& e) {
+    pb.clear();
+    fmt::print(stderr, "rnic replay: {}\n", e.what());  // (it names the file)
+    return 2;
   } catch (const std::exception& e) {
     pb.clear();
     fmt::print(stderr, "rnic replay: {}: {}\n", o.file, e.what());

@@ -8,10 +8,16 @@
 #include "trace/pcap_reader.hpp"
 #include "trace/pcap_wire.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <pcap/pcap.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -76,6 +82,8 @@ struct Frame {
   std::uint64_t time_us = 0;
   std::uint32_t caplen = 0, len = 0;
   int snaplen = 0;
+  const std::uint8_t* base = nullptr;      // the frame's first octet as libpcap holds it
+  std::uint64_t file_offset = kNotInFile;  // and where that octet lies in the file, if known
   bool cut() const { return caplen < len; }
 };
 
@@ -382,6 +390,9 @@ class Reader {
       s.rst = rst;
       s.has_ack = has_ack;
       s.payload = payload;
+      if (f.file_offset != kNotInFile && !payload.empty() && payload.data() >= f.base &&
+          payload.data() + payload.size() <= f.base + f.caplen)
+        s.file_offset = f.file_offset + static_cast<std::uint64_t>(payload.data() - f.base);
       sink_.on_segment(flow_index, flow, d, s);
     }
     return true;
@@ -436,9 +447,10 @@ struct PcapCloser {
   void operator()(pcap_t* p) const { pcap_close(p); }
 };
 
-// read_capture's sink: every segment kept with its flow.
+// read_capture's sink: every segment kept with its flow (its payload, or where it lies).
 class KeepAll final : public SegmentSink {
  public:
+  explicit KeepAll(bool in_file) : in_file_(in_file) {}
   void on_segment(std::size_t, TcpFlow& flow, int dir, const SegmentView& v) override {
     TcpSegment s;
     s.frame = v.frame;
@@ -449,23 +461,253 @@ class KeepAll final : public SegmentSink {
     s.fin = v.fin;
     s.rst = v.rst;
     s.has_ack = v.has_ack;
-    s.payload.assign(v.payload.begin(), v.payload.end());
+    if (in_file_ && v.file_offset != kNotInFile) {
+      s.file_offset = v.file_offset;
+      s.length = static_cast<std::uint32_t>(v.payload.size());
+    } else {
+      s.payload.assign(v.payload.begin(), v.payload.end());
+    }
     flow.dir[static_cast<std::size_t>(dir)].push_back(std::move(s));
   }
+
+ private:
+  bool in_file_;
 };
+
+// Where each frame's octets lie in the file. libpcap reads a savefile through stdio, one
+// record or block per frame, so ftell() after a frame is the end of its record (pcap) or block
+// (pcapng); the frame's octets are the first caplen octets after the record header (16 octets;
+// 24 in the "modified" format), or after an Enhanced (or obsolete) Packet Block's 28 octets or
+// a Simple Packet Block's 12. In pcapng other blocks may come before the packet's: they are
+// walked over by their lengths (a pread of 8 octets per block). Anything else (an unknown
+// magic, a new section, a length that does not add up) leaves the position unknown, and that
+// frame's payloads are held in memory.
+class FramePositions {
+ public:
+  explicit FramePositions(pcap_t* p) : pcap_(p), file_(pcap_file(p)) {
+    if (!file_) return;
+    fd_ = ::fileno(file_);
+    std::uint8_t magic[4];
+    if (fd_ < 0 || ::pread(fd_, magic, 4, 0) != 4) return;
+    const std::uint32_t m = load_le32(magic), b = std::byteswap(m);
+    if (m == 0x0a0d0d0a) {
+      pcapng_ = true;
+    } else if (m == 0xa1b2c3d4 || b == 0xa1b2c3d4 || m == 0xa1b23c4d || b == 0xa1b23c4d) {
+      record_header_ = 16;
+    } else if (m == 0xa1b2cd34 || b == 0xa1b2cd34) {
+      record_header_ = 24;
+    } else {
+      return;
+    }
+    const long at = std::ftell(file_);
+    if (at < 0) return;
+    prev_ = static_cast<std::uint64_t>(at);
+    snapshot_ = static_cast<std::uint32_t>(std::max(pcap_snapshot(p), 0));
+    known_ = true;
+  }
+
+  // The file position of the first octet of the frame just read (caplen octets), or kNotInFile.
+  std::uint64_t frame_read(std::uint32_t caplen) {
+    if (!known_) return kNotInFile;
+    // pcap records follow one another: the next starts after this one's caplen octets, unless
+    // libpcap cut a record longer than the file's snapshot length to it (and skipped the rest),
+    // which leaves caplen at the snapshot length: then stdio says where the record ended.
+    if (!pcapng_ && caplen < snapshot_) {
+      const std::uint64_t data = prev_ + record_header_;
+      prev_ = data + caplen;
+      return data;
+    }
+    const long at = std::ftell(file_);
+    if (at < 0) {
+      known_ = false;
+      return kNotInFile;
+    }
+    const auto end = static_cast<std::uint64_t>(at);
+    const std::uint64_t start = prev_;
+    prev_ = end;
+    if (end < start) return kNotInFile;
+    if (!pcapng_) {
+      const std::uint64_t data = start + record_header_;
+      return end >= data && end - data >= caplen ? data : kNotInFile;
+    }
+    // (Each block's type is read: a length alone can match another block, e.g. a Simple Packet
+    // Block whose stored octets libpcap cut to the interface's snaplen.)
+    const bool swapped = pcap_is_swapped(pcap_) == 1;
+    for (std::uint64_t pos = start; pos < end;) {
+      std::uint8_t h[8];
+      if (::pread(fd_, h, 8, static_cast<off_t>(pos)) != 8) return kNotInFile;
+      std::uint32_t type = load_le32(h), len = load_le32(h + 4);
+      if constexpr (std::endian::native == std::endian::little) {
+        if (swapped) type = std::byteswap(type), len = std::byteswap(len);
+      } else {
+        if (!swapped) type = std::byteswap(type), len = std::byteswap(len);
+      }
+      if (type == 0x0a0d0d0a || len < 12 || len % 4 != 0 || len > end - pos) return kNotInFile;
+      if (pos + len < end) {
+        pos += len;
+        continue;
+      }
+      std::uint64_t header = 0;
+      if (type == 6 || type == 2) header = 28;  // Enhanced / obsolete Packet Block
+      if (type == 3) header = 12;               // Simple Packet Block
+      if (header == 0 || len < header + caplen) return kNotInFile;
+      return pos + header;
+    }
+    return kNotInFile;
+  }
+
+ private:
+  pcap_t* pcap_;
+  std::FILE* file_;
+  int fd_ = -1;
+  bool known_ = false, pcapng_ = false;
+  std::uint64_t record_header_ = 0;
+  std::uint32_t snapshot_ = 0;
+  std::uint64_t prev_ = 0;  // end of the previous frame's record or block
+};
+
+// scan_capture() on a capture libpcap has opened; with `positions`, each segment says where
+// its payload lies in the file (SegmentView::file_offset).
+std::expected<Capture, std::string> scan_open(std::unique_ptr<pcap_t, PcapCloser> p,
+                                              const std::string& path, SegmentSink& sink,
+                                              bool positions);
 
 }  // namespace
 
-std::expected<Capture, std::string> read_capture(const std::string& path) {
-  KeepAll keep;
-  return scan_capture(path, keep);
+std::expected<Capture, std::string> read_capture(const std::string& path, const ReadOptions& opts) {
+  if (!opts.payloads_in_file) {
+    KeepAll keep(false);
+    return scan_capture(path, keep);
+  }
+  // The path is opened once: libpcap reads the very file whose identity is noted (a file
+  // renamed over the path meanwhile is not the one read), and a named pipe is not opened twice.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::unexpected(fmt::format("{}: {}", path, std::strerror(errno)));
+  auto adopted = CaptureFile::adopt(fd, path);
+  if (!adopted) {
+    ::close(fd);
+    return std::unexpected(adopted.error());
+  }
+  std::shared_ptr<const CaptureFile> file = std::move(*adopted);
+  // A regular file is read through a descriptor of libpcap's own; a pipe's, once, by libpcap
+  // alone (its payloads are held).
+  const int pcap_fd = file ? ::dup(fd) : fd;
+  std::FILE* fp = pcap_fd < 0 ? nullptr : ::fdopen(pcap_fd, "rb");
+  if (!fp) {
+    const int e = errno;
+    if (pcap_fd >= 0) ::close(pcap_fd);
+    return std::unexpected(fmt::format("{}: {}", path, std::strerror(e)));
+  }
+  char errbuf[PCAP_ERRBUF_SIZE] = {};
+  pcap_t* p = pcap_fopen_offline(fp, errbuf);
+  if (!p) {
+    std::fclose(fp);
+    return std::unexpected(path + ": " + strip_path_prefix(errbuf, path));
+  }
+  KeepAll keep(file != nullptr);
+  auto cap = scan_open(std::unique_ptr<pcap_t, PcapCloser>(p), path, keep, file != nullptr);
+  if (cap && file) {
+    // The identity noted before the scan: a file changed while it was scanned is refused too.
+    if (auto why = file->changed(); !why.empty()) return std::unexpected(why);
+    cap->file = std::move(file);
+  }
+  return cap;
+}
+
+std::expected<std::shared_ptr<const CaptureFile>, std::string> CaptureFile::adopt(
+    int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    return std::unexpected(fmt::format("{}: {}", path, std::strerror(errno)));
+  // A pipe or a device cannot be read twice.
+  if (!S_ISREG(st.st_mode)) return std::shared_ptr<const CaptureFile>();
+  std::shared_ptr<CaptureFile> f(new CaptureFile(fd, path));
+  f->size_ = static_cast<std::uint64_t>(st.st_size);
+  f->mtime_ns_ = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+  return f;
+}
+
+CaptureFile::~CaptureFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string CaptureFile::changed() const {
+  struct stat now {};
+  if (::fstat(fd_, &now) != 0) return fmt::format("{}: {}", path_, std::strerror(errno));
+  const std::int64_t mtime = std::int64_t{now.st_mtim.tv_sec} * 1'000'000'000 + now.st_mtim.tv_nsec;
+  if (static_cast<std::uint64_t>(now.st_size) != size_ || mtime != mtime_ns_)
+    return fmt::format("{}: the file changed while it was being read (size {} -> {} octets{})",
+                       path_, size_, static_cast<std::uint64_t>(now.st_size),
+                       mtime != mtime_ns_ ? ", modified" : "");
+  // (A file replaced under the same name is not read: the open file is still the one scanned.)
+  return {};
+}
+
+ByteSpan PayloadReader::payload(const TcpSegment& s) {
+  if (!s.in_file()) return s.payload;
+  return read(s.file_offset, s.length);
+}
+
+ByteSpan PayloadReader::read(std::uint64_t offset, std::uint32_t length) {
+  if (length == 0) return {};
+  served_total_ += length;
+  if (offset >= window_at_ && offset - window_at_ + length <= window_.size()) {
+    served_ += length;
+    return ByteSpan(window_).subspan(static_cast<std::size_t>(offset - window_at_), length);
+  }
+  // Read ahead while the reads go forward through the file (one connection's segments in
+  // capture order): a read that starts at most kNear past the last window's end reads
+  // kFirstAhead, and a read-ahead window at least half served doubles the next, up to
+  // kReadAhead. Otherwise (connections interleaved in the file, short connections) just what is
+  // asked is read. And never more than 4 times what was served (plus kReadAhead) in all, so no
+  // pattern of offsets makes a pass read much more than its own octets.
+  const std::uint64_t last_end = window_at_ + window_.size();
+  const bool near = !window_.empty() && offset >= last_end && offset - last_end <= kNear;
+  const bool used = ahead_ > 0 && served_ * 2 >= window_.size();
+  const bool within = read_total_ <= 4 * served_total_ + kReadAhead;
+  ahead_ = !within ? 0 : used ? std::min(kReadAhead, 2 * ahead_) : near ? kFirstAhead : 0;
+  served_ = length;
+  if (auto why = file_->changed(); !why.empty()) throw CaptureChanged(why);
+  window_.resize(std::max<std::size_t>(ahead_, length));
+  window_at_ = offset;
+  std::size_t got = 0;
+  while (got < window_.size()) {
+    const ssize_t n = ::pread(file_->fd(), window_.data() + got, window_.size() - got,
+                              static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      window_.clear();  // (nothing stale is served after an error)
+      throw CaptureChanged(fmt::format("{}: reading at offset {}: {}", file_->path(), offset + got,
+                                       std::strerror(e)));
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  window_.resize(got);
+  read_total_ += got;
+  ++refills_;
+  if (got < length) {
+    window_.clear();
+    throw CaptureChanged(fmt::format(
+        "{}: the file ends at offset {}, before the {} octet(s) of payload at {} it held when read",
+        file_->path(), offset + got, length, offset));
+  }
+  return ByteSpan(window_).first(length);
 }
 
 std::expected<Capture, std::string> scan_capture(const std::string& path, SegmentSink& sink) {
   char errbuf[PCAP_ERRBUF_SIZE] = {};
   std::unique_ptr<pcap_t, PcapCloser> p(pcap_open_offline(path.c_str(), errbuf));
   if (!p) return std::unexpected(path + ": " + strip_path_prefix(errbuf, path));
+  return scan_open(std::move(p), path, sink, false);
+}
 
+namespace {
+
+std::expected<Capture, std::string> scan_open(std::unique_ptr<pcap_t, PcapCloser> p,
+                                              const std::string& path, SegmentSink& sink,
+                                              bool positions) {
   Capture cap;
   cap.path = path;
   cap.link_type = pcap_datalink(p.get());
@@ -487,6 +729,8 @@ std::expected<Capture, std::string> scan_capture(const std::string& path, Segmen
   }
 
   Reader reader(cap, sink);
+  std::optional<FramePositions> where;
+  if (positions) where.emplace(p.get());
   const int snaplen = pcap_snapshot(p.get());
   for (;;) {
     pcap_pkthdr* hdr = nullptr;
@@ -506,18 +750,22 @@ std::expected<Capture, std::string> scan_capture(const std::string& path, Segmen
     f.caplen = hdr->caplen;
     f.len = std::max(hdr->len, hdr->caplen);
     f.snaplen = snaplen;
+    f.base = data;
+    if (where) f.file_offset = where->frame_read(hdr->caplen);
     reader.frame(f, ByteSpan(data, hdr->caplen));
   }
   reader.finish();
   return cap;
 }
 
+}  // namespace
+
 TcpSeq stream_start(const TcpFlow& f, int dir) {
   if (dir == 0 && f.saw_syn) return f.client_isn + 1;
   if (dir == 1 && f.saw_syn_ack) return f.server_isn + 1;
   std::optional<TcpSeq> low;
   for (const auto& s : f.dir[dir])
-    if (!s.payload.empty() && (!low || s.seq < *low)) low = s.seq;
+    if (s.size() > 0 && (!low || s.seq < *low)) low = s.seq;
   return low.value_or(TcpSeq{0});
 }
 

@@ -7,6 +7,8 @@
 #include <array>
 #include <cstdint>
 #include <expected>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,13 +25,23 @@ struct IpEndpoint {
   friend bool operator==(const IpEndpoint&, const IpEndpoint&) = default;
 };
 
+// Where a payload lies in the capture file: not known (it is held in memory).
+inline constexpr std::uint64_t kNotInFile = UINT64_MAX;
+
 struct TcpSegment {
   std::uint64_t frame = 0;    // 1-based frame number in the file
   std::uint64_t time_us = 0;  // capture timestamp, microseconds since the epoch
   TcpSeq seq;                 // sequence number of the first payload octet (or of the SYN/FIN)
   TcpSeq ack;
   bool syn = false, fin = false, rst = false, has_ack = false;
-  Bytes payload;
+  Bytes payload;  // held in memory (read_capture's default)
+  // read_capture(path, {.payloads_in_file = true}): the payload stays in the file, `length`
+  // octets at file position `file_offset` (read back with PayloadReader), and `payload` is
+  // empty. kNotInFile: the payload is in `payload`.
+  std::uint64_t file_offset = kNotInFile;
+  std::uint32_t length = 0;
+  bool in_file() const { return file_offset != kNotInFile; }
+  std::size_t size() const { return in_file() ? length : payload.size(); }  // payload octets
 };
 
 // One TCP connection. Direction 0 is from `client` (the side that sent the SYN when the
@@ -65,11 +77,80 @@ struct Capture {
   // Problems that belong to no flow (a frame cut or malformed before its TCP ports, an IP
   // fragment whose first fragment is missing, a damaged file tail), each one line.
   std::vector<std::string> problems;
+  // read_capture(path, {.payloads_in_file = true}): the file the segments' payloads are read
+  // back from.
+  std::shared_ptr<const class CaptureFile> file;
+};
+
+struct ReadOptions {
+  // Keep each payload's place in the file instead of the payload (rnic replay: its memory
+  // then does not grow with the octets the capture carries). A payload that is not one run
+  // of the file's octets is held in memory all the same.
+  bool payloads_in_file = false;
 };
 
 // Reads all TCP flows. Fatal problems (cannot open, unsupported link type, not a capture) are
 // one-line errors naming the file; per-frame problems land in the flow's `problems`.
-std::expected<Capture, std::string> read_capture(const std::string& path);
+std::expected<Capture, std::string> read_capture(const std::string& path,
+                                                 const ReadOptions& opts = {});
+
+// The capture file a Capture read with payloads_in_file refers to: opened once (libpcap reads
+// it through a duplicate descriptor; a file renamed over its path later is not read), its size
+// and modification time noted, so that a file changed since it was read is refused rather than
+// read as other octets.
+class CaptureFile {
+ public:
+  // Takes `fd`, open on `path`, when it is a regular file; null (and no error) otherwise, the
+  // caller keeping fd (a pipe cannot be read twice).
+  static std::expected<std::shared_ptr<const CaptureFile>, std::string> adopt(
+      int fd, const std::string& path);
+  ~CaptureFile();
+  CaptureFile(const CaptureFile&) = delete;
+  CaptureFile& operator=(const CaptureFile&) = delete;
+  const std::string& path() const { return path_; }
+  int fd() const { return fd_; }
+  // Empty when the file is still the one opened; else one line saying what changed.
+  std::string changed() const;
+
+ private:
+  CaptureFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_ = -1;
+  std::string path_;
+  std::uint64_t size_ = 0;
+  std::int64_t mtime_ns_ = 0;
+};
+
+// Reads payloads back from a CaptureFile through a read-ahead window that grows to kReadAhead
+// octets while what it reads ahead is used, so that a pass over a connection's segments in capture
+// order costs about one pread per window, not one per segment. Not thread-safe: one per pass.
+class PayloadReader {
+ public:
+  static constexpr std::size_t kReadAhead = 1u << 20;
+  static constexpr std::size_t kFirstAhead = 64u << 10;
+  static constexpr std::uint64_t kNear = 4096;
+  explicit PayloadReader(std::shared_ptr<const CaptureFile> file) : file_(std::move(file)) {}
+  // The segment's payload: `s.payload` when held, else its octets in the file (valid until
+  // the next call). Throws CaptureChanged when the file is shorter or changed since it was read.
+  ByteSpan payload(const TcpSegment& s);
+  ByteSpan read(std::uint64_t offset, std::uint32_t length);
+  std::uint64_t octets_read() const { return read_total_; }  // from the file, in all
+  std::uint64_t octets_served() const { return served_total_; }
+  std::uint64_t refills() const { return refills_; }  // preads (one per window, mostly)
+
+ private:
+  std::shared_ptr<const CaptureFile> file_;
+  Bytes window_;
+  std::uint64_t window_at_ = 0;
+  std::size_t ahead_ = 0;   // octets the last refill read ahead (0: just what was asked)
+  std::size_t served_ = 0;  // octets served from the window since it was filled
+  std::uint64_t read_total_ = 0, served_total_ = 0, refills_ = 0;
+};
+
+// A capture file that changed (or became unreadable) between the passes that read it.
+class CaptureChanged : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // A segment as scan_capture() hands it over: `payload` points into the frame libpcap holds and
 // is valid only during the call.
@@ -78,6 +159,7 @@ struct SegmentView {
   TcpSeq seq, ack;
   bool syn = false, fin = false, rst = false, has_ack = false;
   ByteSpan payload;
+  std::uint64_t file_offset = kNotInFile;  // where `payload` lies in the file, when known
 };
 
 // Takes the segments of a capture as it is read.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
 
 namespace iwarp::trace {
 
@@ -144,6 +145,13 @@ std::size_t TcpReassembler::add(TcpSeq seq, ByteSpan payload,
   delivered_ += n;
   next_ += static_cast<std::uint32_t>(n);
   return n;
+}
+
+std::map<std::uint64_t, Bytes> TcpReassembler::take_held() {
+  if (budget_) budget_->used -= cost_;
+  cost_ = 0;
+  held_.clear();
+  return std::exchange(chunks_, {});
 }
 
 }  // namespace iwarp::trace

@@ -58,6 +58,9 @@ class TcpReassembler {
   std::uint64_t dropped_segments() const { return dropped_segments_; }
   std::uint64_t dropped_by_budget() const { return budget_dropped_; }  // octets past the budget
   std::uint64_t dropped_by_budget_segments() const { return budget_dropped_segments_; }
+  // Hands over what is held beyond the in-order point, piece by piece by stream offset from
+  // the first octet (pieces that touch are separate entries), and holds nothing after.
+  std::map<std::uint64_t, Bytes> take_held();
 
  private:
   TcpSeq next_;

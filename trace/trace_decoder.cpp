@@ -299,9 +299,9 @@ void add_problems(FlowReport& fr, const TcpFlow& flow) {
   fr.notes.insert(fr.notes.begin(), flow.problems.begin(), flow.problems.end());
 }
 
-void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
-                 const RecordSink* records) {
-  FlowState st(index, fr, records, SIZE_MAX);
+void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr, const RecordSink* records,
+                 PayloadReader* file, std::size_t window) {
+  FlowState st(index, fr, records, window);
   for (int d = 0; d < 2; ++d) st.set_start(d, stream_start(flow, d));
   // Merge both directions in capture order.
   struct Ref {
@@ -311,11 +311,12 @@ void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr,
   std::vector<Ref> order;
   for (int d = 0; d < 2; ++d)
     for (const auto& s : flow.dir[d])
-      if (!s.payload.empty()) order.push_back({&s, d});
+      if (s.size() > 0) order.push_back({&s, d});
   std::stable_sort(order.begin(), order.end(),
                    [](const Ref& a, const Ref& b) { return a.seg->frame < b.seg->frame; });
   for (const auto& ref : order)
-    st.add(flow, ref.dir, ref.seg->frame, ref.seg->time_us, ref.seg->seq, ref.seg->payload);
+    st.add(flow, ref.dir, ref.seg->frame, ref.seg->time_us, ref.seg->seq,
+           file ? file->payload(*ref.seg) : ByteSpan(ref.seg->payload));
   st.finish(flow);
   add_problems(fr, flow);
 }
@@ -471,8 +472,10 @@ DecodeReport decode_capture(const Capture& cap, const DecodeOptions& opts) {
     keep = [&](Record&& r) {
       if (r.kind == Record::Kind::Violation) rep.records.push_back(std::move(r));
     };
+  std::optional<PayloadReader> file;
+  if (cap.file) file.emplace(cap.file);
   for (std::size_t i = 0; i < cap.flows.size(); ++i)
-    decode_flow(i, cap.flows[i], rep.flows[i], &keep);
+    decode_flow(i, cap.flows[i], rep.flows[i], &keep, file ? &*file : nullptr, opts.window);
   return rep;
 }
 

@@ -76,8 +76,13 @@ struct DecodeReport {
 struct DecodeOptions {
   bool keep_records = true;      // false: counts only (large captures)
   bool keep_violations = false;  // with keep_records false: keep the Violation records only
+  // Held octets per direction beyond a gap (as StreamOptions::window): octets further beyond
+  // are dropped with a note. The default holds everything.
+  std::size_t window = SIZE_MAX;
 };
 
+// Decodes every flow of a capture. A capture read with payloads_in_file has its payloads read
+// back from its file (throws CaptureChanged when the file changed since it was read).
 DecodeReport decode_capture(const Capture& cap, const DecodeOptions& opts = {});
 
 // Takes each record as soon as it is known.
