@@ -7,11 +7,8 @@
 // changes after it was read is refused with one line; a pipe's payloads are held. And `rnic
 // replay`'s resident memory grows with a capture's length by a fraction of what it did when it
 // held the payloads.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +25,7 @@
 #include "replay/replay_plan.hpp"
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
+#include "tests/child_rss.hpp"
 #include "tests/sanitizers.hpp"
 #include "trace/pcap_reader.hpp"
 #include "trace/trace_generator.hpp"
@@ -381,30 +379,9 @@ TEST(CaptureFile, PipeHoldsItsPayloads) {
 
 // Peak resident set of `rnic replay --quiet path` (octets), and its exit status.
 std::pair<std::uint64_t, int> replay_rss(const std::string& path) {
-  std::vector<std::string> args{IWARP_RNIC_BIN, "replay", "--quiet", "--no-progress", path};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, 1);
-    ::dup2(null, 2);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  int st = 0;
-  rusage ru{};
-  const auto t0 = std::chrono::steady_clock::now();
-  while (::wait4(pid, &st, WNOHANG, &ru) != pid) {
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(300)) {
-      ::kill(pid, SIGKILL);
-      ::wait4(pid, &st, 0, &ru);
-      return {0, -1};
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return {static_cast<std::uint64_t>(ru.ru_maxrss) * 1024, WIFEXITED(st) ? WEXITSTATUS(st) : -2};
+  return testing_support::run_child_rss(
+      {IWARP_RNIC_BIN, "replay", "--quiet", "--no-progress", path}, std::chrono::seconds(300),
+      true);
 }
 
 // What `rnic replay` keeps per segment and per FPDU (its steps, the FPDUs it learned from)

@@ -464,6 +464,14 @@ TEST(ReplayLimits, ReadRequestAtTheLastMsnIsRefused) {
   expect_refused(plan_file(hc.path()), "kMaxRequests", "up to MSN 4294967295");
 }
 
+// The client's last segment with data in the capture's first connection, or null.
+trace::TcpSegment* last_client_data(trace::Capture& cap) {
+  trace::TcpSegment* last = nullptr;
+  for (auto& s : cap.flows.at(0).dir[0])
+    if (!s.payload.empty()) last = &s;
+  return last;
+}
+
 // A segment almost 1 GiB ahead of the stream: the learning pass reassembled each direction
 // into one dense buffer as long as the furthest octet (1 GiB and a bit map of it). It now
 // holds what the capture carries; the octets past kMaxStreamOffset are named as not learned.
@@ -475,10 +483,7 @@ TEST(ReplayLimits, SegmentFarAheadCostsWhatItCarries) {
   auto cap = trace::read_capture(hc.path());
   ASSERT_TRUE(cap) << cap.error();
   // Move the client's Send (its last data segment) far ahead: beyond a gap never filled.
-  auto& dir = cap->flows.at(0).dir[0];
-  trace::TcpSegment* last = nullptr;
-  for (auto& s : dir)
-    if (!s.payload.empty()) last = &s;
+  trace::TcpSegment* last = last_client_data(*cap);
   ASSERT_NE(last, nullptr);
   last->seq = last->seq + static_cast<std::uint32_t>((1u << 30) - 4096);
   const auto rss0 = max_rss();
@@ -514,10 +519,7 @@ TEST(ReplayLimits, OctetsHeldBeyondAGapAreBounded) {
   hc.close();
   auto cap = trace::read_capture(hc.path());
   ASSERT_TRUE(cap) << cap.error();
-  auto& dir = cap->flows.at(0).dir[0];
-  trace::TcpSegment* last = nullptr;
-  for (auto& s : dir)
-    if (!s.payload.empty()) last = &s;
+  trace::TcpSegment* last = last_client_data(*cap);
   ASSERT_NE(last, nullptr);
   last->seq = last->seq + 8192u;  // the second Send, beyond a gap never filled
   auto learned = make_plan(*cap);

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/child_rss.hpp"
 #include "tests/sanitizers.hpp"
 #include "trace/pcap_reader.hpp"
 #include "trace/tcp_reassembly.hpp"
@@ -175,30 +176,9 @@ TEST(StreamingDecode, ReorderedCaptureHoldsAtMostTheWindow) {
 
 // Peak resident set of `rnic args...` (octets), and its exit status.
 std::pair<std::uint64_t, int> run_rnic(const std::vector<std::string>& args) {
-  std::vector<std::string> argv_s{IWARP_RNIC_BIN};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, 1);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  int st = 0;
-  rusage ru{};
-  const auto t0 = std::chrono::steady_clock::now();
-  while (::wait4(pid, &st, WNOHANG, &ru) != pid) {
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120)) {
-      ::kill(pid, SIGKILL);
-      ::wait4(pid, &st, 0, &ru);
-      return {0, -1};
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return {static_cast<std::uint64_t>(ru.ru_maxrss) * 1024, WIFEXITED(st) ? WEXITSTATUS(st) : -2};
+  std::vector<std::string> argv{IWARP_RNIC_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing_support::run_child_rss(std::move(argv), std::chrono::seconds(120));
 }
 
 TEST(StreamingDecode, RnicDecodeDoesNotLoadTheFile) {
