@@ -51,12 +51,15 @@ inline constexpr std::uint64_t kMaxConnectionMemory = 1ull << 30;
 // emulation may find violations there); the connection's report says so.
 inline constexpr std::uint64_t kMaxStreamOffset = 1ull << 30;
 
-// Not refusing. Octets the learning pass holds per direction beyond a gap not yet filled
-// (it decodes each direction as it becomes contiguous and keeps nothing behind but the last
-// 128 KiB; held octets count trace::kHeldPieceOverhead per piece too). Octets that would take
-// it further are still injected, but nothing is learned from them; the connection's report
-// says so. 64 MiB is far above a TCP window.
-inline constexpr std::uint64_t kMaxHeldBeyondGap = 64ull << 20;
+// Not refusing. Octets the learning pass holds per direction beyond a gap not yet filled, and
+// octets held until the MPA Reply fixes their framing (it decodes each direction as it becomes
+// contiguous and keeps nothing behind but the last 128 KiB; held octets count
+// trace::kHeldPieceOverhead per piece too). Octets that would take it further are still
+// injected, but nothing is learned from them; the connection's report says so. A gap the
+// network made fills within a TCP window; one the capture made (a frame it dropped) never
+// does, and everything after it is held: so the default is kMaxStreamOffset, all the learning
+// pass ever learns of a direction (memory grows that far only for such a capture).
+inline constexpr std::uint64_t kMaxHeldBeyondGap = kMaxStreamOffset;
 
 // Bookkeeping estimates per work request the replay creates (receive WR with its SGE and its
 // completion slot; send WR slot and its completion slot) and per STag, counted in

@@ -64,6 +64,7 @@ StreamOctets::StreamOctets(const ConnectionPlan& cp) : cp_(cp) {
   };
   auto a = cp.setup.begin();
   for (const auto& st : cp.steps) {
+    if (st.kind != Step::Kind::Segment) continue;  // (a post's frame may be a later one's)
     for (; a != cp.setup.end() && a->frame < st.frame; ++a) add(*a);
     add(st);
   }
@@ -483,7 +484,14 @@ class Learner {
   // In-order octets of direction d: decoded, and kept behind the decoder for a while.
   void deliver(int d, ByteSpan run) {
     behind[d].insert(behind[d].end(), run.begin(), run.end());
+    const bool awaiting = dec.stream(kDirs[d]).state() == mpa::StreamDecoder::State::AwaitFraming;
     dec.feed(kDirs[d], run, col);
+    if (awaiting && dec.stream(kDirs[d]).state() == mpa::StreamDecoder::State::Failed)
+      cp.limits.push_back(LimitFinding{
+          "kMaxHeldBeyondGap", limits.max_held, limits.max_held + 1,
+          fmt::format("{}: more than {} octets arrived before the MPA Reply fixed their framing "
+                      "(limit kMaxHeldBeyondGap): nothing more is learned from this direction",
+                      dir_name(kDirs[d]), limits.max_held)});
     // (Feeding the Reply may decode initiator octets held back: both directions are looked at.)
     for (int k = 0; k < 2; ++k) keep_atomic_responses(k);
     // (Octets the decoder holds until the Reply fixes their framing stay behind too.)

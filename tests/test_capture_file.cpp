@@ -7,7 +7,9 @@
 // changes after it was read is refused with one line; a pipe's payloads are held. And `rnic
 // replay`'s resident memory grows with a capture's length by a fraction of what it did when it
 // held the payloads.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -282,9 +284,14 @@ TEST(CaptureFile, FileChangedAfterReadingIsRefusedInOneLine) {
       spit(path,
            Bytes(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(bytes.size() / 2)));
     } else {
-      // The same octets written again, later: the modification time says it changed.
+      // The same octets written again, the modification time set back to what it was: the
+      // status change time says it changed.
+      struct stat before {};
+      ASSERT_EQ(::stat(path.c_str(), &before), 0);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       spit(path, bytes);
+      const timespec times[2] = {before.st_atim, before.st_mtim};
+      ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
     }
     try {
       replay::replay(*plan, {});
@@ -358,7 +365,23 @@ TEST(CaptureFile, PipeHoldsItsPayloads) {
   const auto bytes = slurp(source_file("pcap_traces/siw/rping_lo.pcap"));
   const auto fifo = temp("pipe.pcap");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  std::thread writer([&] { spit(fifo, bytes); });
+  // The writer waits at most 10 s for a reader (never for ever) and survives one that stops.
+  ::signal(SIGPIPE, SIG_IGN);
+  std::thread writer([&] {
+    int fd = -1;
+    for (int i = 0; i < 1000 && fd < 0; ++i) {
+      fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // (ENXIO until a reader opens it)
+      if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (fd < 0) return;
+    ::fcntl(fd, F_SETFL, 0);
+    for (std::size_t at = 0; at < bytes.size();) {
+      const ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
+      if (n <= 0) break;
+      at += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+  });
   auto cap = read_capture(fifo, {.payloads_in_file = true});
   writer.join();
   ASSERT_TRUE(cap) << cap.error();
@@ -375,6 +398,13 @@ TEST(CaptureFile, PipeHoldsItsPayloads) {
   ASSERT_TRUE(plan) << plan.error();
   EXPECT_EQ(replay::replay(*plan, {}).unexpected, 0u);
   std::remove(fifo.c_str());
+}
+
+// `rnic replay -` reads the capture from standard input (libpcap's "-"): once, its payloads held.
+TEST(CaptureFile, StandardInputIsReadOnce) {
+  const std::string cmd = std::string(IWARP_RNIC_BIN) + " replay --quiet --no-progress - < " +
+                          source_file("pcap_traces/siw/rping_lo.pcap") + " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
 // Peak resident set of `rnic replay --quiet path` (octets), and its exit status.

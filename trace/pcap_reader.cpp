@@ -575,7 +575,8 @@ std::expected<Capture, std::string> scan_open(std::unique_ptr<pcap_t, PcapCloser
 }  // namespace
 
 std::expected<Capture, std::string> read_capture(const std::string& path, const ReadOptions& opts) {
-  if (!opts.payloads_in_file) {
+  // ("-" is libpcap's standard input: read once, its payloads held.)
+  if (!opts.payloads_in_file || path == "-") {
     KeepAll keep(false);
     return scan_capture(path, keep);
   }
@@ -591,7 +592,7 @@ std::expected<Capture, std::string> read_capture(const std::string& path, const 
   std::shared_ptr<const CaptureFile> file = std::move(*adopted);
   // A regular file is read through a descriptor of libpcap's own; a pipe's, once, by libpcap
   // alone (its payloads are held).
-  const int pcap_fd = file ? ::dup(fd) : fd;
+  const int pcap_fd = file ? ::fcntl(fd, F_DUPFD_CLOEXEC, 0) : fd;
   std::FILE* fp = pcap_fd < 0 ? nullptr : ::fdopen(pcap_fd, "rb");
   if (!fp) {
     const int e = errno;
@@ -624,6 +625,7 @@ std::expected<std::shared_ptr<const CaptureFile>, std::string> CaptureFile::adop
   std::shared_ptr<CaptureFile> f(new CaptureFile(fd, path));
   f->size_ = static_cast<std::uint64_t>(st.st_size);
   f->mtime_ns_ = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+  f->ctime_ns_ = std::int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
   return f;
 }
 
@@ -635,10 +637,12 @@ std::string CaptureFile::changed() const {
   struct stat now {};
   if (::fstat(fd_, &now) != 0) return fmt::format("{}: {}", path_, std::strerror(errno));
   const std::int64_t mtime = std::int64_t{now.st_mtim.tv_sec} * 1'000'000'000 + now.st_mtim.tv_nsec;
-  if (static_cast<std::uint64_t>(now.st_size) != size_ || mtime != mtime_ns_)
+  // (The status change time too: a rewrite that set the modification time back changes it.)
+  const std::int64_t ctime = std::int64_t{now.st_ctim.tv_sec} * 1'000'000'000 + now.st_ctim.tv_nsec;
+  if (static_cast<std::uint64_t>(now.st_size) != size_ || mtime != mtime_ns_ || ctime != ctime_ns_)
     return fmt::format("{}: the file changed while it was being read (size {} -> {} octets{})",
                        path_, size_, static_cast<std::uint64_t>(now.st_size),
-                       mtime != mtime_ns_ ? ", modified" : "");
+                       mtime != mtime_ns_ || ctime != ctime_ns_ ? ", modified" : "");
   // (A file replaced under the same name is not read: the open file is still the one scanned.)
   return {};
 }
@@ -663,10 +667,15 @@ ByteSpan PayloadReader::read(std::uint64_t offset, std::uint32_t length) {
   // pattern of offsets makes a pass read much more than its own octets.
   const std::uint64_t last_end = window_at_ + window_.size();
   const bool near = !window_.empty() && offset >= last_end && offset - last_end <= kNear;
-  const bool used = ahead_ > 0 && served_ * 2 >= window_.size();
-  const bool within = read_total_ <= 4 * served_total_ + kReadAhead;
-  ahead_ = !within ? 0 : used ? std::min(kReadAhead, 2 * ahead_) : near ? kFirstAhead : 0;
+  // (What was read ahead, beyond the octets the refill was for, and how much of it was served.)
+  const bool used =
+      ahead_ > 0 && window_.size() > asked_ && (served_ - asked_) * 2 >= window_.size() - asked_;
+  ahead_ = used ? std::min(kReadAhead, 2 * ahead_) : near ? kFirstAhead : 0;
+  const std::uint64_t budget = 4 * served_total_ + kReadAhead;  // (length counted as served)
+  ahead_ = static_cast<std::size_t>(
+      std::min<std::uint64_t>(ahead_, budget > read_total_ ? budget - read_total_ : 0));
   served_ = length;
+  asked_ = length;
   if (auto why = file_->changed(); !why.empty()) throw CaptureChanged(why);
   window_.resize(std::max<std::size_t>(ahead_, length));
   window_at_ = offset;

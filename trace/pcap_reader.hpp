@@ -96,8 +96,8 @@ std::expected<Capture, std::string> read_capture(const std::string& path,
 
 // The capture file a Capture read with payloads_in_file refers to: opened once (libpcap reads
 // it through a duplicate descriptor; a file renamed over its path later is not read), its size
-// and modification time noted, so that a file changed since it was read is refused rather than
-// read as other octets.
+// and modification and status change times noted, so that a file changed since it was read is
+// refused rather than read as other octets.
 class CaptureFile {
  public:
   // Takes `fd`, open on `path`, when it is a regular file; null (and no error) otherwise, the
@@ -117,7 +117,7 @@ class CaptureFile {
   int fd_ = -1;
   std::string path_;
   std::uint64_t size_ = 0;
-  std::int64_t mtime_ns_ = 0;
+  std::int64_t mtime_ns_ = 0, ctime_ns_ = 0;
 };
 
 // Reads payloads back from a CaptureFile through a read-ahead window that grows to kReadAhead
@@ -143,6 +143,7 @@ class PayloadReader {
   std::uint64_t window_at_ = 0;
   std::size_t ahead_ = 0;   // octets the last refill read ahead (0: just what was asked)
   std::size_t served_ = 0;  // octets served from the window since it was filled
+  std::size_t asked_ = 0;   // of which the refill was for
   std::uint64_t read_total_ = 0, served_total_ = 0, refills_ = 0;
 };
 
