@@ -40,8 +40,11 @@
 # cannot be made or the siw peer lacks one of those, 2 for a bad option, 1 when a run failed or
 # the VM, with all of them here, did not boot on the TAP.
 # Writes DIR/runs.csv (one row per run), DIR/holes/*.csv (every hole timed), DIR/table.md (the
-# table docs/beyond-holes.md shows), DIR/beyond-holes.png (gnuplot; skipped without it) and,
-# for siw, DIR/siw-vm/ (the VM's console, each run's logs and netem counters).
+# table docs/beyond-holes.md shows), DIR/beyond-holes.png (gnuplot; skipped without it),
+# DIR/logs/*.log (each rnic run's output: both programs' segment-path lines) and, for siw,
+# DIR/siw-vm/ (the VM's console, each run's logs and netem counters). A run whose server's tap
+# handed its segment path no segment (it saw no SYN of the connection) measured the socket
+# alone: it fails.
 # Env: RNIC (default build/rnic); SIWVM_CACHE (the VM image, default build/siwvm).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -89,8 +92,8 @@ done
 [ -n "${PEERS// /}" ] || die "--peer: no peer given (rnic, siw)"
 [ -n "${ARMS// /}" ] || die "--arms: no arm given (place, hold, discard)"
 case " $PEERS " in *" siw "*) [ "$MARKERS" = off ] || die "--markers $MARKERS: siw refuses markers (run it with --peer rnic)" ;; esac
-mkdir -p "$OUT/holes" || die "cannot make $OUT"
-rm -f "$OUT"/holes/*.csv
+mkdir -p "$OUT/holes" "$OUT/logs" || die "cannot make $OUT"
+rm -f "$OUT"/holes/*.csv "$OUT"/logs/*.log
 CSV=$OUT/runs.csv
 echo "condition,arm,run,goodput_MBps,kernel_ooo_pct,retransmitted,holes_opened,placed_beyond,dropped,peak_held,copied_per_octet,holes_timed,octets_beyond,p50_us,p99_us" > "$CSV"
 
@@ -139,17 +142,24 @@ complete() {
 # ------------------------------------------------------------------ rnic -> rnic (impair.sh)
 XFER="xfer --sizes 1048576 --ops write --timeout 60000 --real-segments tap0 --markers $MARKERS"
 run_rnic() {  # NAME IMPAIR_OPTIONS ARM RUN
-  local holes out rc good tcp sin sooo cre
-  holes=$OUT/holes/rnic-$(tagof "$1")-$3-$4.csv
+  local holes log out rc good tcp sin sooo cre
+  holes=$OUT/holes/rnic-$(tagof "$1")-$3-$4.csv; log=$OUT/logs/rnic-$(tagof "$1")-$3-$4.log
   # shellcheck disable=SC2086  # $2 is a list of options
   out=$(bash "$HERE/scripts/impair.sh" --timeout 300 $2 \
     --server-cmd "'$RNIC' $XFER --beyond-holes $3 --hole-times $holes --server --bind \$PEER" \
     --client-cmd "'$RNIC' $XFER --beyond-holes $3 --loop $LOOP --client \$PEER" 2>&1)
   rc=$?
   [ $rc = 77 ] && { echo "$out" | tail -3; exit 77; }
+  echo "$out" > "$log"
   good=$(val "$out" 'client: write loop: .* ([0-9.]+) MB/s goodput')
   if [ $rc != 0 ] || [ -z "$good" ] || ! complete "$out" "$holes"; then
-    echo "[$n/$total] $1, $3, run $4: FAILED (exit $rc)"; echo "$out" | tail -15 | sed 's/^/    /'
+    echo "[$n/$total] $1, $3, run $4: FAILED (exit $rc; $log)"; echo "$out" | tail -15 | sed 's/^/    /'
+    failed=1; return
+  fi
+  # The server's tap must have handed segments of the connection to its segment path (it needs
+  # the connection's SYN to number them): else the run measured the socket's stream alone.
+  if [ "$(val "$(grep 'server: segment path' <<< "$out")" '\): ([0-9]+) segments received')" = 0 ]; then
+    echo "[$n/$total] $1, $3, run $4: FAILED: the server's tap handed no segment of the connection to its segment path (did it see the SYN? $log)"
     failed=1; return
   fi
   tcp=$(grep 'impair: TCP' <<< "$out")
