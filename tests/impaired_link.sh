@@ -109,9 +109,9 @@ EOF2
     # 30 operations: 5 operations x 7 sizes, minus the atomics' 4 sizes other than 8 octets.
     SIZES=(--sizes 0 1 4095 4096 65537 1048576 16777216)
     verified_run "loss, dup" 30 --loss 2 --delay 1 --jitter 1 --reorder --dup 1 -- \
-      xfer "${SIZES[@]}" --crc off --timeout 60000
+      xfer "${SIZES[@]}" --crc off --timeout 60000 -v
     verified_run "burst, rate" 30 --loss 1 --burst 3 --rate 40000000 --reorder --jitter 1 -- \
-      xfer "${SIZES[@]}" --crc required --timeout 60000
+      xfer "${SIZES[@]}" --crc required --timeout 60000 -v
     ;;
   realseg)
     # The real-segment receive mode: each side also reads its connection's TCP segments off its
@@ -121,7 +121,7 @@ EOF2
     SIZES=(--sizes 0 1 4095 4096 65537 1048576 16777216)
     for crc in off required; do
       verified_run "CRC $crc" 30 --loss 2 --delay 1 --jitter 1 --reorder -- \
-        xfer "${SIZES[@]}" --crc $crc --timeout 60000 --real-segments tap0
+        xfer "${SIZES[@]}" --crc $crc --timeout 60000 -v --real-segments tap0
       for side in client server; do
         line=$(grep "$side: segment path (real TCP segments on tap0)" <<< "$out")
         [ -n "$line" ] || { fail "CRC $crc: the $side printed no segment-path line"; continue; }

@@ -3,9 +3,12 @@
 // verbs shim over 127.0.0.1.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "rnic/connection_manager.hpp"  // the engine behind the endpoint
+#include "rnic/queue_pair.hpp"
 #include "verbs_shim/endpoint.hpp"
 
 using namespace iwarp;
@@ -153,6 +156,47 @@ TEST(RnicCm, RejectedEventHasThePrivateData) {
   ibv_destroy_cq(cq);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
+}
+
+// A wait for a completion that gives up says what the QP moved so far: here the client's 4096
+// octets Written into the server arrived (an RDMA Write completes nothing at its target), and
+// no Send came. Without it the message was "no completion within 300 ms", whichever side or
+// link had stopped (ctest ImpairedLink.xfer once ended so under a sanitizer).
+TEST(RnicCm, AWaitThatTimesOutSaysWhatTheQpMoved) {
+  EndpointOptions so, co;
+  so.timeout = 300ms;
+  auto c = connect(so, co);
+  ASSERT_TRUE(c.connected) << c.connected.error();
+  ASSERT_TRUE(c.accepted) << c.accepted.error();
+  std::vector<std::uint8_t> target(4096), source(4096, 0x5a);
+  ibv_mr* tmr =
+      c.server->reg(target.data(), target.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ibv_mr* smr = c.client->reg(source.data(), source.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(tmr && smr);
+  ASSERT_EQ(
+      post_one(c.client->qp(), {.op = IBV_WR_RDMA_WRITE,
+                                .addr = source.data(),
+                                .len = 4096,
+                                .lkey = smr->lkey,
+                                .remote_addr = reinterpret_cast<std::uintptr_t>(target.data()),
+                                .rkey = tmr->rkey}),
+      0);
+  auto w = c.client->wait(c.client->send_cq());
+  ASSERT_TRUE(w) << w.error();
+  EXPECT_EQ(w->status, IBV_WC_SUCCESS);
+  // The Write's octets have arrived before the server's wait: its counters include them.
+  for (int i = 0; i < 2000 && c.server->qp()->qp->stats().bytes_received < 4096; ++i)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_GE(c.server->qp()->qp->stats().bytes_received, 4096u);
+  auto r = c.server->wait(c.server->recv_cq());
+  ASSERT_FALSE(r);
+  const std::string e = r.error();
+  EXPECT_NE(e.find("no completion within 300 ms (QP "), std::string::npos) << e;
+  EXPECT_NE(e.find(" octets received in "), std::string::npos) << e;
+  EXPECT_NE(e.find("0 Terminates sent, 0 received)"), std::string::npos) << e;
+  const auto got = std::stoull(e.substr(e.find("; ") + 2));
+  EXPECT_GE(got, 4096u) << e;  // the Write's payload and its headers
+  EXPECT_LT(got, 4096u + 64u) << e;
 }
 
 TEST(RnicCm, UnreachableWhenNobodyListens) {

@@ -216,6 +216,22 @@ std::expected<void, std::string> Endpoint::connect(const std::string& host, std:
   return {};
 }
 
+namespace {
+
+// Where a connection stands when a wait for a completion gave up: what this QP has sent and
+// received so far, so the message says which side (or the link) stopped moving.
+std::string progress_of(const ibv_qp* qp) {
+  if (!qp || !qp->qp) return {};
+  const auto s = qp->qp->stats();
+  return fmt::format(
+      " (QP {} so far: {} octets sent in {} FPDUs, {} transmit batches; {} octets received in {} "
+      "FPDUs; {} Terminates sent, {} received)",
+      qp->qp_num, s.bytes_sent, s.fpdus_sent, s.tx_batches, s.bytes_received, s.fpdus_received,
+      s.terminates_sent, s.terminates_received);
+}
+
+}  // namespace
+
 std::expected<ibv_wc, std::string> Endpoint::wait(ibv_cq* cq) {
   // The canonical loop: poll, arm, poll again (closes the race), then sleep on the channel.
   const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
@@ -227,7 +243,8 @@ std::expected<ibv_wc, std::string> Endpoint::wait(ibv_cq* cq) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)
-      return std::unexpected(fmt::format("no completion within {} ms", opts_.timeout.count()));
+      return std::unexpected(
+          fmt::format("no completion within {} ms{}", opts_.timeout.count(), progress_of(qp())));
     auto* got = cq->channel->ch.wait(left);
     if (got) ibv_ack_cq_events(static_cast<ibv_cq*>(got->context()), 1);
   }
