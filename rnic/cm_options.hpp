@@ -77,6 +77,9 @@ struct CmOptions {
   std::shared_ptr<SegmentTap> segment_tap;
   // What every QP this id starts does with data beyond a TCP hole (RxOptions::beyond_holes).
   BeyondHoles beyond_holes = BeyondHoles::Place;
+  // From what payload run every QP this id starts reads straight into the target
+  // (RxOptions::direct_min; RNIC_DIRECT_MIN).
+  std::size_t direct_min = kDirectReadMin;
   // Told what every QP this id starts receives (RxOptions::observer; rnic xfer --explain).
   std::shared_ptr<RxObserver> rx_observer;
   TapFactory tap;

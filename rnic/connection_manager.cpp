@@ -630,6 +630,7 @@ void CmId::start_qp(const mpa::ConnectionParams& negotiated, bool initiator) {
   rx.shaper = opts_.rx_shaper;
   rx.observer = opts_.rx_observer;
   rx.beyond_holes = opts_.beyond_holes;
+  rx.direct_min = opts_.direct_min;
   // The real-segment mode: the socket's octets are numbered from the peer's ISN + 1 + the MPA
   // frame it sent (RFC 5044 §7.1: FPDUs follow the frame), so that they line up with the
   // segments the tap reads off the wire.

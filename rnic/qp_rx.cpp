@@ -27,7 +27,6 @@ Bytes& rx_staging() {
   thread_local Bytes buf(kRxBufferFirst);
   return buf;
 }
-constexpr std::size_t kDirectMin = 4096;  // smaller runs are cheaper through the buffer
 using rdmap::Opcode;
 
 // RFC 7306 §4.2.1 masked fetch-add: a set bit in the add mask ends a field, so no carry leaves
@@ -221,7 +220,7 @@ void QueuePair::rx_drain() {
     if (closed_ || rx_.reader->failed()) return;
     boost::system::error_code ec;
     auto win = rx_.reader->direct_window();
-    if (win.size() >= kDirectMin && !tap_wire_.shaper && !rx_.segments->has_holes()) {
+    if (win.size() >= rx_.opts.direct_min && !tap_wire_.shaper && !rx_.segments->has_holes()) {
       const std::size_t n = transport_->read_some(win, ec);
       if (!ec) {
         if (tap_wire_.tap) tap_inbound(ByteSpan(win.data(), n));

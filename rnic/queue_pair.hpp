@@ -135,6 +135,9 @@ struct RxOptions {
   // What the segment path does beyond a hole; Discard only with tap_window set (a live segment
   // tap: the socket brings the octets again), Hold otherwise.
   BeyondHoles beyond_holes = BeyondHoles::Place;
+  // Payload runs of at least this many octets are read straight into their target
+  // (kDirectReadMin; kNoDirectReads: none). Live sockets only.
+  std::size_t direct_min = kDirectReadMin;
 };
 
 // Why a connection ended, reported once to the connection manager.

@@ -193,6 +193,34 @@ TEST(DropinDevice, BusyPollSettingIsChecked) {
   EXPECT_NE(env.output().find("RNIC_BUSY_POLL=1"), std::string::npos) << env.describe();
 }
 
+// RNIC_DIRECT_MIN (`rnic run --direct-min`, the receive side's direct-read threshold) is
+// octets from 64 to 1 GiB or off: anything else is one line naming it and no device; the flag
+// checks its value before the program runs and sets the variable.
+TEST(DropinDevice, DirectReadThresholdIsChecked) {
+  for (const char* v : {"RNIC_DIRECT_MIN=4k", "RNIC_DIRECT_MIN=63", "RNIC_DIRECT_MIN=1073741825"}) {
+    Program bad(std::string("ibv_devices with ") + v, rnic_run({"env", v, "ibv_devices"}));
+    bad.wait(kQuickLimit);
+    EXPECT_NE(bad.output().find("RNIC_DIRECT_MIN"), std::string::npos)
+        << "the refusal should name the variable" << bad.describe();
+    EXPECT_EQ(bad.output().find(kDevice), std::string::npos)
+        << "no device with a bad setting" << bad.describe();
+  }
+  Program flag("rnic run --direct-min 10", rnic_run({"env"}, {"--direct-min", "10"}));
+  flag.wait(kQuickLimit);
+  EXPECT_TRUE(flag.status().exited() && flag.status().code == 2) << flag.describe();
+  EXPECT_NE(flag.output().find("--direct-min"), std::string::npos) << flag.describe();
+  for (const char* v : {"off", "64", "1073741824"}) {
+    Program ok(std::string("ibv_devices with --direct-min ") + v,
+               rnic_run({"sh", "-c", "env; ibv_devices"}, {"--direct-min", v}));
+    ok.wait(kQuickLimit);
+    ASSERT_TRUE(exited_ok(ok));
+    EXPECT_NE(ok.output().find(std::string("RNIC_DIRECT_MIN=") + v), std::string::npos)
+        << ok.describe();
+    EXPECT_NE(ok.output().find(kDevice), std::string::npos) << ok.describe();
+    EXPECT_TRUE(no_error_lines(ok)) << ok.describe();
+  }
+}
+
 // The real-segment mode's settings (RNIC_REAL_SEGMENTS, RNIC_BEYOND_HOLES; `rnic run
 // --real-segments/--beyond-holes`): a bad one is one line naming it and no device; hold or
 // discard without real segments is refused, as the other programs refuse it. The mode itself

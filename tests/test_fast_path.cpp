@@ -2,8 +2,9 @@
 // application thread goes out without the engine, the engine takes over when the socket would
 // block, two threads posting at once keep the stream whole and in order, deregistration,
 // disconnect and moving to ERR racing posts, a capture sending everything through the engine,
-// and completions reaching the CQs in batches. Each test asserts the counters that tell which
-// path ran, so it fails when the fast path is off.
+// and completions reaching the CQs in batches; on the receive side, payload runs read straight
+// into their target from the direct-read threshold up. Each test asserts the counters that tell
+// which path ran, so it fails when the fast path is off.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -98,6 +99,43 @@ TEST(FastPath, PostFromTheApplicationThreadNeedsNoEngine) {
   EXPECT_EQ(after.posted_inline_wrs, before.posted_inline_wrs + 1);
   EXPECT_EQ(after.doorbells, before.doorbells);
   EXPECT_EQ(after.inline_handoffs, before.inline_handoffs);
+}
+
+// The receive side's direct reads (RxOptions::direct_min, RNIC_DIRECT_MIN): with the default
+// threshold a 4 MiB Write's payload runs are read from the socket straight into the target
+// region; with the threshold off, or above any run, every octet comes through the staging
+// buffer. Each way every octet arrives, and the counter tells the path.
+TEST(FastPath, PayloadRunsFromTheThresholdUpAreReadStraightIntoTheirTarget) {
+  constexpr std::size_t kTotal = 4 << 20;
+  std::vector<std::uint8_t> src(kTotal);
+  for (std::size_t i = 0; i < kTotal; ++i) src[i] = static_cast<std::uint8_t>((i * 7) ^ (i >> 9));
+  for (const std::size_t threshold :
+       {rnic::kDirectReadMin, rnic::kNoDirectReads, rnic::kMaxDirectReadMin}) {
+    SCOPED_TRACE(threshold);
+    EndpointOptions so;
+    so.cm.direct_min = threshold;
+    std::vector<std::uint8_t> dst(kTotal, 0);
+    auto p = connect_pair(so);
+    auto* smr = p.client->reg(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
+    auto* dmr =
+        p.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    ASSERT_TRUE(smr && dmr);
+    // A Send behind the Write: its receive completes once the Write is placed (RFC 5040 §5.5).
+    ASSERT_EQ(post_one_recv(p.server->qp(), dst.data(), 16, dmr->lkey, 9), 0);
+    ASSERT_EQ(post_send_from(*p.client, IBV_WR_RDMA_WRITE, smr, src.data(), kTotal, 1,
+                             reinterpret_cast<std::uintptr_t>(dst.data()), dmr->rkey),
+              0);
+    ASSERT_EQ(post_send_from(*p.client, IBV_WR_SEND, smr, src.data(), 0, 2), 0);
+    auto got = wait_wc(p.server->recv_cq(), 20s);
+    ASSERT_TRUE(got) << "the Send behind the Write never arrived";
+    EXPECT_EQ(got->status, IBV_WC_SUCCESS);
+    const auto& qp = engine_qp(*p.server);
+    EXPECT_TRUE(dst == src);
+    if (threshold == rnic::kDirectReadMin)
+      EXPECT_GT(qp.stats().direct_reads, 0u) << "no payload run was read straight into place";
+    else
+      EXPECT_EQ(qp.stats().direct_reads, 0u) << "a run below the threshold was read directly";
+  }
 }
 
 // The peer does not read (its engine is held) until the socket is full: the posting thread

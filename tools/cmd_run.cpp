@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/log.hpp"
+#include "rnic/qp_types.hpp"
 #include "rnic/segment_tap.hpp"
 #include "tools/app_options.hpp"
 #include "tools/commands.hpp"
@@ -27,7 +28,7 @@ namespace {
 
 struct RunOptions {
   std::string crc, markers, mpa_rev, p2p, rtr, capture_dir, log, device, timeout_ms, rnr_wait,
-      poll_yield, first_fpdu_delay, llp_timeout, real_segments, beyond_holes;
+      poll_yield, first_fpdu_delay, llp_timeout, real_segments, beyond_holes, direct_min;
   bool print_env = false, busy_poll = false;
 };
 
@@ -96,6 +97,7 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
   if (o.busy_poll) set("RNIC_BUSY_POLL", "1");
   set("RNIC_REAL_SEGMENTS", o.real_segments);
   set("RNIC_BEYOND_HOLES", o.beyond_holes);
+  set("RNIC_DIRECT_MIN", o.direct_min);
   if (!o.capture_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.capture_dir, ec);
@@ -110,7 +112,7 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
          {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P", "RNIC_RTR",
           "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS", "RNIC_RNR_WAIT_MS",
           "RNIC_FIRST_FPDU_DELAY_MS", "RNIC_LLP_TIMEOUT_MS", "RNIC_POLL_YIELD", "RNIC_BUSY_POLL",
-          "RNIC_REAL_SEGMENTS", "RNIC_BEYOND_HOLES", "RNIC_CAPTURE_DIR"})
+          "RNIC_REAL_SEGMENTS", "RNIC_BEYOND_HOLES", "RNIC_DIRECT_MIN", "RNIC_CAPTURE_DIR"})
       if (const char* x = std::getenv(v)) std::cerr << v << "=" << x << "\n";
   }
   std::vector<char*> argv;
@@ -154,7 +156,8 @@ Runner add_run_command(CLI::App& app) {
       "  RNIC_CRC, RNIC_MARKERS, RNIC_MPA_REV, RNIC_P2P (1/0), RNIC_RTR, RNIC_TIMEOUT_MS,\n"
       "  RNIC_RNR_WAIT_MS,\n"
       "  RNIC_FIRST_FPDU_DELAY_MS, RNIC_LLP_TIMEOUT_MS, RNIC_POLL_YIELD, RNIC_BUSY_POLL,\n"
-      "  RNIC_REAL_SEGMENTS, RNIC_BEYOND_HOLES, RNIC_CAPTURE_DIR, RNIC_LOG, RNIC_DEVICE;\n"
+      "  RNIC_REAL_SEGMENTS, RNIC_BEYOND_HOLES, RNIC_DIRECT_MIN, RNIC_CAPTURE_DIR, RNIC_LOG,\n"
+      "  RNIC_DEVICE;\n"
       "  RNIC_DROPIN_DIR says where the libraries are;\n"
       "  RNIC_STAT=0 stops the process answering `rnic stat PID` (its live queue pairs,\n"
       "  regions and counters; docs/stat.md).\n"
@@ -220,6 +223,21 @@ Runner add_run_command(CLI::App& app) {
                   "(kept, placed in order when it closes) or discard (dropped: the socket's\n"
                   "stream brings it again). See docs/beyond-holes.md")
       ->check(CLI::IsMember({"place", "hold", "discard"}));
+  sub->add_option("--direct-min", o->direct_min,
+                  "Payload runs of at least this many octets are read from the socket straight\n"
+                  "into their target (no staging copy), shorter ones through the staging buffer\n"
+                  "with the FPDUs around them (default 4096; off: never). See docs/direct-reads.md")
+      ->type_name("OCTETS|off")
+      ->check([](const std::string& v) -> std::string {
+        if (v == "off") return {};
+        if (v.empty() || v.size() > 10 || v.find_first_not_of("0123456789") != std::string::npos)
+          return "expected decimal octets or off";
+        const auto n = std::stoull(v);
+        if (n < rnic::kMinDirectReadMin || n > rnic::kMaxDirectReadMin)
+          return fmt::format("expected {} to {}, or off", rnic::kMinDirectReadMin,
+                             rnic::kMaxDirectReadMin);
+        return {};
+      });
   sub->add_option("--capture-dir", o->capture_dir,
                   "Record every connection of the program as a pcap in this directory\n"
                   "(PROGRAM-PID.pcap, PROGRAM-PID-2.pcap, ...), for Wireshark, rnic decode and\n"

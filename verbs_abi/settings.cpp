@@ -214,6 +214,18 @@ Settings parse_settings(const char* (*get)(const char*)) {
            "RNIC_REAL_SEGMENTS with it (without it no segment arrives "
            "beyond a hole)");
   }
+  if (const char* v = get("RNIC_DIRECT_MIN"); v && *v) {
+    std::size_t n = 0;
+    auto [p, ec] = std::from_chars(v, v + std::strlen(v), n);
+    if (std::strcmp(v, "off") == 0)
+      s.cm.direct_min = rnic::kNoDirectReads;
+    else if (ec != std::errc{} || *p || n < rnic::kMinDirectReadMin || n > rnic::kMaxDirectReadMin)
+      fail("RNIC_DIRECT_MIN", v,
+           fmt::format("octets from {} to {}, or off", rnic::kMinDirectReadMin,
+                       rnic::kMaxDirectReadMin));
+    else
+      s.cm.direct_min = n;
+  }
   if (const char* v = get("RNIC_LOG"); v && *v) s.log_spec = v;
   return s;
 }

@@ -36,6 +36,9 @@
 //                     stderr when it is destroyed
 //   RNIC_BEYOND_HOLES what the segment path does beyond a TCP hole: place (default), hold or
 //                     discard (docs/beyond-holes.md); hold and discard need RNIC_REAL_SEGMENTS
+//   RNIC_DIRECT_MIN   payload runs of at least this many octets are read from the socket straight
+//                     into their target, shorter ones through the staging buffer (default 4096;
+//                     64 to 1073741824, or off: never; docs/direct-reads.md)
 //   RNIC_LOG          log levels, as --log-level: "debug" or "mpa=trace,rnic=debug" (default:
 //   error)
 #pragma once
