@@ -40,11 +40,11 @@ inline constexpr std::chrono::milliseconds kMinLlpTimeout{1000};
 inline constexpr std::chrono::milliseconds kMaxLlpTimeout{3600000};
 // The receive side reads a payload run of at least kDirectReadMin octets from the socket
 // straight into its target (no staging copy); shorter runs come through the staging buffer with
-// the FPDUs around them, in one read (RxOptions::direct_min, RNIC_DIRECT_MIN). Measured
-// (docs/direct-reads.md): no lower threshold gains, and 512 costs at 512-octet messages, each
-// short run read directly being one more system call.
+// the FPDUs around them, in one read (RxOptions::direct_min, RNIC_DIRECT_MIN): a direct read of
+// a short run is one more system call. Over loopback no threshold measured better or worse
+// within the machine's noise (docs/direct-reads.md).
 inline constexpr std::size_t kDirectReadMin = 4096;
-inline constexpr std::size_t kMinDirectReadMin = 64;  // below, a system call per cache line
+inline constexpr std::size_t kMinDirectReadMin = 64;  // a floor: a read per cache line at most
 inline constexpr std::size_t kMaxDirectReadMin = std::size_t{1} << 30;
 inline constexpr std::size_t kNoDirectReads = SIZE_MAX;  // every octet through the staging buffer
 

@@ -41,7 +41,8 @@
 # the VM, with all of them here, did not boot on the TAP.
 # Writes DIR/runs.csv (one row per run), DIR/holes/*.csv (every hole timed), DIR/table.md (the
 # table docs/beyond-holes.md shows), DIR/beyond-holes.png (gnuplot; skipped without it),
-# DIR/logs/*.log (each rnic run's output: both programs' segment-path lines) and, for siw,
+# DIR/logs/*.log (what impair.sh printed of each rnic run: both programs' last lines, the
+# segment-path lines among them) and, for siw,
 # DIR/siw-vm/ (the VM's console, each run's logs and netem counters). A run whose server's tap
 # handed its segment path no segment (it saw no SYN of the connection) measured the socket
 # alone: it fails.
@@ -138,6 +139,14 @@ record() {
 complete() {
   grep -q 'server: segment path' <<< "$1" && grep -q 'server: beyond holes' <<< "$1" && [ -s "$2" ]
 }
+# untapped OUTPUT: true when the server's tap handed its segment path no segment of the
+# connection (it needs the connection's SYN to number them; a count it cannot read counts as
+# none): the run measured the socket's stream alone.
+untapped() {
+  local got
+  got=$(val "$(grep 'server: segment path' <<< "$1")" '\): ([0-9]+) segments received')
+  [ -z "$got" ] || [ "$got" = 0 ]
+}
 
 # ------------------------------------------------------------------ rnic -> rnic (impair.sh)
 XFER="xfer --sizes 1048576 --ops write --timeout 60000 --real-segments tap0 --markers $MARKERS"
@@ -156,9 +165,7 @@ run_rnic() {  # NAME IMPAIR_OPTIONS ARM RUN
     echo "[$n/$total] $1, $3, run $4: FAILED (exit $rc; $log)"; echo "$out" | tail -15 | sed 's/^/    /'
     failed=1; return
   fi
-  # The server's tap must have handed segments of the connection to its segment path (it needs
-  # the connection's SYN to number them): else the run measured the socket's stream alone.
-  if [ "$(val "$(grep 'server: segment path' <<< "$out")" '\): ([0-9]+) segments received')" = 0 ]; then
+  if untapped "$out"; then
     echo "[$n/$total] $1, $3, run $4: FAILED: the server's tap handed no segment of the connection to its segment path (did it see the SYN? $log)"
     failed=1; return
   fi
@@ -280,6 +287,7 @@ run_siw() {  # NAME ARM RUN: the next line of the VM's plan
   elif rping_client_cut "$glog"; then verdict="siw's rping client was cut short: $(grep -m1 'wait for' "$glog")"
   elif [ $rc != 0 ] || ! grep -q "^server done: $SIW_PINGS pings served in" "$slog"; then verdict="our server: exit $rc"
   elif [ -z "$good" ] || ! complete "$(cat "$slog")" "$holes"; then verdict="our server printed no goodput or segment path"
+  elif untapped "$(cat "$slog")"; then verdict="our server's tap handed its segment path no segment of the connection (did it see the SYN?)"
   fi
   if [ -n "$verdict" ]; then
     echo "[$n/$total] $1, $2, run $3: FAILED: $verdict"; tail -8 "$slog" | sed 's/^/    ours: /'

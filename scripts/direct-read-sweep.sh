@@ -30,12 +30,17 @@ while [ $# -gt 0 ]; do
     --passes) [[ ${2:-} =~ ^[1-9][0-9]?$ ]] || die "--passes ${2:-}: not 1..99"; PASSES=$2; shift 2 ;;
     --sizes) [[ ${2:-} =~ ^[[:space:]]*([0-9]+[[:space:]]*)+$ ]] || die "--sizes ${2:-}: not a list of octet counts"; SIZES=$2; shift 2 ;;
     --thresholds)
-      for t in ${2:-}; do [[ $t =~ ^([0-9]+|off)$ ]] || die "--thresholds: $t is neither octets nor off"; done
-      [ -n "${2// /}" ] || die "--thresholds needs a value"; THRESHOLDS=$2; shift 2 ;;
+      [ $# -ge 2 ] && [ -n "${2// /}" ] || die "--thresholds needs a value"
+      for t in $2; do
+        [ "$t" = off ] || { [[ $t =~ ^[0-9]{1,10}$ ]] && [ "$t" -ge 64 ] && [ "$t" -le 1073741824 ]; } ||
+          die "--thresholds: $t is neither octets from 64 to 1073741824 nor off"
+      done
+      THRESHOLDS=$2; shift 2 ;;
     --iters) [[ ${2:-} =~ ^[1-9][0-9]{0,7}$ ]] || die "--iters ${2:-}: not 1..99999999"; ITERS=$2; shift 2 ;;
     --progs)
-      for p in ${2:-}; do case $p in ib_send_bw|ib_write_bw) ;; *) die "--progs: $p is not ib_send_bw or ib_write_bw" ;; esac; done
-      [ -n "${2// /}" ] || die "--progs needs a value"; PROGS=$2; shift 2 ;;
+      [ $# -ge 2 ] && [ -n "${2// /}" ] || die "--progs needs a value"
+      for p in $2; do case $p in ib_send_bw|ib_write_bw) ;; *) die "--progs: $p is not ib_send_bw or ib_write_bw" ;; esac; done
+      PROGS=$2; shift 2 ;;
     --out) [ $# -ge 2 ] || die "--out needs a value"; OUT=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;

@@ -225,8 +225,10 @@ if kill -0 "$SPID" 2>/dev/null; then
   kill "$SPID" 2>/dev/null; ip netns pids "$NB" 2>/dev/null | xargs -r kill 2>/dev/null
 fi
 wait "$SPID"; src=$?
-for side in client server; do  # log lines ("[...]") left out
-  echo "impair: the $side's last lines:"; grep -v '^\[' "$W/$side.log" | tail -n 15 | sed 's/^/  /'
+# Log lines ("[...]") left out; 40 lines hold `rnic xfer -v`'s line per operation at the 30
+# operations of its default sizes.
+for side in client server; do
+  echo "impair: the $side's last lines:"; grep -v '^\[' "$W/$side.log" | tail -n 40 | sed 's/^/  /'
 done
 case $crc in 124|137) echo "impair: the client ran past --timeout $TIMEOUT s (killed)" ;; esac
 case $src in 124|137) echo "impair: the server ran past --timeout $TIMEOUT s (killed)" ;; esac

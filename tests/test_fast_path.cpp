@@ -101,21 +101,31 @@ TEST(FastPath, PostFromTheApplicationThreadNeedsNoEngine) {
   EXPECT_EQ(after.inline_handoffs, before.inline_handoffs);
 }
 
-// The receive side's direct reads (RxOptions::direct_min, RNIC_DIRECT_MIN): with the default
-// threshold a 4 MiB Write's payload runs are read from the socket straight into the target
-// region; with the threshold off, or above any run, every octet comes through the staging
-// buffer. Each way every octet arrives, and the counter tells the path.
+// The receive side's direct reads (RxOptions::direct_min, RNIC_DIRECT_MIN): a payload run is
+// read from the socket straight into its target when it is at least the threshold, through
+// the staging buffer otherwise. Over loopback (MSS ~64 KiB) a 4 MiB Write's FPDUs carry
+// ~64 KiB runs: read directly at the default threshold, never with it off or at 1 GiB. With
+// the sender framing for an Ethernet MSS (1448: FPDUs of ~1.4 KiB, RFC 5044 §8) no run
+// reaches the default, and a threshold of 256 reads them directly. Each way every octet
+// arrives, and the counter tells the path.
 TEST(FastPath, PayloadRunsFromTheThresholdUpAreReadStraightIntoTheirTarget) {
   constexpr std::size_t kTotal = 4 << 20;
   std::vector<std::uint8_t> src(kTotal);
   for (std::size_t i = 0; i < kTotal; ++i) src[i] = static_cast<std::uint8_t>((i * 7) ^ (i >> 9));
-  for (const std::size_t threshold :
-       {rnic::kDirectReadMin, rnic::kNoDirectReads, rnic::kMaxDirectReadMin}) {
-    SCOPED_TRACE(threshold);
-    EndpointOptions so;
-    so.cm.direct_min = threshold;
+  struct Case {
+    std::size_t threshold, emss;
+    bool direct;
+  };
+  for (const Case k : {Case{rnic::kDirectReadMin, 0, true}, Case{rnic::kNoDirectReads, 0, false},
+                       Case{rnic::kMaxDirectReadMin, 0, false},
+                       Case{rnic::kDirectReadMin, 1448, false}, Case{256, 1448, true}}) {
+    SCOPED_TRACE(::testing::Message() << "threshold " << k.threshold << ", sender's MSS "
+                                      << (k.emss ? std::to_string(k.emss) : "loopback's"));
+    EndpointOptions so, co;
+    so.cm.direct_min = k.threshold;
+    co.cm.emss = k.emss;
     std::vector<std::uint8_t> dst(kTotal, 0);
-    auto p = connect_pair(so);
+    auto p = connect_pair(so, co);
     auto* smr = p.client->reg(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
     auto* dmr =
         p.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -131,7 +141,7 @@ TEST(FastPath, PayloadRunsFromTheThresholdUpAreReadStraightIntoTheirTarget) {
     EXPECT_EQ(got->status, IBV_WC_SUCCESS);
     const auto& qp = engine_qp(*p.server);
     EXPECT_TRUE(dst == src);
-    if (threshold == rnic::kDirectReadMin)
+    if (k.direct)
       EXPECT_GT(qp.stats().direct_reads, 0u) << "no payload run was read straight into place";
     else
       EXPECT_EQ(qp.stats().direct_reads, 0u) << "a run below the threshold was read directly";

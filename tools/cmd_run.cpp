@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -110,7 +111,7 @@ int run(const RunOptions& o, const std::vector<std::string>& command) {
   if (o.print_env) {
     for (const char* v :
          {"LD_LIBRARY_PATH", "RNIC_CRC", "RNIC_MARKERS", "RNIC_MPA_REV", "RNIC_P2P", "RNIC_RTR",
-          "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS", "RNIC_RNR_WAIT_MS",
+          "RNIC_LOG", "RNIC_DEVICE", "RNIC_TIMEOUT_MS", "RNIC_CONNECT_RETRY_MS", "RNIC_RNR_WAIT_MS",
           "RNIC_FIRST_FPDU_DELAY_MS", "RNIC_LLP_TIMEOUT_MS", "RNIC_POLL_YIELD", "RNIC_BUSY_POLL",
           "RNIC_REAL_SEGMENTS", "RNIC_BEYOND_HOLES", "RNIC_DIRECT_MIN", "RNIC_CAPTURE_DIR"})
       if (const char* x = std::getenv(v)) std::cerr << v << "=" << x << "\n";
@@ -154,7 +155,7 @@ Runner add_run_command(CLI::App& app) {
       "Each flag sets an environment variable the libraries read, which can also be set by\n"
       "hand (with LD_LIBRARY_PATH pointing at the libraries):\n"
       "  RNIC_CRC, RNIC_MARKERS, RNIC_MPA_REV, RNIC_P2P (1/0), RNIC_RTR, RNIC_TIMEOUT_MS,\n"
-      "  RNIC_RNR_WAIT_MS,\n"
+      "  RNIC_CONNECT_RETRY_MS (no flag), RNIC_RNR_WAIT_MS,\n"
       "  RNIC_FIRST_FPDU_DELAY_MS, RNIC_LLP_TIMEOUT_MS, RNIC_POLL_YIELD, RNIC_BUSY_POLL,\n"
       "  RNIC_REAL_SEGMENTS, RNIC_BEYOND_HOLES, RNIC_DIRECT_MIN, RNIC_CAPTURE_DIR, RNIC_LOG,\n"
       "  RNIC_DEVICE;\n"
@@ -229,12 +230,13 @@ Runner add_run_command(CLI::App& app) {
                   "with the FPDUs around them (default 4096; off: never). See docs/direct-reads.md")
       ->type_name("OCTETS|off")
       ->check([](const std::string& v) -> std::string {
+        // As the libraries read RNIC_DIRECT_MIN (verbs_abi/settings.cpp): decimal digits only.
         if (v == "off") return {};
-        if (v.empty() || v.size() > 10 || v.find_first_not_of("0123456789") != std::string::npos)
-          return "expected decimal octets or off";
-        const auto n = std::stoull(v);
-        if (n < rnic::kMinDirectReadMin || n > rnic::kMaxDirectReadMin)
-          return fmt::format("expected {} to {}, or off", rnic::kMinDirectReadMin,
+        std::size_t n = 0;
+        const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+        if (ec != std::errc{} || p != v.data() + v.size() || n < rnic::kMinDirectReadMin ||
+            n > rnic::kMaxDirectReadMin)
+          return fmt::format("expected octets from {} to {}, or off", rnic::kMinDirectReadMin,
                              rnic::kMaxDirectReadMin);
         return {};
       });

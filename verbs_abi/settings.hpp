@@ -39,6 +39,8 @@
 //   RNIC_DIRECT_MIN   payload runs of at least this many octets are read from the socket straight
 //                     into their target, shorter ones through the staging buffer (default 4096;
 //                     64 to 1073741824, or off: never; docs/direct-reads.md)
+//   RNIC_STAT         0: the process does not answer `rnic stat PID` (read by rnic/stat_server.cpp;
+//                     docs/stat.md)
 //   RNIC_LOG          log levels, as --log-level: "debug" or "mpa=trace,rnic=debug" (default:
 //   error)
 #pragma once
