@@ -163,11 +163,12 @@ TEST(RnicCm, RejectedEventHasThePrivateData) {
 // no Send came. Without it the message was "no completion within 300 ms", whichever side or
 // link had stopped (ctest ImpairedLink.xfer once ended so under a sanitizer).
 TEST(RnicCm, AWaitThatTimesOutSaysWhatTheQpMoved) {
+  // (Declared before the endpoints, so freed after them: registered memory outlives its MRs.)
+  std::vector<std::uint8_t> target(4096), source(4096, 0x5a);
   auto c = connect({}, {});
   ASSERT_TRUE(c.connected) << c.connected.error();
   ASSERT_TRUE(c.accepted) << c.accepted.error();
   c.server->options().timeout = 300ms;  // (after the connection: its setup keeps the default)
-  std::vector<std::uint8_t> target(4096), source(4096, 0x5a);
   ibv_mr* tmr =
       c.server->reg(target.data(), target.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   ibv_mr* smr = c.client->reg(source.data(), source.size(), IBV_ACCESS_LOCAL_WRITE);
@@ -198,6 +199,9 @@ TEST(RnicCm, AWaitThatTimesOutSaysWhatTheQpMoved) {
   const auto got = std::stoull(e.substr(at + 2));
   EXPECT_GE(got, 4096u) << e;  // the Write's payload and its headers
   EXPECT_LT(got, 4096u + 64u) << e;
+  // The engine placed the Write's octets; deregistration waits until it touches them no more.
+  EXPECT_TRUE(c.server->dereg(tmr));
+  EXPECT_TRUE(c.client->dereg(smr));
 }
 
 TEST(RnicCm, UnreachableWhenNobodyListens) {
