@@ -39,9 +39,6 @@ Explained explained_streams(const std::string& out) {
   static const std::regex ping_side(R"(^(server|client): (.*)$)");
   // Addresses (TOs) and STags differ each run.
   static const std::regex hex(R"(0x[0-9a-f]{8,})");
-  // demo's region advertisement is six decimal numbers (addresses, STags), 70 to 89 octets
-  // long: any number 70-89 becomes NN (no other explained value falls in that range).
-  static const std::regex advert_len(R"(\b[78][0-9]\b)");
   Explained r;
   std::map<std::string, std::string> streams;
   std::string current, current_side;  // the stream and side of the last event line
@@ -80,7 +77,6 @@ Explained explained_streams(const std::string& out) {
   }
   for (auto& [name, lines] : streams) r.text += "== " + name + "\n" + lines;
   r.text = std::regex_replace(r.text, hex, "0x…");
-  r.text = std::regex_replace(r.text, advert_len, "NN");
   return r;
 }
 

@@ -149,10 +149,12 @@ int run_server(const DemoOptions& o) {
   auto* msg2_mr = ep.reg(msg2.data(), msg2.size(), IBV_ACCESS_LOCAL_WRITE);
   s.recv(msg.data(), 256, msg_mr->lkey);
   s.recv(msg2.data(), 256, msg2_mr->lkey);
-  std::string adv =
-      fmt::format("{} {} {} {} {} {}", reinterpret_cast<std::uint64_t>(buf.data()), buf_mr->rkey,
-                  reinterpret_cast<std::uint64_t>(inval.data()), inval_mr->rkey,
-                  reinterpret_cast<std::uint64_t>(&counter), ctr_mr->rkey);
+  // Fixed width (95 octets: 20-digit addresses, 10-digit STags), so the Send's length is the
+  // same every run whatever the addresses and keys (the client reads it with sscanf).
+  std::string adv = fmt::format("{:020} {:010} {:020} {:010} {:020} {:010}",
+                                reinterpret_cast<std::uint64_t>(buf.data()), buf_mr->rkey,
+                                reinterpret_cast<std::uint64_t>(inval.data()), inval_mr->rkey,
+                                reinterpret_cast<std::uint64_t>(&counter), ctr_mr->rkey);
   out.assign(adv.begin(), adv.end());
   auto* out_mr = ep.reg(out.data(), out.size(), 0);
   std::strcpy(buf.data(), "data the server put in its buffer");
