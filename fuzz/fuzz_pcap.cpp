@@ -9,7 +9,8 @@
 // Checks: nothing crashes, leaks or hangs; a plan is consistent with the capture and its
 // limits: steps in capture order, segment offsets matching their sequence numbers, work
 // requests pointing at existing reads/atomics, receive buffers in MSN order, shadow memory
-// within PlanLimits; dropping frames from a capture and planning again works too.
+// within PlanLimits; dropping frames from a capture and planning again works too; the steps
+// made as the file is read again (StepSource::ReadAgain) are the ones a plan keeps.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -98,6 +99,40 @@ void check_plan(const replay::Plan& plan) {
   }
 }
 
+// The steps each connection of `again` (a StepSource::ReadAgain plan) makes as its file is read
+// again are the ones `kept` (a Kept plan of the same capture) holds, one for one.
+void check_read_again(const replay::Plan& kept, const replay::Plan& again) {
+  FUZZ_CHECK(kept.connections.size() == again.connections.size(), "%zu connections against %zu",
+             kept.connections.size(), again.connections.size());
+  for (std::size_t i = 0; i < kept.connections.size(); ++i) {
+    const auto &a = kept.connections[i], &b = again.connections[i];
+    if (!b.read_again) continue;
+    FUZZ_CHECK(b.steps.empty() && b.step_count == a.steps.size(), "c%zu: %llu steps against %zu",
+               a.flow, (unsigned long long)b.step_count, a.steps.size());
+    std::optional<trace::PayloadReader> reader;
+    if (a.file) reader.emplace(a.file);
+    std::size_t k = 0;
+    try {
+      replay::read_steps_again(b, [&](replay::Step&& y) {
+        FUZZ_CHECK(k < a.steps.size(), "c%zu: more steps read again", a.flow);
+        const auto& x = a.steps[k++];
+        FUZZ_CHECK(x.kind == y.kind && x.dir == y.dir && x.side == y.side && x.frame == y.frame &&
+                       x.time_us == y.time_us && x.seq == y.seq && x.offset == y.offset &&
+                       x.item == y.item,
+                   "c%zu step %zu (frame %llu) differs when read again", a.flow, k,
+                   (unsigned long long)x.frame);
+        if (x.kind == replay::Step::Kind::Segment)
+          FUZZ_CHECK(a.payload_of(x, reader ? &*reader : nullptr) == y.payload,
+                     "c%zu step %zu (frame %llu): payload differs when read again", a.flow, k,
+                     (unsigned long long)x.frame);
+      });
+    } catch (const trace::CaptureChanged& e) {
+      FUZZ_CHECK(false, "c%zu read again: %s", a.flow, e.what());
+    }
+    FUZZ_CHECK(k == a.steps.size(), "c%zu: %zu steps read again of %zu", a.flow, k, a.steps.size());
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -145,6 +180,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   auto plan = replay::make_plan(*cap, kLimits);
   if (plan) check_plan(*plan);
+
+  // rnic replay's way: the steps made as the file is read again are the ones a plan keeps.
+  {
+    auto kept = replay::make_plan(*on_disk, kLimits);
+    auto again = replay::make_plan(*on_disk, kLimits, replay::StepSource::ReadAgain);
+    FUZZ_CHECK(kept.has_value() == again.has_value(), "a plan only one way");
+    if (kept) check_read_again(*kept, *again);
+  }
 
   // Lose the first few frames, as `rnic replay --drop` does, and plan again.
   trace::Capture less = *cap;

@@ -31,8 +31,7 @@ std::uint64_t EndpointPlan::shadow_bytes() const {
 }
 
 std::uint64_t ConnectionPlan::segments() const {
-  return static_cast<std::uint64_t>(std::count_if(
-      steps.begin(), steps.end(), [](const Step& s) { return s.kind == Step::Kind::Segment; }));
+  return segment_steps;
 }
 
 Bytes ConnectionPlan::payload_of(const Step& st, trace::PayloadReader* reader) const {
@@ -95,7 +94,7 @@ Bytes StreamOctets::get(mpa::Direction d, std::uint64_t off, std::uint64_t len,
 
 std::uint64_t Plan::total_steps() const {
   std::uint64_t n = 0;
-  for (const auto& c : connections) n += c.steps.size();
+  for (const auto& c : connections) n += c.step_count;
   return n;
 }
 
@@ -121,6 +120,60 @@ std::string dir_name(Direction d) {
   return d == Direction::FromInitiator ? "I>R" : "R>I";
 }
 
+// A segment of `len` octets at `seq` in direction d that holds nothing beyond the MPA frame: the
+// connection setup, not replayed.
+bool is_setup(const ConnectionPlan& cp, int d, TcpSeq seq, std::size_t len) {
+  const std::int64_t end = (seq - cp.stream_seq[d]) + static_cast<std::int64_t>(len);
+  return end <= static_cast<std::int64_t>(cp.mpa_length[d]);
+}
+
+// A step that injects what frame `frame` carried in direction d, at `seq`.
+Step wire_step(Step::Kind kind, int d, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq) {
+  Step st;
+  st.kind = kind;
+  st.dir = kDirs[d];
+  st.frame = frame;
+  st.time_us = time_us;
+  st.seq = seq;
+  return st;
+}
+
+// The step that injects a segment, without its payload or what its FPDUs tell.
+Step bare_segment_step(const ConnectionPlan& cp, int d, std::uint64_t frame, std::uint64_t time_us,
+                       TcpSeq seq) {
+  Step st = wire_step(Step::Kind::Segment, d, frame, time_us, seq);
+  const std::int64_t off = seq - cp.stream_seq[d];
+  st.offset = off < 0 ? 0 : static_cast<std::uint64_t>(off);
+  return st;
+}
+
+// The step that injects a FIN (its sequence number: after the segment's payload).
+Step fin_step(int d, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq) {
+  return wire_step(Step::Kind::Fin, d, frame, time_us, seq);
+}
+
+// ConnectionPlan::step_digest with one more segment or FIN step (FNV-1a over its fields).
+std::uint64_t digest_step(std::uint64_t h, Step::Kind kind, int d, std::uint64_t frame, TcpSeq seq,
+                          std::size_t len) {
+  if (h == 0) h = 0xcbf29ce484222325ull;
+  for (const std::uint64_t v :
+       {std::uint64_t{static_cast<std::uint8_t>(kind)}, static_cast<std::uint64_t>(d), frame,
+        std::uint64_t{seq.value()}, std::uint64_t{len}})
+    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+  return h;
+}
+
+// Writes the renumbering's patches (stream offset -> octet) into a payload that starts at
+// stream offset `off` (negative: before the stream).
+void apply_patches(const std::map<std::uint64_t, std::uint8_t>& pm, std::int64_t off,
+                   MutableByteSpan payload) {
+  const std::int64_t end = off + static_cast<std::int64_t>(payload.size());
+  if (end <= 0) return;
+  for (auto it = pm.lower_bound(off < 0 ? 0 : static_cast<std::uint64_t>(off));
+       it != pm.end() && static_cast<std::int64_t>(it->first) < end; ++it)
+    payload[static_cast<std::size_t>(static_cast<std::int64_t>(it->first) - off)] = it->second;
+}
+
 using Body = decltype(ddp::Segment::body);
 
 // One FPDU of the capture, as the learning pass needs it (one per FPDU of the capture: kept
@@ -132,7 +185,8 @@ struct FpduInfo {
   bool parsed = false;
   ddp::DdpHeader hdr;
   std::uint32_t payload_length = 0;
-  std::size_t first_step = SIZE_MAX;  // first segment step that carried any of its octets
+  // The first segment step that carried any of its octets, by its key (Learner::posts).
+  std::size_t first_step = SIZE_MAX;
   std::uint64_t first_frame = 0;
   std::unique_ptr<const Body> body;  // the RDMAP body, for the opcodes that have one
   std::unique_ptr<Bytes> wire;  // Atomic Responses: the FPDU's octets (renumber_atomic_responses)
@@ -331,8 +385,9 @@ class Learner {
  public:
   Learner(std::size_t flow_number, const trace::TcpFlow& tcp_flow, const trace::FlowReport& report,
           const std::vector<trace::Record>& capture_records, const PlanLimits& plan_limits,
-          trace::PayloadReader* reader)
+          trace::PayloadReader* reader, bool read_again)
       : reader_(reader),
+        read_again_(read_again),
         flow_index(flow_number),
         flow(tcp_flow),
         fr(report),
@@ -344,6 +399,7 @@ class Learner {
     cp.request = *fr.request;
     cp.reply = *fr.reply;
     cp.params = *fr.params;
+    cp.read_again = read_again_;
   }
 
   std::expected<ConnectionPlan, Refusal> run() {
@@ -370,6 +426,9 @@ class Learner {
 
  private:
   trace::PayloadReader* const reader_;  // null: every payload is held in memory
+  // StepSource::ReadAgain: no step is kept, and a segment step is known by its frame (the key
+  // the FPDUs and posts refer to) instead of its place in seg_steps.
+  const bool read_again_;
   const std::size_t flow_index;
   const trace::TcpFlow& flow;
   const trace::FlowReport& fr;
@@ -388,13 +447,16 @@ class Learner {
   mpa::ConnectionDecoder dec{mpa::StreamDecoderOptions{
       .continue_after_bad_crc = true,
       .max_pending = static_cast<std::size_t>(std::min<std::uint64_t>(limits.max_held, SIZE_MAX))}};
-  Collector col;                                  // the FPDUs of each direction, in stream order
-  std::uint64_t frame_len[2] = {0, 0};            // the MPA frame's length
-  std::deque<Step> seg_steps;                     // segments and FINs, in capture order
+  Collector col;                        // the FPDUs of each direction, in stream order
+  std::uint64_t frame_len[2] = {0, 0};  // the MPA frame's length
+  std::deque<Step> seg_steps;           // segments and FINs, in capture order (StepSource::Kept)
   std::map<std::uint32_t, RegionAcc> regions[2];  // per endpoint, by STag
   std::map<std::uint32_t, RecvPlan> recvs[2];     // per endpoint, by MSN
   std::set<std::uint32_t> invalidated[2];  // STags a Send with Invalidate named, per receiver
-  std::vector<std::pair<std::size_t, Step>> posts;   // (segment step it goes before, the post)
+  // (The key of the segment step it goes before: its index in seg_steps, or with read_again_
+  // its frame; SIZE_MAX: none, the post is left out. Both grow in capture order. Request::step,
+  // Answer::step and FpduInfo::first_step are such keys.)
+  std::vector<std::pair<std::size_t, Step>> posts;
   std::map<std::uint64_t, std::uint8_t> patches[2];  // stream offset -> new octet
   std::vector<Exclusion> exclusions;
   std::vector<std::pair<Direction, const FpduInfo*>> atomic_answers;
@@ -580,41 +642,43 @@ class Learner {
   }
 
   // Segment steps, in capture order, with their stream offsets; which step first carried
-  // each FPDU.
+  // each FPDU. (With read_again_ the steps are counted, not kept.)
   void map_segments_to_steps() {
+    std::size_t kept = 0;  // segment and FIN steps so far
     for (const auto& r : order) {
       const auto& s = *r.seg;
       const std::size_t len = r.len;
-      const std::int64_t seg_end = (s.seq - cp.stream_seq[r.dir]) + static_cast<std::int64_t>(len);
-      // Segments that hold nothing beyond the MPA frame are the connection setup, not replayed.
-      if (len > 0 && seg_end <= static_cast<std::int64_t>(frame_len[r.dir])) {
+      cp.last_frame = std::max(cp.last_frame, s.frame);
+      if (len > 0 && is_setup(cp, r.dir, s.seq, len)) {
         ++cp.setup_segments;
-        cp.setup.push_back(raw_step(r));
-      } else if (len > 0)
-        seg_steps.push_back(segment_step(r));
+        if (!read_again_) cp.setup.push_back(raw_step(r));
+      } else if (len > 0) {
+        const std::size_t key = read_again_ ? s.frame : kept;
+        mark_first_carried(r, key);
+        if (!read_again_) seg_steps.push_back(tagged_step(r));
+        ++cp.segment_steps;
+        cp.first_time_us = std::min(cp.first_time_us, s.time_us);
+        cp.step_digest =
+            digest_step(cp.step_digest, Step::Kind::Segment, r.dir, s.frame, s.seq, len);
+        ++kept;
+      }
       if (s.fin) {
         cp.fin[r.dir] = true;
-        Step st;
-        st.kind = Step::Kind::Fin;
-        st.dir = kDirs[r.dir];
-        st.frame = s.frame;
-        st.time_us = s.time_us;
-        st.seq = s.seq + static_cast<std::uint32_t>(len);
-        seg_steps.push_back(std::move(st));
+        cp.first_time_us = std::min(cp.first_time_us, s.time_us);
+        const TcpSeq at = s.seq + static_cast<std::uint32_t>(len);
+        cp.step_digest = digest_step(cp.step_digest, Step::Kind::Fin, r.dir, s.frame, at, 0);
+        ++kept;
+        if (!read_again_) seg_steps.push_back(fin_step(r.dir, s.frame, s.time_us, at));
       }
       if (s.rst) cp.rst = true;
     }
+    cp.step_count = kept;
   }
 
   // The step that injects segment `r`, without what its FPDUs tell.
   Step raw_step(const SegmentRef& r) const {
     const auto& s = *r.seg;
-    Step st;
-    st.kind = Step::Kind::Segment;
-    st.dir = kDirs[r.dir];
-    st.frame = s.frame;
-    st.time_us = s.time_us;
-    st.seq = s.seq;
+    Step st = bare_segment_step(cp, r.dir, s.frame, s.time_us, s.seq);
     // A payload in the capture file stays there: the replay reads it when it injects the step.
     if (s.in_file()) {
       st.file_offset = s.file_offset;
@@ -622,36 +686,43 @@ class Learner {
     } else {
       st.payload = s.payload;
     }
-    const std::int64_t off = s.seq - cp.stream_seq[r.dir];
-    st.offset = off < 0 ? 0 : static_cast<std::uint64_t>(off);
     return st;
   }
 
-  // The step that injects segment `r`, with the tagged data its FPDUs place; marks the FPDUs it
-  // carries a part of as first carried by it (when no earlier step did).
-  Step segment_step(const SegmentRef& r) {
-    const auto& s = *r.seg;
-    Step st = raw_step(r);
-    const std::size_t len = r.len;
-    const std::int64_t off = s.seq - cp.stream_seq[r.dir];
-    const std::size_t step_index = seg_steps.size();
-    if (off + static_cast<std::int64_t>(len) <= 0) return st;
+  // The FPDUs segment `r` carries a part of (those its stream range overlaps).
+  template <class F>
+  void for_each_fpdu_of(const SegmentRef& r, F&& f) {
+    const std::int64_t off = r.seg->seq - cp.stream_seq[r.dir];
+    if (off + static_cast<std::int64_t>(r.len) <= 0) return;
     const auto a = static_cast<std::uint64_t>(std::max<std::int64_t>(off, 0));
-    const auto b = static_cast<std::uint64_t>(off) + len;
+    const auto b = static_cast<std::uint64_t>(off) + r.len;
     auto& fp = col.fpdus[r.dir];
     auto it = std::partition_point(
-        fp.begin(), fp.end(), [&](const FpduInfo& f) { return f.offset + f.wire_length <= a; });
-    for (; it != fp.end() && it->offset < b; ++it) {
-      if (step_index < it->first_step) {
-        it->first_step = step_index;
-        it->first_frame = s.frame;
+        fp.begin(), fp.end(), [&](const FpduInfo& x) { return x.offset + x.wire_length <= a; });
+    for (; it != fp.end() && it->offset < b; ++it) f(*it);
+  }
+
+  // Marks the FPDUs segment `r` carries a part of as first carried by it (by `key`), when no
+  // earlier segment step did.
+  void mark_first_carried(const SegmentRef& r, std::size_t key) {
+    for_each_fpdu_of(r, [&](FpduInfo& f) {
+      if (key < f.first_step) {
+        f.first_step = key;
+        f.first_frame = r.seg->frame;
       }
-      const auto op = it->hdr.op();
-      if (it->parsed && it->hdr.tagged && it->payload_length > 0 &&
+    });
+  }
+
+  // The step that injects segment `r`, with the tagged data its FPDUs place.
+  Step tagged_step(const SegmentRef& r) {
+    Step st = raw_step(r);
+    for_each_fpdu_of(r, [&](const FpduInfo& f) {
+      const auto op = f.hdr.op();
+      if (f.parsed && f.hdr.tagged && f.payload_length > 0 &&
           (op == Opcode::Write || op == Opcode::ReadResponse))
         st.tagged.push_back(
-            TaggedRange{it->hdr.stag, it->hdr.to.value(), it->hdr.to.value() + it->payload_length});
-    }
+            TaggedRange{f.hdr.stag, f.hdr.to.value(), f.hdr.to.value() + f.payload_length});
+    });
     return st;
   }
 
@@ -1073,6 +1144,10 @@ class Learner {
   // Applies the renumbering patches to every segment that carries a patched octet (one whose
   // payload is in the capture file gets its own copy, patched).
   void patch_segments() {
+    if (read_again_) {
+      for (int d = 0; d < 2; ++d) cp.patches[d] = std::move(patches[d]);
+      return;
+    }
     for (auto& st : seg_steps) {
       if (st.kind != Step::Kind::Segment) continue;
       const auto& pm = patches[index(st.dir)];
@@ -1088,12 +1163,7 @@ class Learner {
         st.file_offset = trace::kNotInFile;
         st.length = 0;
       }
-      for (auto it = pm.lower_bound(off < 0 ? 0 : static_cast<std::uint64_t>(off));
-           it != pm.end() && static_cast<std::int64_t>(it->first) <
-                                 off + static_cast<std::int64_t>(st.payload.size());
-           ++it)
-        st.payload[static_cast<std::size_t>(static_cast<std::int64_t>(it->first) - off)] =
-            it->second;
+      apply_patches(pm, off, st.payload);
     }
   }
 
@@ -1101,6 +1171,13 @@ class Learner {
   void interleave_posts() {
     std::stable_sort(posts.begin(), posts.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (read_again_) {
+      // (A post keyed SIZE_MAX goes before no segment: it is left out, as from seg_steps.)
+      for (auto& [key, st] : posts)
+        if (key != SIZE_MAX) cp.posts.push_back(PostAt{key, std::move(st)});
+      cp.step_count += cp.posts.size();
+      return;
+    }
     std::size_t pi = 0;
     // (Each segment step leaves its deque as it is moved: the two are not held whole at once.)
     for (std::size_t i = 0; !seg_steps.empty(); ++i) {
@@ -1111,6 +1188,7 @@ class Learner {
       cp.steps.push_back(std::move(seg_steps.front()));
       seg_steps.pop_front();
     }
+    cp.step_count = cp.steps.size();
   }
 
   // What the trace itself holds: violations, notes about how it ends.
@@ -1165,12 +1243,81 @@ class Learner {
 std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace::TcpFlow& flow,
                                              const trace::FlowReport& fr,
                                              const std::vector<trace::Record>& records,
-                                             const PlanLimits& limits,
-                                             trace::PayloadReader* reader) {
-  return Learner(flow_index, flow, fr, records, limits, reader).run();
+                                             const PlanLimits& limits, trace::PayloadReader* reader,
+                                             bool read_again) {
+  return Learner(flow_index, flow, fr, records, limits, reader, read_again).run();
 }
 
 }  // namespace
+
+void StepStream::segment(std::size_t flow, int dir, const trace::SegmentView& v,
+                         const std::function<void(Step&&)>& emit) {
+  if (flow != cp_.flow || done_) return;
+  if (v.frame >= cp_.last_frame) done_ = true;
+  if (std::binary_search(cp_.left_out.begin(), cp_.left_out.end(), v.frame)) return;
+  const std::size_t len = v.payload.size();
+  const bool injected = len > 0 && !is_setup(cp_, dir, v.seq, len);
+  if (!injected && !v.fin) return;
+  // The posts keyed by this segment's frame (or an earlier one's) go in before it, at its time.
+  for (; next_post_ < cp_.posts.size() && cp_.posts[next_post_].before_frame <= v.frame;
+       ++next_post_) {
+    Step post = cp_.posts[next_post_].post;
+    post.time_us = v.time_us;
+    ++made_;
+    emit(std::move(post));
+  }
+  if (injected) {
+    Step st = bare_segment_step(cp_, dir, v.frame, v.time_us, v.seq);
+    st.payload.assign(v.payload.begin(), v.payload.end());
+    apply_patches(cp_.patches[dir], v.seq - cp_.stream_seq[dir], st.payload);
+    digest_ = digest_step(digest_, Step::Kind::Segment, dir, v.frame, v.seq, len);
+    ++made_;
+    emit(std::move(st));
+  }
+  if (v.fin) {
+    const TcpSeq at = v.seq + static_cast<std::uint32_t>(len);
+    digest_ = digest_step(digest_, Step::Kind::Fin, dir, v.frame, at, 0);
+    ++made_;
+    emit(fin_step(dir, v.frame, v.time_us, at));
+  }
+}
+
+namespace {
+
+// Hands the segments of a capture read again to a connection's StepStream, and stops the read
+// after the connection's last one.
+class StepSink final : public trace::SegmentSink {
+ public:
+  StepSink(StepStream& stream, const std::function<void(Step&&)>& emit)
+      : stream_(stream), emit_(emit) {}
+  void on_segment(std::size_t flow, trace::TcpFlow&, int dir,
+                  const trace::SegmentView& v) override {
+    stream_.segment(flow, dir, v, emit_);
+  }
+  bool done() const override { return stream_.done(); }
+
+ private:
+  StepStream& stream_;
+  const std::function<void(Step&&)>& emit_;
+};
+
+}  // namespace
+
+void read_steps_again(const ConnectionPlan& cp, const std::function<void(Step&&)>& emit) {
+  if (!cp.read_again || !cp.file)
+    throw trace::CaptureChanged(
+        "internal error: a plan that keeps its steps, or has no capture file, is read again");
+  StepStream stream(cp);
+  StepSink sink(stream, emit);
+  if (auto again = trace::rescan_capture(*cp.file, sink); !again)
+    throw trace::CaptureChanged(again.error());
+  if (stream.made() != cp.step_count || stream.digest() != cp.step_digest)
+    throw trace::CaptureChanged(fmt::format(
+        "{}: the file changed while it was being read (connection c{} read again makes {} "
+        "step(s), {} when it was learned{})",
+        cp.file->path(), cp.flow, stream.made(), cp.step_count,
+        stream.made() == cp.step_count ? ", from other segments" : ""));
+}
 
 std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
                                                     const std::vector<std::uint64_t>& frames) {
@@ -1197,10 +1344,14 @@ std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
       return std::unexpected(fmt::format(
           "{}: frame {} is no TCP segment with data, SYN, FIN or RST (the capture has {} frames)",
           cap.path, fr, cap.frames));
+  std::set<std::uint64_t> out(cap.left_out.begin(), cap.left_out.end());
+  out.insert(want.begin(), want.end());
+  cap.left_out.assign(out.begin(), out.end());
   return n;
 }
 
-std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const PlanLimits& limits) {
+std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const PlanLimits& limits,
+                                           StepSource source) {
   // The learning pass needs the decoder's violations only (TraceViolation), not every record.
   // (Holding what lies beyond a gap up to the learning pass's own bound.)
   const auto rep = trace::decode_capture(
@@ -1215,6 +1366,38 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
   plan.limits = limits;
   std::optional<trace::PayloadReader> reader;
   if (cap.file) reader.emplace(cap.file);
+  // Which connections' steps are made as the file is read again (a regular file's only): the
+  // ones with the most segments first, within kRescanBudget (each reads the file again up to
+  // its last frame).
+  std::vector<bool> read_again(cap.flows.size(), false);
+  if (source == StepSource::ReadAgain && cap.file) {
+    struct Candidate {
+      std::size_t flow;
+      std::uint64_t segments = 0, last_frame = 0;
+    };
+    std::vector<Candidate> candidates;
+    for (std::size_t i = 0; i < cap.flows.size() && i < rep.flows.size(); ++i) {
+      const auto& fr = rep.flows[i];
+      if (!fr.iwarp || !fr.reply || fr.reply->reject || !fr.params) continue;
+      Candidate c{i};
+      for (const auto& dir : cap.flows[i].dir) {
+        c.segments += dir.size();
+        for (const auto& s : dir) c.last_frame = std::max(c.last_frame, s.frame);
+      }
+      candidates.push_back(c);
+    }
+    // (A connection a limit then refuses has used its share: that is not known yet.)
+    std::stable_sort(
+        candidates.begin(), candidates.end(),
+        [](const Candidate& a, const Candidate& b) { return a.segments > b.segments; });
+    const std::uint64_t budget = kRescanBudget * cap.frames;
+    std::uint64_t used = 0;
+    for (const auto& c : candidates)
+      if (c.last_frame <= budget - used) {
+        read_again[c.flow] = true;
+        used += c.last_frame;
+      }
+  }
   for (std::size_t i = 0; i < cap.flows.size(); ++i) {
     const auto& flow = cap.flows[i];
     const auto& fr = rep.flows[i];
@@ -1235,9 +1418,10 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
     } else if (!fr.params) {
       sk.reason = "the MPA frames did not establish the connection";
     } else {
-      auto cp = learn(i, flow, fr, rep.records, limits, reader ? &*reader : nullptr);
+      auto cp = learn(i, flow, fr, rep.records, limits, reader ? &*reader : nullptr, read_again[i]);
       if (cp) {
         cp->file = cap.file;
+        if (read_again[i]) cp->left_out = cap.left_out;
         plan.connections.push_back(std::move(*cp));
         continue;
       }

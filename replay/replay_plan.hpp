@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <expected>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -128,6 +129,33 @@ struct Step {
   std::uint32_t length = 0;
 };
 
+// A post, and the capture frame of the segment step it goes in before (a plan whose steps are
+// read again: ConnectionPlan::posts).
+struct PostAt {
+  std::uint64_t before_frame = 0;
+  Step post;
+};
+
+// Where the replay takes a connection's steps from (make_plan).
+enum class StepSource : std::uint8_t {
+  // Kept in the plan, one per segment (ConnectionPlan::steps and ::setup). A seeded disorder
+  // needs them (each segment's tagged ranges: Step::tagged), and so does the HTML view
+  // (StreamOctets); a capture that is not a regular file (a pipe) can only be read once.
+  Kept,
+  // Made as the replay reads the capture file again (StepStream, trace::rescan_capture), so
+  // that the plan holds no step per segment and the replay's memory does not grow with the
+  // capture's length. Only for a capture read with payloads_in_file from a regular file, and
+  // within kRescanBudget; the other connections' steps are Kept.
+  ReadAgain,
+};
+
+// Each connection whose steps are read again reads the capture file again, from its start to
+// the connection's last frame. A ReadAgain plan picks the connections with the most segments
+// first, as long as those reads add up to at most this many times the capture's frames, and
+// keeps the others' steps: one connection is always read again; of equal ones one after the
+// other, three (of four, three); of 8 that run side by side through the whole capture, 2.
+inline constexpr std::uint64_t kRescanBudget = 2;
+
 // A size the capture asks for that is past one of the limits in replay_limits.hpp.
 struct LimitFinding {
   std::string limit;          // the constant's name ("kMaxReceives", ...)
@@ -152,8 +180,23 @@ struct ConnectionPlan {
   bool fin[2] = {false, false};      // a FIN closed that direction in the capture
   bool rst = false;
   EndpointPlan ep[2];
-  // (Deques: one step per captured segment, so no copy and no spare half as they grow.)
+  // StepSource::Kept: the steps. (Deques: one step per captured segment, so no copy and no
+  // spare half as they grow.)
   std::deque<Step> steps;
+  // StepSource::ReadAgain: `steps` and `setup` stay empty; StepStream makes the same steps from
+  // the capture's segments as the replay reads the file again, from what follows.
+  bool read_again = false;
+  std::vector<PostAt> posts;            // in the order they go in
+  std::vector<std::uint64_t> left_out;  // frames taken out (Capture::left_out)
+  std::uint64_t last_frame = 0;         // of the connection's last segment
+  // Octets the renumbering of Atomic Responses rewrites, per direction: stream offset -> octet
+  // (a Kept plan's steps hold their payloads patched).
+  std::map<std::uint64_t, std::uint8_t> patches[2];
+  // Either source: how many steps and segment steps, and the earliest step's capture time;
+  // a digest of the segment and FIN steps (direction, frame, sequence number, length), which
+  // the steps made as the file is read again must match.
+  std::uint64_t step_count = 0, segment_steps = 0, first_time_us = UINT64_MAX;
+  std::uint64_t step_digest = 0;
   std::vector<TerminatePlan> terminates;
   std::vector<TraceViolation> trace_violations;
   // Why the capture holds less than the whole exchange (holes never filled, a message or an
@@ -172,6 +215,37 @@ struct ConnectionPlan {
   // for `file`; throws trace::CaptureChanged when the file changed since it was read).
   Bytes payload_of(const Step& st, trace::PayloadReader* reader) const;
 };
+
+// A ReadAgain plan's steps, made from the connection's segments as the capture file is read
+// again (trace::rescan_capture hands them over in capture order): the steps a Kept plan of the
+// same capture holds, in the same order, except that a segment's tagged ranges are not known
+// (Step::tagged stays empty) and its payload is held (Step::payload, patched by the
+// renumbering where it must be). Refers to the plan, which must outlive it.
+class StepStream {
+ public:
+  explicit StepStream(const ConnectionPlan& cp) : cp_(cp) {}
+  // A segment of the capture (any connection's) in direction `dir` (0: from the client, which
+  // is the initiator); a segment of this connection makes its steps, each handed to `emit` in
+  // order: the posts due before it, the segment, its FIN. Frames taken out make none.
+  void segment(std::size_t flow, int dir, const trace::SegmentView& v,
+               const std::function<void(Step&&)>& emit);
+  std::uint64_t made() const { return made_; }
+  std::uint64_t digest() const { return digest_; }  // as ConnectionPlan::step_digest
+  // The connection's last segment has been seen: the rest of the file makes no step.
+  bool done() const { return done_; }
+
+ private:
+  const ConnectionPlan& cp_;
+  std::size_t next_post_ = 0;
+  std::uint64_t made_ = 0, digest_ = 0;
+  bool done_ = false;
+};
+
+// Reads the capture file of ReadAgain connection `cp` again (trace::rescan_capture) and hands
+// each of its steps to `emit`, in order (StepStream). Throws trace::CaptureChanged, in one line
+// naming the file, when the file changed since it was read or reads again into other steps
+// than the plan learned (their number, or their segments: ConnectionPlan::step_digest).
+void read_steps_again(const ConnectionPlan& cp, const std::function<void(Step&&)>& emit);
 
 // A connection's stream octets as the capture's segments carried them, each from the first
 // segment (in capture order) that carried it, as the replay injected them: an index of which
@@ -223,8 +297,8 @@ std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
 // replay_limits.hpp: nothing is allocated for a connection past a limit). A capture read with
 // payloads_in_file is read again from its file, segment by segment, and the plan's steps keep
 // where their payloads lie, not the payloads (throws trace::CaptureChanged when the file
-// changed since it was read).
-std::expected<Plan, std::string> make_plan(const trace::Capture& cap,
-                                           const PlanLimits& limits = {});
+// changed since it was read); with StepSource::ReadAgain it keeps no steps at all (see there).
+std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const PlanLimits& limits = {},
+                                           StepSource source = StepSource::Kept);
 
 }  // namespace iwarp::replay

@@ -90,8 +90,7 @@ std::string counts_text(const Counts& c) {
 
 std::uint64_t t0_of(const Plan& plan) {
   std::uint64_t t0 = UINT64_MAX;
-  for (const auto& c : plan.connections)
-    for (const auto& s : c.steps) t0 = std::min(t0, s.time_us);
+  for (const auto& c : plan.connections) t0 = std::min(t0, c.first_time_us);
   return t0 == UINT64_MAX ? 0 : t0;
 }
 

@@ -633,6 +633,11 @@ void tear_down(ConnectionResult& res, Endpoint (&eps)[2]) {
 }  // namespace
 
 ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptions& opts) {
+  // (A disorder keeps a segment behind one that wrote the same tagged octets: it needs each
+  // segment's tagged ranges, which only kept steps have.)
+  if (opts.permutation && plan.read_again)
+    throw std::invalid_argument(
+        "a replay in a seeded disorder needs a plan that keeps its steps (StepSource::Kept)");
   ConnectionResult res;
   res.flow = plan.flow;
   auto shared = std::make_shared<Shared>();
@@ -698,21 +703,8 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         if (r.stag == b.stag && r.begin_to < b.end_to && b.begin_to < r.end_to) return true;
     return false;
   };
-  // Payloads in the capture file are read as their steps come (a file that changed since it
-  // was read ends the loop; the endpoints are torn down before the error goes up).
-  std::optional<trace::PayloadReader> reader;
-  if (plan.file) reader.emplace(plan.file);
-  std::exception_ptr failed;
-  for (const auto& st : plan.steps) {
-    Bytes payload;
-    if (st.kind == Step::Kind::Segment) {
-      try {
-        payload = plan.payload_of(st, reader ? &*reader : nullptr);
-      } catch (const trace::CaptureChanged&) {
-        failed = std::current_exception();
-        break;
-      }
-    }
+  // One step, its payload (a segment's) taken.
+  auto run_step = [&](const Step& st, Bytes payload) {
     ++res.steps;
     now_time = st.time_us;
     if (st.kind == Step::Kind::Segment || st.kind == Step::Kind::Fin)
@@ -754,7 +746,37 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         break;
       }
     }
-    if (opts.progress) opts.progress(res.steps, plan.steps.size());
+    if (opts.progress) opts.progress(res.steps, plan.step_count);
+  };
+  // A file that changed since it was read ends the loop; the endpoints are torn down before
+  // the error goes up.
+  std::exception_ptr failed;
+  if (plan.read_again) {
+    // The steps are made as the file is read again (payloads from libpcap's frame, held).
+    try {
+      read_steps_again(plan, [&](Step&& st) {
+        Bytes payload = std::move(st.payload);
+        run_step(st, std::move(payload));
+      });
+    } catch (const trace::CaptureChanged&) {
+      failed = std::current_exception();
+    }
+  } else {
+    // Payloads in the capture file are read as their steps come.
+    std::optional<trace::PayloadReader> reader;
+    if (plan.file) reader.emplace(plan.file);
+    for (const auto& st : plan.steps) {
+      Bytes payload;
+      if (st.kind == Step::Kind::Segment) {
+        try {
+          payload = plan.payload_of(st, reader ? &*reader : nullptr);
+        } catch (const trace::CaptureChanged&) {
+          failed = std::current_exception();
+          break;
+        }
+      }
+      run_step(st, std::move(payload));
+    }
   }
   for (int d = 0; d < 2; ++d)
     if (disorder[d]) {
@@ -784,7 +806,7 @@ ReplayResult replay(const Plan& plan, const ReplayOptions& opts) {
         opts.progress(base + done, total);
       };
     r.connections.push_back(replay_connection(c, o));
-    base += c.steps.size();
+    base += c.step_count;
     r.totals += r.connections.back().counts;
     r.unexpected += r.connections.back().unexpected();
   }

@@ -14,9 +14,9 @@
 #
 #   scripts/replay-bench.sh --compare OLD_RNIC [--rnic PATH]
 #
-# Instead: checks that `rnic replay` (--json, text, --permute 7) and `rnic decode` (exit status)
-# give the same output with both binaries on every capture in pcap_traces/ (log timestamps
-# aside); exit status 1 and the captures that differ otherwise.
+# Instead: checks that `rnic replay` (--json, text, --drop, --permute 7) and `rnic decode`
+# (exit status) give the same output with both binaries on every capture in pcap_traces/ (log
+# timestamps aside); exit status 1 and the captures that differ otherwise.
 set -euo pipefail
 
 size=2g
@@ -47,6 +47,8 @@ if [ -n "$compare" ]; then
   differ=0 n=0
   for f in "$here"/pcap_traces/*/*.pcap; do
     for args in "replay --json --no-progress" "replay --no-progress" \
+                "replay --json --no-progress --drop 5,7,8,20,21,22" \
+                "replay --no-progress --timeline --drop 9" \
                 "replay --json --no-progress --permute 7" "decode --summary"; do
       # shellcheck disable=SC2086
       if [ "$(out "$compare" $args "$f")" != "$(out "$rnic" $args "$f")" ]; then

@@ -3,12 +3,14 @@
 // step. Its replay must be the one of a capture held in memory, report for report, on every
 // capture of the corpus (Atomic Responses renumbered, with their CRCs recomputed, included), in
 // capture order and in a seeded disorder.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -195,6 +197,191 @@ TEST(StreamingReplay, BoundedTimelineKeepsTheFirstEventsAndEveryFinding) {
               format_text(*plan, some, std::nullopt, std::nullopt, ro));
     if (std::string(name).find("generated") != std::string::npos) {
       EXPECT_GT(findings, 0u);  // the generated conversation ends with a Terminate
+    }
+  }
+}
+
+// The steps each StepSource::ReadAgain connection of `plan` makes as the file is read again
+// (read_steps_again, as the replay reads them), with their payloads; none for the others.
+std::vector<std::vector<Step>> steps_read_again(const Plan& plan) {
+  std::vector<std::vector<Step>> all;
+  for (const auto& c : plan.connections) {
+    std::vector<Step> made;
+    if (c.read_again) {
+      EXPECT_NO_THROW(read_steps_again(c, [&](Step&& st) { made.push_back(std::move(st)); }));
+    }
+    all.push_back(std::move(made));
+  }
+  return all;
+}
+
+// `rnic replay` without --permute or --html keeps no step: it makes them as it reads the file
+// a second time. They must be the steps a plan that keeps them holds, one for one (the
+// renumbered Atomic Responses' patched payloads, the posts of Reads and atomics before the
+// segment that carried them, FINs), and the replay the same report for report, on every
+// capture of the corpus, whole and with frames dropped.
+TEST(StreamingReplay, StepsMadeAsTheFileIsReadAgainAreTheKeptOnes) {
+  const auto files = corpus();
+  ASSERT_GE(files.size(), 20u);
+  std::size_t planned = 0, compared = 0, posts = 0, patched = 0, fins = 0, kept_too = 0;
+  for (const auto& path : files) {
+    for (const std::vector<std::uint64_t>& drop :
+         {std::vector<std::uint64_t>{}, std::vector<std::uint64_t>{5, 7, 8, 20, 21, 22}}) {
+      SCOPED_TRACE(path + (drop.empty() ? "" : " (frames dropped)"));
+      auto cap = trace::read_capture(path, {.payloads_in_file = true});
+      ASSERT_TRUE(cap) << cap.error();
+      if (!drop.empty()) {
+        // (Some frames of a short capture are no segment: --drop refuses those.)
+        std::vector<std::uint64_t> there;
+        for (const auto f : drop) {
+          auto copy = *cap;
+          if (drop_frames(copy, {f})) there.push_back(f);
+        }
+        ASSERT_TRUE(drop_frames(*cap, there));
+        EXPECT_EQ(cap->left_out, there);
+      }
+      const auto kept = make_plan(*cap);
+      const auto again = make_plan(*cap, {}, StepSource::ReadAgain);
+      ASSERT_EQ(kept.has_value(), again.has_value());
+      if (!kept) continue;
+      ++planned;
+      ASSERT_EQ(kept->connections.size(), again->connections.size());
+      const auto made = steps_read_again(*again);
+      // (The connection with the most segments is always read again.)
+      EXPECT_TRUE(std::any_of(again->connections.begin(), again->connections.end(),
+                              [](const ConnectionPlan& c) { return c.read_again; }));
+      for (std::size_t i = 0; i < kept->connections.size(); ++i) {
+        const auto &a = kept->connections[i], &b = again->connections[i];
+        EXPECT_FALSE(a.read_again);
+        if (!b.read_again) {
+          // (Past the budget: this connection keeps its steps.)
+          ++kept_too;
+          EXPECT_EQ(a.steps.size(), b.steps.size());
+          continue;
+        }
+        EXPECT_TRUE(b.steps.empty());
+        EXPECT_TRUE(b.setup.empty());
+        EXPECT_EQ(a.step_count, a.steps.size());
+        EXPECT_EQ(a.step_count, b.step_count);
+        EXPECT_EQ(a.segments(), b.segments());
+        EXPECT_EQ(a.setup_segments, b.setup_segments);
+        EXPECT_EQ(a.first_time_us, b.first_time_us);
+        EXPECT_EQ(a.notes, b.notes);
+        EXPECT_EQ(a.cut_short, b.cut_short);
+        ASSERT_EQ(made[i].size(), a.steps.size());
+        trace::PayloadReader reader(a.file);
+        for (std::size_t k = 0; k < a.steps.size(); ++k) {
+          SCOPED_TRACE(k);
+          const auto &x = a.steps[k], &y = made[i][k];
+          ASSERT_EQ(x.kind, y.kind);
+          EXPECT_EQ(x.dir, y.dir);
+          EXPECT_EQ(x.side, y.side);
+          EXPECT_EQ(x.frame, y.frame);
+          EXPECT_EQ(x.time_us, y.time_us);
+          EXPECT_EQ(x.seq, y.seq);
+          EXPECT_EQ(x.offset, y.offset);
+          EXPECT_EQ(x.item, y.item);
+          EXPECT_TRUE(y.tagged.empty());
+          if (x.kind == Step::Kind::Segment) {
+            ASSERT_EQ(a.payload_of(x, &reader), y.payload);
+            // (A kept step holds its payload when the renumbering patched it: the plan read
+            // again patches it as it comes.)
+            if (x.file_offset == trace::kNotInFile) {
+              ++patched;
+              EXPECT_FALSE(b.patches[index(x.dir)].empty());
+            }
+          }
+          if (x.kind == Step::Kind::PostRead || x.kind == Step::Kind::PostAtomic) ++posts;
+          if (x.kind == Step::Kind::Fin) ++fins;
+        }
+        compared += a.steps.size();
+      }
+      ReplayOptions o;
+      const auto ra = replay(*kept, o);
+      const auto rb = replay(*again, o);
+      EXPECT_EQ(to_json(*kept, ra, std::nullopt, std::nullopt, true).dump(),
+                to_json(*again, rb, std::nullopt, std::nullopt, true).dump());
+      ReportOptions text;
+      text.timeline_all = true;
+      EXPECT_EQ(format_text(*kept, ra, std::nullopt, std::nullopt, text),
+                format_text(*again, rb, std::nullopt, std::nullopt, text));
+      // A disorder needs the kept steps' tagged ranges.
+      o.permutation = Permutation{};
+      EXPECT_THROW(replay(*again, o), std::invalid_argument);
+    }
+  }
+  EXPECT_GE(planned, 30u);
+  EXPECT_GT(kept_too, 0u);  // (a capture of many connections side by side: some keep theirs)
+  EXPECT_GT(compared, 2000u);
+  EXPECT_GT(posts, 0u);    // (the corpus has RDMA Reads and atomics)
+  EXPECT_GT(patched, 0u);  // (and renumbered Atomic Responses)
+  EXPECT_GT(fins, 0u);
+}
+
+// Each connection read again reads the file again up to its last frame: within kRescanBudget
+// (twice the capture's frames), the ones with the most segments first; the others keep their
+// steps, and so does a capture held in memory (a pipe's).
+TEST(StreamingReplay, ReadingAgainStaysWithinItsBudget) {
+  const auto path = std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap";
+  auto cap = trace::read_capture(path, {.payloads_in_file = true});
+  ASSERT_TRUE(cap) << cap.error();
+  ASSERT_EQ(cap->flows.size(), 1u);
+  ASSERT_EQ(kRescanBudget, 2u);
+  const auto one = cap->flows.front();
+  // The connection's last segment is near the capture's end: copies of it (side by side
+  // through the whole capture), two are read again.
+  std::uint64_t last = 0;
+  for (const auto& dir : one.dir)
+    for (const auto& s : dir) last = std::max(last, s.frame);
+  ASSERT_GT(3 * last, 2 * cap->frames);
+  for (std::size_t n = 1; n <= 4; ++n) {
+    SCOPED_TRACE(n);
+    cap->flows.assign(n, one);
+    const auto plan = make_plan(*cap, {}, StepSource::ReadAgain);
+    ASSERT_TRUE(plan) << plan.error();
+    ASSERT_EQ(plan->connections.size(), n);
+    // (As many segments each: the first two, in capture order.)
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(plan->connections[i].read_again, i < 2) << i;
+      EXPECT_EQ(plan->connections[i].steps.empty(), i < 2) << i;
+    }
+    // (The copies are not in the file: only the plans are looked at.)
+  }
+  auto held = trace::read_capture(path);
+  ASSERT_TRUE(held) << held.error();
+  const auto plan = make_plan(*held, {}, StepSource::ReadAgain);
+  ASSERT_TRUE(plan) << plan.error();
+  EXPECT_FALSE(plan->connections.at(0).read_again);
+  EXPECT_FALSE(plan->connections.at(0).steps.empty());
+}
+
+// The replay checks that reading the file again makes the steps the first read learned (their
+// number, and a digest of their segments: a file that changed unseen would not): a plan that
+// expects one step more, or other segments, is refused in one line.
+TEST(StreamingReplay, AFileThatReadsAgainDifferentlyIsRefused) {
+  const auto path = std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap";
+  auto cap = trace::read_capture(path, {.payloads_in_file = true});
+  ASSERT_TRUE(cap) << cap.error();
+  for (const bool count : {true, false}) {
+    SCOPED_TRACE(count ? "a step more" : "other segments");
+    auto plan = make_plan(*cap, {}, StepSource::ReadAgain);
+    ASSERT_TRUE(plan) << plan.error();
+    EXPECT_NO_THROW(replay(*plan, {}));
+    auto& c = plan->connections.at(0);
+    ASSERT_TRUE(c.read_again);
+    const auto learned = c.step_count;
+    if (count)
+      ++c.step_count;
+    else
+      ++c.step_digest;
+    try {
+      replay(*plan, {});
+      ADD_FAILURE() << "no error";
+    } catch (const trace::CaptureChanged& e) {
+      EXPECT_EQ(std::string(e.what()),
+                fmt::format("{}: the file changed while it was being read (connection c0 read "
+                            "again makes {} step(s), {} when it was learned{})",
+                            path, learned, c.step_count, count ? "" : ", from other segments"));
     }
   }
 }

@@ -83,7 +83,7 @@ int run_replay(const ReplayOpts& o) {
     return 2;
   }
   // The payloads stay in the file (read again as each connection is learned and replayed): the
-  // replay's memory grows with the capture's segments and FPDUs, not with their octets.
+  // learning pass's memory grows with the capture's segments and FPDUs, not with their octets.
   auto cap = trace::read_capture(o.file, {.payloads_in_file = true});
   if (!cap) {
     fmt::print(stderr, "rnic replay: {}\n", cap.error());
@@ -95,9 +95,13 @@ int run_replay(const ReplayOpts& o) {
       return 2;
     }
   }
+  // Without a seeded disorder (it needs each segment's tagged ranges) or an HTML view (it shows
+  // the segments' octets), the steps are made as the file is read again: the plan holds none.
+  const auto source =
+      o.permute || !o.html.empty() ? replay::StepSource::Kept : replay::StepSource::ReadAgain;
   std::expected<replay::Plan, std::string> plan;
   try {
-    plan = replay::make_plan(*cap);
+    plan = replay::make_plan(*cap, {}, source);
   } catch (const trace::CaptureChanged& e) {
     fmt::print(stderr, "rnic replay: {}\n", e.what());
     return 2;
@@ -248,7 +252,10 @@ Runner add_replay_command(CLI::App& app) {
       "in the trace is reported with its cause; a capture cut short is reported as such);\n"
       "1 the replay found violations the trace does not hold, or a --permute replay differed\n"
       "from the capture-order one; 2 unusable input (unreadable file, not a capture, no iWARP\n"
-      "connection with its MPA exchange). Details: docs/replay.md.");
+      "connection with its MPA exchange). A capture file's payloads stay in the file: it is read\n"
+      "again to learn each connection and, as the replay goes, to make its steps (a pipe's\n"
+      "payloads are held; --permute, --html and connections past the budget of reads keep a step\n"
+      "per segment). Details: docs/replay.md.");
   cmd->add_option("file", o->file, "Capture file (pcap or pcapng)")->required();
   cmd->add_flag("--json", o->json, "Print one JSON document (connections, CQEs, timeline)");
   auto* tl = cmd->add_flag("--timeline", o->timeline,

@@ -712,6 +712,47 @@ std::expected<Capture, std::string> scan_capture(const std::string& path, Segmen
   return scan_open(std::move(p), path, sink, false);
 }
 
+std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, SegmentSink& sink) {
+  if (auto why = file.changed(); !why.empty()) throw CaptureChanged(why);
+  // libpcap reads through a descriptor of its own (closed with it), from the start of the file:
+  // the open file again, through /proc (a file position of its own, so that no other read of
+  // the file moves it), checked to be the same file; without /proc, a duplicate descriptor.
+  int fd = ::open(fmt::format("/proc/self/fd/{}", file.fd()).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    struct stat a {
+    }, b{};
+    if (::fstat(fd, &a) != 0 || ::fstat(file.fd(), &b) != 0 || a.st_dev != b.st_dev ||
+        a.st_ino != b.st_ino) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) {
+    fd = ::fcntl(file.fd(), F_DUPFD_CLOEXEC, 0);
+    if (fd >= 0 && ::lseek(fd, 0, SEEK_SET) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  std::FILE* fp = fd < 0 ? nullptr : ::fdopen(fd, "rb");
+  if (!fp) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    throw CaptureChanged(
+        fmt::format("{}: reading the file again: {}", file.path(), std::strerror(e)));
+  }
+  char errbuf[PCAP_ERRBUF_SIZE] = {};
+  pcap_t* p = pcap_fopen_offline(fp, errbuf);
+  if (!p) {
+    std::fclose(fp);
+    throw CaptureChanged(fmt::format("{}: reading the file again: {}", file.path(),
+                                     strip_path_prefix(errbuf, file.path())));
+  }
+  auto cap = scan_open(std::unique_ptr<pcap_t, PcapCloser>(p), file.path(), sink, false);
+  if (auto why = file.changed(); !why.empty()) throw CaptureChanged(why);
+  return cap;
+}
+
 namespace {
 
 std::expected<Capture, std::string> scan_open(std::unique_ptr<pcap_t, PcapCloser> p,
@@ -762,6 +803,7 @@ std::expected<Capture, std::string> scan_open(std::unique_ptr<pcap_t, PcapCloser
     f.base = data;
     if (where) f.file_offset = where->frame_read(hdr->caplen);
     reader.frame(f, ByteSpan(data, hdr->caplen));
+    if (sink.done()) break;
   }
   reader.finish();
   return cap;

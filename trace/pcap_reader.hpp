@@ -80,6 +80,9 @@ struct Capture {
   // read_capture(path, {.payloads_in_file = true}): the file the segments' payloads are read
   // back from.
   std::shared_ptr<const class CaptureFile> file;
+  // Frames taken out after the capture was read (`rnic replay --drop`), in ascending order: a
+  // second read of the file (rescan_capture) leaves them out too.
+  std::vector<std::uint64_t> left_out;
 };
 
 struct ReadOptions {
@@ -171,11 +174,22 @@ class SegmentSink {
   // place in Capture::flows), travelling in direction `dir` (0: from the client). `flow` is
   // the flow as known so far (its problems and the SYN-ACK may still come).
   virtual void on_segment(std::size_t index, TcpFlow& flow, int dir, const SegmentView& s) = 0;
+  // True once the sink needs no more segments: the scan stops before the next frame.
+  virtual bool done() const { return false; }
 };
 
 // Reads the capture frame by frame (one frame in memory at a time, pcap_next_ex) and hands
 // every kept segment to `sink`; the returned Capture has the flows' endpoints, SYN facts and
 // problems but no segments (TcpFlow::dir stays empty). Errors as read_capture().
 std::expected<Capture, std::string> scan_capture(const std::string& path, SegmentSink& sink);
+
+// scan_capture() again over a capture read with payloads_in_file, from the file it was read
+// from (the same open file: a file renamed over its path is not read): the same flows, in the
+// same order, with the same segments (`rnic replay` makes its steps as it reads the file a
+// second time). Throws CaptureChanged when the file changed since it was first read (checked
+// before and after) or cannot be read again. Reads through a file position of its own (the
+// open file opened again through /proc/self/fd; without /proc, a duplicate of the descriptor,
+// whose position it shares: then one rescan at a time per file).
+std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, SegmentSink& sink);
 
 }  // namespace iwarp::trace
