@@ -199,9 +199,10 @@ struct FpduInfo {
   }
 };
 
+// Hands each FPDU decoded to `take`, as it is decoded (in stream order per direction).
 class Collector final : public mpa::ConnectionVisitor {
  public:
-  std::deque<FpduInfo> fpdus[2];  // (a deque: no copy and no spare half as it grows)
+  explicit Collector(std::function<void(Direction, FpduInfo&&)> take) : take_(std::move(take)) {}
   std::uint64_t frame_length[2] = {0, 0};
 
   void on_mpa_frame(Direction d, const mpa::MpaFrame&, std::uint64_t, std::size_t length) override {
@@ -219,20 +220,23 @@ class Collector final : public mpa::ConnectionVisitor {
       i.set_body(seg->body);
       i.payload_length = static_cast<std::uint32_t>(seg->payload.size());
     }
-    fpdus[index(d)].push_back(std::move(i));
+    take_(d, std::move(i));
   }
   void on_error(Direction, const WireError&) override {}
+
+ private:
+  std::function<void(Direction, FpduInfo&&)> take_;
 };
 
-// FPDUs decoded beyond a gap, added to the collector's list with their stream offsets.
+// FPDUs decoded beyond a gap, handed to `out` with their stream offsets (in stream order).
 class Resync final : public mpa::StreamVisitor {
  public:
   // `wire` maps a decoded FPDU (offset, length) to its place in the block (offset, length),
   // for a block whose markers were taken out before decoding.
   using WireMap =
       std::function<std::pair<std::uint64_t, std::uint32_t>(std::uint64_t, std::uint32_t)>;
-  Resync(std::deque<FpduInfo>& out, std::uint64_t base, ByteSpan block, WireMap wire = {})
-      : out_(out), base_(base), block_(block), wire_(std::move(wire)) {}
+  Resync(std::function<void(FpduInfo&&)> out, std::uint64_t base, ByteSpan block, WireMap wire = {})
+      : out_(std::move(out)), base_(base), block_(block), wire_(std::move(wire)) {}
   std::size_t count = 0;
   void on_mpa_frame(const mpa::MpaFrame&, std::uint64_t, std::size_t) override { stop_ = true; }
   void on_fpdu(const mpa::Fpdu& f) override {
@@ -257,15 +261,13 @@ class Resync final : public mpa::StreamVisitor {
       const auto w = block_.subspan(off, len);
       i.wire = std::make_unique<Bytes>(w.begin(), w.end());
     }
-    auto at = std::upper_bound(out_.begin(), out_.end(), i.offset,
-                               [](std::uint64_t o, const FpduInfo& x) { return o < x.offset; });
-    out_.insert(at, std::move(i));
+    out_(std::move(i));
     ++count;
   }
   void on_error(const WireError&) override { stop_ = true; }
 
  private:
-  std::deque<FpduInfo>& out_;
+  std::function<void(FpduInfo&&)> out_;
   std::uint64_t base_;
   ByteSpan block_;
   WireMap wire_;
@@ -279,11 +281,20 @@ std::uint64_t add_saturating(std::uint64_t a, std::uint64_t b) {
 
 struct RegionAcc {
   std::uint64_t begin = UINT64_MAX, end = 0;
-  std::uint64_t first_frame = 0;  // the first FPDU that used the STag
-  bool past_end = false;          // a range ran past the end of the 64-bit TO space
+  bool past_end = false;  // a range ran past the end of the 64-bit TO space
   std::set<std::string> why;
-  void add(std::uint64_t to, std::uint64_t len, const std::string& w, std::uint64_t frame) {
-    if (why.empty()) first_frame = frame;
+  // The frame of the first FPDU that used the STag, per slot: the direction it travelled (the
+  // FPDUs are learned as they are decoded, both directions interleaved), then 2 for what the
+  // endpoint's check adds. The first slot that used it names it.
+  std::optional<std::uint64_t> first_in[3];
+  std::uint64_t first_frame() const {
+    for (const auto& f : first_in)
+      if (f) return *f;
+    return 0;
+  }
+  void add(std::uint64_t to, std::uint64_t len, const std::string& w, std::uint64_t frame,
+           int slot) {
+    if (!first_in[slot]) first_in[slot] = frame;
     if (len > 0 && to > UINT64_MAX - (len - 1)) past_end = true;
     begin = std::min(begin, to);
     end = std::max(end, add_saturating(to, len));
@@ -376,11 +387,11 @@ void strip_markers(ByteSpan block, std::uint64_t fo, Bytes& logical,
 
 // The learning pass over one connection, as a sequence of passes over shared state: decode
 // each direction's stream as it becomes contiguous (and at the end what lies beyond the gaps,
-// markers taken out), map the FPDUs to the segment steps that carried them, learn from each
-// FPDU, match requests to answers, renumber Atomic Responses, size the endpoints against the
-// limits, and write the notes. It holds per direction what lies beyond a gap (at most
-// max_held) and the last kKeptBehind octets, not the stream: a payload that stays in the
-// capture file is read from there (`reader`) and not kept.
+// markers taken out), learning from each FPDU as it is decoded (with the segment that first
+// carried it), then make the steps, match requests to answers, renumber Atomic Responses, size
+// the endpoints against the limits, and write the notes. It holds per direction what lies beyond a
+// gap (at most max_held) and the last kKeptBehind octets, not the stream: a payload that stays in
+// the capture file is read from there (`reader`) and not kept.
 class Learner {
  public:
   Learner(std::size_t flow_number, const trace::TcpFlow& tcp_flow, const trace::FlowReport& report,
@@ -400,15 +411,21 @@ class Learner {
     cp.reply = *fr.reply;
     cp.params = *fr.params;
     cp.read_again = read_again_;
+    rtr_pending[0] = cp.params.peer_to_peer;
   }
 
   std::expected<ConnectionPlan, Refusal> run() {
     order_segments();
+    // (Each FPDU is learned from as it is decoded.)
     if (auto r = decode_streams()) return std::unexpected(*r);
     for (const auto d : kDirs) decode_beyond_gaps(d);
+    for (int d = 0; d < 2; ++d) {
+      if (refusal[d]) return std::unexpected(*refusal[d]);
+      for (auto& n : learned_notes[d]) cp.notes.push_back(std::move(n));
+      for (auto& t : learned_terminates[d]) cp.terminates.push_back(std::move(t));
+      for (auto& x : learned_exclusions[d]) exclusions.push_back(x);
+    }
     map_segments_to_steps();
-    for (const auto d : kDirs)
-      if (auto r = learn_from_fpdus(d)) return std::unexpected(*r);
     leave_invalid_stags_unshadowed();
     for (int e = 0; e < 2; ++e)
       if (auto r = match_requests(e)) return std::unexpected(*r);
@@ -426,9 +443,7 @@ class Learner {
 
  private:
   trace::PayloadReader* const reader_;  // null: every payload is held in memory
-  // StepSource::ReadAgain: no step is kept, and a segment step is known by its frame (the key
-  // the FPDUs and posts refer to) instead of its place in seg_steps.
-  const bool read_again_;
+  const bool read_again_;               // StepSource::ReadAgain: no step is kept
   const std::size_t flow_index;
   const trace::TcpFlow& flow;
   const trace::FlowReport& fr;
@@ -438,24 +453,48 @@ class Learner {
 
   std::vector<SegmentRef> order;  // capture order
   // Per direction: the reassembly (what lies beyond a gap), and the last in-order octets
-  // (`behind`, from stream offset behind_at) with how many of its FPDUs were looked at.
+  // (`behind`, from stream offset behind_at).
   std::optional<trace::TcpReassembler> reassembly[2];
   Bytes behind[2];
   std::uint64_t behind_at[2] = {0, 0};
-  std::size_t looked_at[2] = {0, 0};
+  // Per direction, the stream octets not yet decoded (and the last kKeptBehind in order) with
+  // the frame of the first segment, in capture order, that carried them: [key, .first) came
+  // first in frame .second. An FPDU is first carried by the earliest of its octets' frames.
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> first_carried[2];
   // (Octets held while the framing is not known, the Reply not yet decoded: at most max_held.)
   mpa::ConnectionDecoder dec{mpa::StreamDecoderOptions{
       .continue_after_bad_crc = true,
       .max_pending = static_cast<std::size_t>(std::min<std::uint64_t>(limits.max_held, SIZE_MAX))}};
-  Collector col;                        // the FPDUs of each direction, in stream order
+  // Each FPDU is learned from as it is decoded, and not kept (but an Atomic Response's).
+  Collector col{[this](Direction d, FpduInfo&& f) { take_fpdu(d, std::move(f)); }};
+  std::uint64_t fpdus_decoded[2] = {0, 0};
   std::uint64_t frame_len[2] = {0, 0};  // the MPA frame's length
-  std::deque<Step> seg_steps;           // segments and FINs, in capture order (StepSource::Kept)
+  // What is learned per direction, in the order a direction's FPDUs came (put together, the
+  // initiator's first, when the connection is learned): the first refusal, notes, Terminates,
+  // and STags a Terminate says were not valid.
+  std::optional<Refusal> refusal[2];
+  bool rtr_pending[2] = {false, false};  // the initiator's first FPDU may be the RTR
+  std::vector<std::string> learned_notes[2];
+  std::vector<TerminatePlan> learned_terminates[2];
+  std::vector<Exclusion> learned_exclusions[2];
+  // Per direction, the last FPDUs of tagged messages to each STag, counted to 2
+  // (leave_invalid_stags_unshadowed): an entry per STag used, as `regions` has.
+  std::map<std::uint32_t, std::uint8_t> last_uses[2];
+  std::deque<FpduInfo> atomic_fpdus;  // the Atomic Responses (renumbering patches them)
+  // StepSource::Kept: the Write and Read Response FPDUs that place data, with their tagged
+  // ranges (the steps' Step::tagged), per direction in stream order.
+  struct TaggedFpdu {
+    std::uint64_t offset;
+    std::uint32_t wire_length;
+    TaggedRange range;
+  };
+  std::deque<TaggedFpdu> tagged_fpdus[2];
+  std::deque<Step> seg_steps;  // segments and FINs, in capture order (StepSource::Kept)
   std::map<std::uint32_t, RegionAcc> regions[2];  // per endpoint, by STag
   std::map<std::uint32_t, RecvPlan> recvs[2];     // per endpoint, by MSN
   std::set<std::uint32_t> invalidated[2];  // STags a Send with Invalidate named, per receiver
-  // (The key of the segment step it goes before: its index in seg_steps, or with read_again_
-  // its frame; SIZE_MAX: none, the post is left out. Both grow in capture order. Request::step,
-  // Answer::step and FpduInfo::first_step are such keys.)
+  // (The key of the segment step it goes before: its frame; SIZE_MAX: none, the post is left
+  // out. Request::step, Answer::step and FpduInfo::first_step are such keys.)
   std::vector<std::pair<std::size_t, Step>> posts;
   std::map<std::uint64_t, std::uint8_t> patches[2];  // stream offset -> new octet
   std::vector<Exclusion> exclusions;
@@ -511,6 +550,11 @@ class Learner {
       if (hi <= lo) continue;
       const ByteSpan data = payload(*r.seg).subspan(static_cast<std::size_t>(lo - off),
                                                     static_cast<std::size_t>(hi - lo));
+      // (Octets already behind the decoder again are never decoded: no frame is noted for them.)
+      const std::int64_t from = std::max(lo, static_cast<std::int64_t>(behind_at[d]));
+      if (hi > from)
+        note_carried(d, static_cast<std::uint64_t>(from), static_cast<std::uint64_t>(hi),
+                     r.seg->frame);
       reassembly[d]->add(cp.stream_seq[d] + static_cast<std::uint32_t>(lo), data,
                          [&](ByteSpan run) { deliver(d, run); });
     }
@@ -554,28 +598,82 @@ class Learner {
           fmt::format("{}: more than {} octets arrived before the MPA Reply fixed their framing "
                       "(limit kMaxHeldBeyondGap): nothing more is learned from this direction",
                       dir_name(kDirs[d]), limits.max_held)});
-    // (Feeding the Reply may decode initiator octets held back: both directions are looked at.)
-    for (int k = 0; k < 2; ++k) keep_atomic_responses(k);
     // (Octets the decoder holds until the Reply fixes their framing stay behind too.)
     if (behind[d].size() > 2 * kKeptBehind &&
         dec.stream(kDirs[d]).state() != mpa::StreamDecoder::State::AwaitFraming) {
       const std::size_t drop = behind[d].size() - kKeptBehind;
       behind[d].erase(behind[d].begin(), behind[d].begin() + static_cast<std::ptrdiff_t>(drop));
       behind_at[d] += drop;
+      // (An FPDU not decoded yet lies within the last kKeptBehind octets: more than its wire
+      // length. What comes before is never asked for.)
+      forget_carried(d, behind_at[d]);
     }
   }
 
-  // The octets of each Atomic Response decoded since the last look (renumbering patches them).
-  void keep_atomic_responses(int d) {
-    auto& fp = col.fpdus[d];
-    for (; looked_at[d] < fp.size(); ++looked_at[d]) {
-      auto& f = fp[looked_at[d]];
-      if (!f.parsed || f.hdr.op() != Opcode::AtomicResponse) continue;
-      if (f.offset < behind_at[d] || f.offset + f.wire_length > behind_at[d] + behind[d].size())
-        continue;  // (not renumbered: see patch_request_id)
-      const auto w = ByteSpan(behind[d]).subspan(f.offset - behind_at[d], f.wire_length);
+  // Notes that stream octets [lo, hi) of direction d came in frame `frame`, where no earlier
+  // segment brought them. (Bounded as the reassembly's held pieces are: one entry costs as much
+  // as kHeldPieceOverhead octets of max_held. Past that an FPDU's first segment may be a later
+  // one; only a capture with a gap that never fills, cut in tiny segments, gets there.)
+  void note_carried(int d, std::uint64_t lo, std::uint64_t hi, std::uint64_t frame) {
+    auto& m = first_carried[d];
+    if (m.size() >= limits.max_held / trace::kHeldPieceOverhead) return;
+    auto it = m.upper_bound(lo);
+    if (it != m.begin() && std::prev(it)->second.first > lo) --it;
+    for (std::uint64_t at = lo; at < hi;) {
+      if (it == m.end() || it->first >= hi) {
+        m.emplace_hint(it, at, std::pair{hi, frame});
+        return;
+      }
+      if (it->first > at) m.emplace_hint(it, at, std::pair{it->first, frame});
+      at = std::max(at, it->second.first);
+      ++it;
+    }
+  }
+
+  // Forgets where the octets before stream offset `below` of direction d came from.
+  void forget_carried(int d, std::uint64_t below) {
+    auto& m = first_carried[d];
+    m.erase(m.begin(), std::find_if(m.begin(), m.end(),
+                                    [&](const auto& e) { return e.second.first > below; }));
+  }
+
+  // An FPDU of direction d as it is decoded (in stream order: those in order as the stream
+  // becomes contiguous, then those beyond the gaps): which segment first carried it, what it
+  // tells, and (StepSource::Kept) the tagged data it places.
+  void take_fpdu(Direction d, FpduInfo&& f) {
+    const int k = index(d);
+    ++fpdus_decoded[k];
+    // The earliest frame of its octets (keyed by frame: frames grow in capture order).
+    {
+      const std::uint64_t a = f.offset, b = f.offset + f.wire_length;
+      auto& m = first_carried[k];
+      auto it = m.upper_bound(a);
+      if (it != m.begin()) --it;
+      for (; it != m.end() && it->first < b; ++it)
+        if (it->second.first > a && it->second.second < f.first_step) {
+          f.first_step = it->second.second;
+          f.first_frame = it->second.second;
+        }
+    }
+    if (!f.parsed) return;
+    // An Atomic Response's octets, from behind the decoder (renumbering patches them; one
+    // decoded beyond a gap has its octets from the block already).
+    if (f.hdr.op() == Opcode::AtomicResponse && !f.wire && f.offset >= behind_at[k] &&
+        f.offset + f.wire_length <= behind_at[k] + behind[k].size()) {
+      const auto w = ByteSpan(behind[k]).subspan(f.offset - behind_at[k], f.wire_length);
       f.wire = std::make_unique<Bytes>(w.begin(), w.end());
     }
+    const auto op = f.hdr.op();
+    if (!read_again_ && f.hdr.tagged && f.payload_length > 0 &&
+        (op == Opcode::Write || op == Opcode::ReadResponse))
+      tagged_fpdus[k].push_back(TaggedFpdu{
+          f.offset, f.wire_length,
+          TaggedRange{f.hdr.stag, f.hdr.to.value(), f.hdr.to.value() + f.payload_length}});
+    if (f.hdr.tagged && f.hdr.last) {
+      auto& n = last_uses[k][f.hdr.stag.value()];
+      n = static_cast<std::uint8_t>(std::min(n + 1, 2));
+    }
+    learn_from_fpdu(d, std::move(f));
   }
 
   // Beyond a gap: a sender starts each segment with an FPDU (RFC 5044 §8), so decoding can
@@ -608,13 +706,13 @@ class Learner {
     cp.mpa_length[index(d)] = frame_len[index(d)];
     cp.full_operation_seq[index(d)] =
         cp.stream_seq[index(d)] + static_cast<std::uint32_t>(frame_len[index(d)]);
-    cp.fpdus[index(d)] = col.fpdus[index(d)].size();
+    cp.fpdus[index(d)] = fpdus_decoded[index(d)];
   }
 
   std::size_t decode_block(Direction d, mpa::FramingConfig framing, std::uint64_t off,
                            ByteSpan bytes) {
     mpa::StreamDecoder sd(framing, mpa::StreamDecoderOptions{});
-    Resync rs(col.fpdus[index(d)], off, bytes);
+    Resync rs([&](FpduInfo&& f) { take_fpdu(d, std::move(f)); }, off, bytes);
     sd.feed(bytes, rs);
     return rs.count;
   }
@@ -636,13 +734,13 @@ class Learner {
                                                      static_cast<std::uint32_t>(end - start)};
     };
     mpa::StreamDecoder sd(mpa::FramingConfig{false, false}, mpa::StreamDecoderOptions{});
-    Resync rs(col.fpdus[index(d)], off, bytes, wire);
+    Resync rs([&](FpduInfo&& f) { take_fpdu(d, std::move(f)); }, off, bytes, wire);
     sd.feed(logical, rs);
     return rs.count;
   }
 
-  // Segment steps, in capture order, with their stream offsets; which step first carried
-  // each FPDU. (With read_again_ the steps are counted, not kept.)
+  // Segment steps, in capture order, with their stream offsets. (With read_again_ the steps are
+  // counted, not kept.)
   void map_segments_to_steps() {
     std::size_t kept = 0;  // segment and FIN steps so far
     for (const auto& r : order) {
@@ -653,8 +751,6 @@ class Learner {
         ++cp.setup_segments;
         if (!read_again_) cp.setup.push_back(raw_step(r));
       } else if (len > 0) {
-        const std::size_t key = read_again_ ? s.frame : kept;
-        mark_first_carried(r, key);
         if (!read_again_) seg_steps.push_back(tagged_step(r));
         ++cp.segment_steps;
         cp.first_time_us = std::min(cp.first_time_us, s.time_us);
@@ -689,85 +785,60 @@ class Learner {
     return st;
   }
 
-  // The FPDUs segment `r` carries a part of (those its stream range overlaps).
-  template <class F>
-  void for_each_fpdu_of(const SegmentRef& r, F&& f) {
-    const std::int64_t off = r.seg->seq - cp.stream_seq[r.dir];
-    if (off + static_cast<std::int64_t>(r.len) <= 0) return;
-    const auto a = static_cast<std::uint64_t>(std::max<std::int64_t>(off, 0));
-    const auto b = static_cast<std::uint64_t>(off) + r.len;
-    auto& fp = col.fpdus[r.dir];
-    auto it = std::partition_point(
-        fp.begin(), fp.end(), [&](const FpduInfo& x) { return x.offset + x.wire_length <= a; });
-    for (; it != fp.end() && it->offset < b; ++it) f(*it);
-  }
-
-  // Marks the FPDUs segment `r` carries a part of as first carried by it (by `key`), when no
-  // earlier segment step did.
-  void mark_first_carried(const SegmentRef& r, std::size_t key) {
-    for_each_fpdu_of(r, [&](FpduInfo& f) {
-      if (key < f.first_step) {
-        f.first_step = key;
-        f.first_frame = r.seg->frame;
-      }
-    });
-  }
-
   // The step that injects segment `r`, with the tagged data its FPDUs place.
   Step tagged_step(const SegmentRef& r) {
     Step st = raw_step(r);
-    for_each_fpdu_of(r, [&](const FpduInfo& f) {
-      const auto op = f.hdr.op();
-      if (f.parsed && f.hdr.tagged && f.payload_length > 0 &&
-          (op == Opcode::Write || op == Opcode::ReadResponse))
-        st.tagged.push_back(
-            TaggedRange{f.hdr.stag, f.hdr.to.value(), f.hdr.to.value() + f.payload_length});
-    });
+    const std::int64_t off = r.seg->seq - cp.stream_seq[r.dir];
+    if (off + static_cast<std::int64_t>(r.len) <= 0) return st;
+    const auto a = static_cast<std::uint64_t>(std::max<std::int64_t>(off, 0));
+    const auto b = static_cast<std::uint64_t>(off) + r.len;
+    const auto& tf = tagged_fpdus[r.dir];
+    auto it = std::partition_point(
+        tf.begin(), tf.end(), [&](const TaggedFpdu& x) { return x.offset + x.wire_length <= a; });
+    for (; it != tf.end() && it->offset < b; ++it) st.tagged.push_back(it->range);
     return st;
   }
 
-  // What direction d's FPDUs tell: the STags used and their ranges, the receives, the requests
-  // and answers, the Terminates.
-  std::optional<Refusal> learn_from_fpdus(Direction d) {
-    bool rtr_pending = cp.params.peer_to_peer && d == Direction::FromInitiator;
-    for (const auto& f : col.fpdus[index(d)]) {
-      if (!f.parsed) continue;
-      const bool first_fpdu = rtr_pending;
-      rtr_pending = false;
-      std::optional<Refusal> refusal;
-      switch (f.hdr.op()) {
-        case Opcode::Write:
-        case Opcode::ReadResponse:
-          on_tagged_data(d, f);
-          break;
-        case Opcode::ReadRequest:
-          refusal = on_read_request(d, f, first_fpdu);
-          break;
-        case Opcode::AtomicRequest:
-          on_atomic_request(d, f);
-          break;
-        case Opcode::AtomicResponse: {
-          atomic_answers.push_back({d, &f});
-          Answer a{Request::Atomic, f.first_step, f.first_frame};
-          a.atomic_id = f.get<rdmap::AtomicResponse>().request_id;
-          answers[index(receiver_of(d))].push_back(a);
-          break;
-        }
-        case Opcode::Send:
-        case Opcode::SendSe:
-        case Opcode::SendInvalidate:
-        case Opcode::SendSeInvalidate:
-        case Opcode::ImmediateData:
-        case Opcode::ImmediateDataSe:
-          refusal = on_untagged_message(d, f, first_fpdu);
-          break;
-        case Opcode::Terminate:
-          on_terminate(d, f);
-          break;
+  // What an FPDU of direction d tells: the STags used and their ranges, the receives, the
+  // requests and answers, the Terminates. After a refusal, nothing more of that direction.
+  void learn_from_fpdu(Direction d, FpduInfo&& f) {
+    const int k = index(d);
+    const bool first_fpdu = rtr_pending[k];
+    rtr_pending[k] = false;
+    if (refusal[k]) return;
+    switch (f.hdr.op()) {
+      case Opcode::Write:
+      case Opcode::ReadResponse:
+        on_tagged_data(d, f);
+        break;
+      case Opcode::ReadRequest:
+        refusal[k] = on_read_request(d, f, first_fpdu);
+        break;
+      case Opcode::AtomicRequest:
+        on_atomic_request(d, f);
+        break;
+      case Opcode::AtomicResponse: {
+        // (Kept: renumbering patches its octets.)
+        atomic_fpdus.push_back(std::move(f));
+        const FpduInfo& kept = atomic_fpdus.back();
+        atomic_answers.push_back({d, &kept});
+        Answer a{Request::Atomic, kept.first_step, kept.first_frame};
+        a.atomic_id = kept.get<rdmap::AtomicResponse>().request_id;
+        answers[index(receiver_of(d))].push_back(a);
+        break;
       }
-      if (refusal) return refusal;
+      case Opcode::Send:
+      case Opcode::SendSe:
+      case Opcode::SendInvalidate:
+      case Opcode::SendSeInvalidate:
+      case Opcode::ImmediateData:
+      case Opcode::ImmediateDataSe:
+        refusal[k] = on_untagged_message(d, f, first_fpdu);
+        break;
+      case Opcode::Terminate:
+        on_terminate(d, f);
+        break;
     }
-    return std::nullopt;
   }
 
   // A Write or Read Response: the receiver's region, and the Read Response message so far.
@@ -776,7 +847,7 @@ class Learner {
     if (f.payload_length > 0)
       regions[index(receiver_of(d))][h.stag.value()].add(
           h.to.value(), f.payload_length, h.op() == Opcode::Write ? "Write" : "Read Response",
-          f.first_frame);
+          f.first_frame, index(d));
     if (h.op() != Opcode::ReadResponse) return;
     auto& m = open_response[index(d)];
     if (!m) {
@@ -804,9 +875,9 @@ class Learner {
                                 to_string(tx), h.msn.value(), f.first_frame, rr.size));
     } else if (rr.size > 0) {
       regions[index(tx)][rr.sink_stag.value()].add(rr.sink_to.value(), rr.size, "Read sink",
-                                                   f.first_frame);
+                                                   f.first_frame, index(d));
       regions[index(rx)][rr.src_stag.value()].add(rr.src_to.value(), rr.size, "Read source",
-                                                  f.first_frame);
+                                                  f.first_frame, index(d));
     }
     q.read = rr;
     requests[index(tx)].push_back(q);
@@ -816,7 +887,7 @@ class Learner {
   void on_atomic_request(Direction d, const FpduInfo& f) {
     const auto& a = f.get<rdmap::AtomicRequest>();
     regions[index(receiver_of(d))][a.stag.value()].add(a.to.value(), 8, "atomic target",
-                                                       f.first_frame);
+                                                       f.first_frame, index(d));
     Request q{f.hdr.msn.value(), Request::Atomic, f.first_step, f.first_frame};
     q.atomic = a;
     requests[index(sender_of(d))].push_back(q);
@@ -850,7 +921,7 @@ class Learner {
     if (first_fpdu && cp.params.rtr == mpa::RtrType::Send && !imm && f.payload_length == 0 &&
         h.msn.value() == 1 && h.mo.value() == 0 && h.last) {
       r.rtr = true;
-      cp.notes.push_back(
+      learned_notes[index(d)].push_back(
           "the initiator's RTR (a zero-length Send, MSN 1; RFC 6581 §4) takes a zero-length "
           "receive posted for it at R; its completion is left out");
       return std::nullopt;
@@ -864,7 +935,7 @@ class Learner {
   void on_terminate(Direction d, const FpduInfo& f) {
     const Side tx = sender_of(d);
     const auto& t = f.get<rdmap::Terminate>();
-    cp.terminates.push_back(
+    learned_terminates[index(d)].push_back(
         TerminatePlan{tx, f.first_frame, t.layer, t.etype, t.ecode, terminate_text(t)});
     // The trace says an STag was invalid at the Terminate's sender: leave it unshadowed, so
     // that the emulation finds the same violation.
@@ -880,7 +951,7 @@ class Learner {
     } else if (t.r && t.rdmap_header.size() == rdmap::kTerminatedRdmapHeaderSize) {
       bad = rdmap::ReadRequest::decode(t.rdmap_header).src_stag;
     }
-    if (bad) exclusions.push_back({tx, *bad, f.first_frame});
+    if (bad) learned_exclusions[index(d)].push_back({tx, *bad, f.first_frame});
   }
 
   void leave_invalid_stags_unshadowed() {
@@ -890,9 +961,10 @@ class Learner {
       if (invalidated[index(x.at)].contains(x.stag.value())) continue;
       const Direction toward =
           x.at == Side::Initiator ? Direction::FromResponder : Direction::FromInitiator;
-      std::size_t uses = 0;
-      for (const auto& g : col.fpdus[index(toward)])
-        if (g.parsed && g.hdr.tagged && g.hdr.stag == x.stag && g.hdr.last) ++uses;
+      // (The last FPDUs of tagged messages to it, counted to 2.)
+      const auto& counted = last_uses[index(toward)];
+      const auto u = counted.find(x.stag.value());
+      const int uses = u != counted.end() ? u->second : 0;
       if (uses <= 1 && regions[index(x.at)].erase(x.stag.value()))
         cp.notes.push_back(
             fmt::format("STag 0x{:08x} is not shadowed at {}: the trace's Terminate from {} "
@@ -1058,7 +1130,7 @@ class Learner {
   std::optional<Refusal> check_endpoint(int e, std::uint64_t& planned) {
     const auto side = to_string(static_cast<Side>(e));
     for (auto s : invalidated[e])
-      if (!regions[e].contains(s)) regions[e][s].add(0, 8, "invalidated", 0);
+      if (!regions[e].contains(s)) regions[e][s].add(0, 8, "invalidated", 0, 2);
     if (regions[e].size() > limits.max_stags)
       return refuse("kMaxStags", limits.max_stags, regions[e].size(),
                     fmt::format("{} would shadow {} STags", side, regions[e].size()));
@@ -1068,12 +1140,12 @@ class Learner {
         return refuse("kMaxStagSpan", limits.max_region, span,
                       fmt::format("STag 0x{:08x} at {} is used from TO 0x{:x} to past the end of "
                                   "the 64-bit TO space (first used at frame {})",
-                                  stag, side, acc.begin, acc.first_frame));
+                                  stag, side, acc.begin, acc.first_frame()));
       if (span > limits.max_region)
         return refuse("kMaxStagSpan", limits.max_region, span,
                       fmt::format("STag 0x{:08x} at {} spans {} octets of tagged offsets [0x{:x}, "
                                   "0x{:x}) (first used at frame {})",
-                                  stag, side, span, acc.begin, acc.end, acc.first_frame));
+                                  stag, side, span, acc.begin, acc.end, acc.first_frame()));
       planned += words(acc.end - (acc.begin & ~std::uint64_t{7})) + kStagOverhead;
     }
     // One receive per MSN from 1 to the highest seen; a message missing from the capture gets
@@ -1179,9 +1251,10 @@ class Learner {
       return;
     }
     std::size_t pi = 0;
-    // (Each segment step leaves its deque as it is moved: the two are not held whole at once.)
-    for (std::size_t i = 0; !seg_steps.empty(); ++i) {
-      for (; pi < posts.size() && posts[pi].first <= i; ++pi) {
+    // (Each segment step leaves its deque as it is moved: the two are not held whole at once.
+    // The posts are keyed by frame: the one of the segment step they go before.)
+    while (!seg_steps.empty()) {
+      for (; pi < posts.size() && posts[pi].first <= seg_steps.front().frame; ++pi) {
         posts[pi].second.time_us = seg_steps.front().time_us;
         cp.steps.push_back(std::move(posts[pi].second));
       }

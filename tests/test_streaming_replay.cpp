@@ -18,6 +18,7 @@
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
 #include "trace/pcap_reader.hpp"
+#include "trace/trace_decoder.hpp"
 
 namespace iwarp::replay {
 namespace {
@@ -384,6 +385,79 @@ TEST(StreamingReplay, AFileThatReadsAgainDifferentlyIsRefused) {
                             path, learned, c.step_count, count ? "" : ", from other segments"));
     }
   }
+}
+
+// The learning pass learns each FPDU as it is decoded, and names the segment that first carried
+// it from the octets not decoded yet. Checked against the rule itself, on every capture of the
+// corpus: the first segment in capture order (with payload, past the MPA frames) whose stream
+// octets overlap the FPDU's, found here from `rnic decode`'s records and the capture's
+// segments. The frames the plan gives each RDMA Read, atomic and Terminate of the capture (where
+// their posts go, and what the report names) are those.
+TEST(StreamingReplay, EachFpduIsFirstCarriedByTheFirstSegmentOverlappingIt) {
+  std::size_t checked = 0;
+  for (const auto& path : corpus()) {
+    SCOPED_TRACE(path);
+    auto cap = trace::read_capture(path);
+    ASSERT_TRUE(cap) << cap.error();
+    const auto plan = make_plan(*cap);
+    if (!plan) continue;
+    const auto rep = trace::decode_capture(*cap);
+    for (const auto& c : plan->connections) {
+      const auto& flow = cap->flows[c.flow];
+      // Per direction, in stream order: the FPDUs' first frames and what they are.
+      struct Seen {
+        std::uint64_t frame;
+        const trace::Record* r;
+      };
+      std::vector<Seen> fpdus[2];
+      for (const auto& r : rep.records) {
+        if (r.flow != c.flow || r.kind != trace::Record::Kind::Fpdu || !r.ddp) continue;
+        const int d = index(r.dir);
+        std::uint64_t first = 0;
+        for (const auto& sg : flow.dir[d]) {
+          const std::int64_t off = sg.seq - c.stream_seq[d];
+          const std::int64_t end = off + static_cast<std::int64_t>(sg.size());
+          if (sg.size() == 0 || end <= static_cast<std::int64_t>(c.mpa_length[d])) continue;
+          if (end > static_cast<std::int64_t>(r.offset) &&
+              std::max<std::int64_t>(off, 0) < static_cast<std::int64_t>(r.offset + r.length) &&
+              (first == 0 || sg.frame < first))
+            first = sg.frame;
+        }
+        fpdus[d].push_back({first, &r});
+      }
+      // (Only where `rnic decode` found the FPDUs the learning pass did.)
+      if (fpdus[0].size() != c.fpdus[0] || fpdus[1].size() != c.fpdus[1]) continue;
+      std::vector<std::uint64_t> terminates;
+      std::map<std::uint32_t, std::uint64_t> reads[2];  // per issuer, by MSN
+      std::vector<std::uint64_t> atomics[2];            // per issuer, in order
+      for (int d = 0; d < 2; ++d)
+        for (const auto& [frame, r] : fpdus[d]) {
+          const auto op = r->ddp->op();
+          if (op == rdmap::Opcode::Terminate) terminates.push_back(frame);
+          if (op == rdmap::Opcode::ReadRequest) reads[d].emplace(r->ddp->msn.value(), frame);
+          if (op == rdmap::Opcode::AtomicRequest) atomics[d].push_back(frame);
+        }
+      ASSERT_EQ(c.terminates.size(), terminates.size());
+      for (std::size_t i = 0; i < terminates.size(); ++i, ++checked)
+        EXPECT_EQ(c.terminates[i].frame, terminates[i]) << "Terminate " << i;
+      for (int e = 0; e < 2; ++e) {
+        for (const auto& rd : c.ep[e].reads) {
+          if (rd.rebuilt) continue;
+          ASSERT_TRUE(reads[e].contains(rd.msn)) << rd.msn;
+          EXPECT_EQ(rd.frame, reads[e][rd.msn]) << "Read MSN " << rd.msn;
+          ++checked;
+        }
+        std::size_t k = 0;
+        for (const auto& at : c.ep[e].atomics) {
+          if (at.rebuilt) continue;
+          ASSERT_LT(k, atomics[e].size());
+          EXPECT_EQ(at.frame, atomics[e][k++]) << "atomic " << k;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 50u);
 }
 
 }  // namespace

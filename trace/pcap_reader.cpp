@@ -443,6 +443,10 @@ class Reader {
   std::map<std::string, std::size_t> frag_flows_;                     // fragmented datagram -> flow
 };
 
+// libpcap reads a file through stdio, whose buffer (4 KiB) would cost a read(2) per few frames:
+// a file read with payloads_in_file, and read again, goes through a buffer this large.
+constexpr std::size_t kScanBuffer = 1u << 20;
+
 struct PcapCloser {
   void operator()(pcap_t* p) const { pcap_close(p); }
 };
@@ -593,7 +597,10 @@ std::expected<Capture, std::string> read_capture(const std::string& path, const 
   // A regular file is read through a descriptor of libpcap's own; a pipe's, once, by libpcap
   // alone (its payloads are held).
   const int pcap_fd = file ? ::fcntl(fd, F_DUPFD_CLOEXEC, 0) : fd;
+  // (The buffer outlives the stream: libpcap closes it before this returns.)
+  const auto buffer = std::make_unique_for_overwrite<char[]>(kScanBuffer);
   std::FILE* fp = pcap_fd < 0 ? nullptr : ::fdopen(pcap_fd, "rb");
+  if (fp) std::setvbuf(fp, buffer.get(), _IOFBF, kScanBuffer);
   if (!fp) {
     const int e = errno;
     if (pcap_fd >= 0) ::close(pcap_fd);
@@ -714,6 +721,8 @@ std::expected<Capture, std::string> scan_capture(const std::string& path, Segmen
 
 std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, SegmentSink& sink) {
   if (auto why = file.changed(); !why.empty()) throw CaptureChanged(why);
+  // (The buffer outlives the stream: libpcap closes it before this returns.)
+  const auto buffer = std::make_unique_for_overwrite<char[]>(kScanBuffer);
   // libpcap reads through a descriptor of its own (closed with it), from the start of the file:
   // the open file again, through /proc (a file position of its own, so that no other read of
   // the file moves it), checked to be the same file; without /proc, a duplicate descriptor.
@@ -735,6 +744,7 @@ std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, Segm
     }
   }
   std::FILE* fp = fd < 0 ? nullptr : ::fdopen(fd, "rb");
+  if (fp) std::setvbuf(fp, buffer.get(), _IOFBF, kScanBuffer);
   if (!fp) {
     const int e = errno;
     if (fd >= 0) ::close(fd);
