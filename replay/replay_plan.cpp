@@ -185,8 +185,7 @@ struct FpduInfo {
   bool parsed = false;
   ddp::DdpHeader hdr;
   std::uint32_t payload_length = 0;
-  // The first segment step that carried any of its octets, by its key (Learner::posts).
-  std::size_t first_step = SIZE_MAX;
+  // The frame of the first segment step that carried any of its octets (0: none did).
   std::uint64_t first_frame = 0;
   std::unique_ptr<const Body> body;  // the RDMAP body, for the opcodes that have one
   std::unique_ptr<Bytes> wire;  // Atomic Responses: the FPDU's octets (renumber_atomic_responses)
@@ -347,14 +346,12 @@ struct SegmentRef {
 struct Request {
   std::uint32_t msn;
   enum Kind : std::uint8_t { Read, Atomic, Rtr } kind;
-  std::size_t step;
-  std::uint64_t frame;
+  std::uint64_t frame;  // the first segment that carried it (FpduInfo::first_frame)
   rdmap::ReadRequest read{};
   rdmap::AtomicRequest atomic{};
 };
 struct Answer {
   Request::Kind kind;
-  std::size_t step;
   std::uint64_t frame;
   STag stag{0};
   std::uint64_t to = 0;
@@ -493,8 +490,8 @@ class Learner {
   std::map<std::uint32_t, RegionAcc> regions[2];  // per endpoint, by STag
   std::map<std::uint32_t, RecvPlan> recvs[2];     // per endpoint, by MSN
   std::set<std::uint32_t> invalidated[2];  // STags a Send with Invalidate named, per receiver
-  // (The key of the segment step it goes before: its frame; SIZE_MAX: none, the post is left
-  // out. Request::step, Answer::step and FpduInfo::first_step are such keys.)
+  // (The key of the segment step it goes before: its frame (post_key); SIZE_MAX: none, the post
+  // is left out.)
   std::vector<std::pair<std::size_t, Step>> posts;
   std::map<std::uint64_t, std::uint8_t> patches[2];  // stream offset -> new octet
   std::vector<Exclusion> exclusions;
@@ -650,10 +647,8 @@ class Learner {
       auto it = m.upper_bound(a);
       if (it != m.begin()) --it;
       for (; it != m.end() && it->first < b; ++it)
-        if (it->second.first > a && it->second.second < f.first_step) {
-          f.first_step = it->second.second;
+        if (it->second.first > a && (f.first_frame == 0 || it->second.second < f.first_frame))
           f.first_frame = it->second.second;
-        }
     }
     if (!f.parsed) return;
     // An Atomic Response's octets, from behind the decoder (renumbering patches them; one
@@ -822,7 +817,7 @@ class Learner {
         atomic_fpdus.push_back(std::move(f));
         const FpduInfo& kept = atomic_fpdus.back();
         atomic_answers.push_back({d, &kept});
-        Answer a{Request::Atomic, kept.first_step, kept.first_frame};
+        Answer a{Request::Atomic, kept.first_frame};
         a.atomic_id = kept.get<rdmap::AtomicResponse>().request_id;
         answers[index(receiver_of(d))].push_back(a);
         break;
@@ -851,7 +846,7 @@ class Learner {
     if (h.op() != Opcode::ReadResponse) return;
     auto& m = open_response[index(d)];
     if (!m) {
-      m = Answer{Request::Read, f.first_step, f.first_frame};
+      m = Answer{Request::Read, f.first_frame};
       m->stag = h.stag;
       m->to = h.to.value();
     }
@@ -866,7 +861,7 @@ class Learner {
     const Side tx = sender_of(d), rx = receiver_of(d);
     const auto& h = f.hdr;
     const auto& rr = f.get<rdmap::ReadRequest>();
-    Request q{h.msn.value(), Request::Read, f.first_step, f.first_frame};
+    Request q{h.msn.value(), Request::Read, f.first_frame};
     if (first_fpdu && cp.params.rtr == mpa::RtrType::Read && rr.size == 0) {
       q.kind = Request::Rtr;  // sent by the queue pair itself (send_rtr)
     } else if (rr.size > limits.max_message) {
@@ -888,7 +883,7 @@ class Learner {
     const auto& a = f.get<rdmap::AtomicRequest>();
     regions[index(receiver_of(d))][a.stag.value()].add(a.to.value(), 8, "atomic target",
                                                        f.first_frame, index(d));
-    Request q{f.hdr.msn.value(), Request::Atomic, f.first_step, f.first_frame};
+    Request q{f.hdr.msn.value(), Request::Atomic, f.first_frame};
     q.atomic = a;
     requests[index(sender_of(d))].push_back(q);
   }
@@ -1011,10 +1006,10 @@ class Learner {
           k = ans.size();
         }
         if (q->kind == Request::Rtr) continue;
-        queued.emplace_back(q->step, post_request(e, *q, a != nullptr));
+        queued.emplace_back(post_key(q->frame), post_request(e, *q, a != nullptr));
       } else if (a) {
         ++rebuilt;
-        queued.emplace_back(a->step, post_rebuilt_request(e, *a, m));
+        queued.emplace_back(post_key(a->frame), post_rebuilt_request(e, *a, m));
       }
     }
     for (std::size_t i = queued.size(); i-- > 1;)
@@ -1026,6 +1021,10 @@ class Learner {
                       to_string(side), rebuilt));
     return std::nullopt;
   }
+
+  // Where a post goes: before the segment step of frame `frame`, the first that carried its
+  // request (or answer); SIZE_MAX, after every step (left out), when none did.
+  static std::size_t post_key(std::uint64_t frame) { return frame == 0 ? SIZE_MAX : frame; }
 
   // The post of a request in the capture (a Read or an atomic).
   Step post_request(int e, const Request& q, bool answered) {

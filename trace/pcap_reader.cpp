@@ -570,6 +570,27 @@ class FramePositions {
   std::uint64_t prev_ = 0;  // end of the previous frame's record or block
 };
 
+// libpcap on descriptor `fd` (taken: closed on failure, else with the capture), read through
+// `buffer` (kScanBuffer octets, which must outlive the capture); one line naming `path` when it
+// is no capture libpcap reads.
+std::expected<std::unique_ptr<pcap_t, PcapCloser>, std::string> pcap_on(int fd, char* buffer,
+                                                                        const std::string& path) {
+  std::FILE* fp = fd < 0 ? nullptr : ::fdopen(fd, "rb");
+  if (!fp) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    return std::unexpected(fmt::format("{}: {}", path, std::strerror(e)));
+  }
+  std::setvbuf(fp, buffer, _IOFBF, kScanBuffer);
+  char errbuf[PCAP_ERRBUF_SIZE] = {};
+  pcap_t* p = pcap_fopen_offline(fp, errbuf);
+  if (!p) {
+    std::fclose(fp);
+    return std::unexpected(path + ": " + strip_path_prefix(errbuf, path));
+  }
+  return std::unique_ptr<pcap_t, PcapCloser>(p);
+}
+
 // scan_capture() on a capture libpcap has opened; with `positions`, each segment says where
 // its payload lies in the file (SegmentView::file_offset).
 std::expected<Capture, std::string> scan_open(std::unique_ptr<pcap_t, PcapCloser> p,
@@ -599,21 +620,10 @@ std::expected<Capture, std::string> read_capture(const std::string& path, const 
   const int pcap_fd = file ? ::fcntl(fd, F_DUPFD_CLOEXEC, 0) : fd;
   // (The buffer outlives the stream: libpcap closes it before this returns.)
   const auto buffer = std::make_unique_for_overwrite<char[]>(kScanBuffer);
-  std::FILE* fp = pcap_fd < 0 ? nullptr : ::fdopen(pcap_fd, "rb");
-  if (fp) std::setvbuf(fp, buffer.get(), _IOFBF, kScanBuffer);
-  if (!fp) {
-    const int e = errno;
-    if (pcap_fd >= 0) ::close(pcap_fd);
-    return std::unexpected(fmt::format("{}: {}", path, std::strerror(e)));
-  }
-  char errbuf[PCAP_ERRBUF_SIZE] = {};
-  pcap_t* p = pcap_fopen_offline(fp, errbuf);
-  if (!p) {
-    std::fclose(fp);
-    return std::unexpected(path + ": " + strip_path_prefix(errbuf, path));
-  }
+  auto p = pcap_on(pcap_fd, buffer.get(), path);
+  if (!p) return std::unexpected(p.error());
   KeepAll keep(file != nullptr);
-  auto cap = scan_open(std::unique_ptr<pcap_t, PcapCloser>(p), path, keep, file != nullptr);
+  auto cap = scan_open(std::move(*p), path, keep, file != nullptr);
   if (cap && file) {
     // The identity noted before the scan: a file changed while it was scanned is refused too.
     if (auto why = file->changed(); !why.empty()) return std::unexpected(why);
@@ -728,8 +738,8 @@ std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, Segm
   // the file moves it), checked to be the same file; without /proc, a duplicate descriptor.
   int fd = ::open(fmt::format("/proc/self/fd/{}", file.fd()).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
-    struct stat a {
-    }, b{};
+    struct stat a {};
+    struct stat b {};
     if (::fstat(fd, &a) != 0 || ::fstat(file.fd(), &b) != 0 || a.st_dev != b.st_dev ||
         a.st_ino != b.st_ino) {
       ::close(fd);
@@ -743,22 +753,9 @@ std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, Segm
       fd = -1;
     }
   }
-  std::FILE* fp = fd < 0 ? nullptr : ::fdopen(fd, "rb");
-  if (fp) std::setvbuf(fp, buffer.get(), _IOFBF, kScanBuffer);
-  if (!fp) {
-    const int e = errno;
-    if (fd >= 0) ::close(fd);
-    throw CaptureChanged(
-        fmt::format("{}: reading the file again: {}", file.path(), std::strerror(e)));
-  }
-  char errbuf[PCAP_ERRBUF_SIZE] = {};
-  pcap_t* p = pcap_fopen_offline(fp, errbuf);
-  if (!p) {
-    std::fclose(fp);
-    throw CaptureChanged(fmt::format("{}: reading the file again: {}", file.path(),
-                                     strip_path_prefix(errbuf, file.path())));
-  }
-  auto cap = scan_open(std::unique_ptr<pcap_t, PcapCloser>(p), file.path(), sink, false);
+  auto p = pcap_on(fd, buffer.get(), file.path());
+  if (!p) throw CaptureChanged(p.error() + " (reading the file again)");
+  auto cap = scan_open(std::move(*p), file.path(), sink, false);
   if (auto why = file.changed(); !why.empty()) throw CaptureChanged(why);
   return cap;
 }
