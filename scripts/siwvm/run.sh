@@ -17,7 +17,8 @@
 #   SIWVM_TIMEOUT  limit for the whole VM run in seconds (default 240)
 #   SIWVM_MEM / SIWVM_SMP  memory in MiB (default 768) / vCPUs (default 2)
 # Exit status: the scenario's exit status (from RESULTS/out/scenario.rc); 124 when the VM timed
-# out; 125 when the VM did not get as far as running the scenario.
+# out; 125 when the VM did not get as far as running the scenario; 143 when this script was
+# stopped by a signal (the VM is stopped with it).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SRC="$(cd "$HERE/../.." && pwd)"
@@ -56,17 +57,26 @@ fi
 QEMU=(qemu-system-x86_64 "${ACC[@]}" -M pc -smp "${SIWVM_SMP:-2}" -m "${SIWVM_MEM:-768}"
       -nographic -no-reboot -nodefaults -serial stdio
       -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initramfs.cpio.gz"
-      -append "console=ttyS0 quiet loglevel=4 panic=-1 siwvm.scenario=$SCEN"
+      -append "console=ttyS0 quiet loglevel=${SIWVM_LOGLEVEL:-4} panic=-1 cryptomgr.notests=1 siwvm.scenario=$SCEN"
       -netdev "$NET" -device virtio-net-pci,netdev=n0
       -fsdev "local,id=fs0,path=$RES,security_model=none"
       -device virtio-9p-pci,fsdev=fs0,mount_tag=hostshare)
 printf '%q ' "${QEMU[@]}" > "$RES/qemu-cmdline.txt"
 T0=$SECONDS
-timeout -k 5 "${SIWVM_TIMEOUT:-240}" "${QEMU[@]}" < /dev/null > "$RES/console.log" 2>&1
-QRC=$?
+# QEMU runs under timeout(1), which puts itself in a process group of its own: a caller that
+# stops this script (SIGTERM, SIGINT, SIGHUP) would otherwise leave the VM running, two busy
+# vCPUs until its limit. The trap passes the signal on (timeout passes it to QEMU) and waits.
+timeout -k 5 "${SIWVM_TIMEOUT:-240}" "${QEMU[@]}" < /dev/null > "$RES/console.log" 2>&1 &
+QPID=$!
+STOPPED=
+trap 'STOPPED=1; kill -TERM "$QPID" 2>/dev/null' TERM INT HUP
+wait "$QPID"; QRC=$?
+while kill -0 "$QPID" 2>/dev/null; do wait "$QPID"; QRC=$?; done
+trap - TERM INT HUP
 tr -d '\r' < "$RES/console.log" > "$RES/console.txt" && mv "$RES/console.txt" "$RES/console.log"
 RC=$(cat "$RES/out/scenario.rc" 2>/dev/null || echo 125)
 [ "$QRC" = 124 ] && RC=124
+[ -n "$STOPPED" ] && RC=143
 echo "accel=$ACCEL qemu_rc=$QRC scenario_rc=$RC wall_s=$((SECONDS - T0))" > "$RES/run-summary.txt"
 echo "[siwvm run] $SCEN: $(cat "$RES/run-summary.txt") results=$RES"
 exit "$RC"
