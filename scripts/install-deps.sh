@@ -28,6 +28,7 @@ PKGS=(
   vde2                               # wirefilter: the impaired link (scripts/impair.sh; no netem here)
   jq                                 # the README examples pipe --json output through it
   gdb                                # backtraces of a real program a test kills at its deadline
+  time                               # GNU time: a command's peak memory in tests (tests/child_rss.hpp)
   strace                             # tests/single_threaded_check.sh: which test sources start no thread
   chromium fonts-dejavu-core         # headless browser test of rnic replay --html (tests/test_html_view.cpp)
   librsvg2-bin libxml2-utils         # rsvg-convert: rnic ladder --png; xmllint checks its SVG
