@@ -189,6 +189,18 @@ struct Endpoint {
   EndpointResult result;
   // Segments handed to the engine and not yet waited for (see inject).
   std::uint64_t queued_segments = 0, queued_octets = 0;
+  // The segments not handed over yet (flush_batch): their frames and where their octets lie in
+  // `batch_octets`. A buffer handed over is shared by the engine's handler until it has run;
+  // drain() takes back the ones the engine has let go of (`spare`), so that no segment costs an
+  // allocation (and no buffer is freed on the engine thread).
+  struct Batched {
+    std::uint64_t frame, time_us;
+    TcpSeq seq;
+    std::size_t at, length;
+  };
+  std::vector<Batched> batch;
+  std::shared_ptr<Bytes> batch_octets;
+  std::vector<std::shared_ptr<Bytes>> handed, spare;
   Endpoint* peer = nullptr;  // the connection's other endpoint
   // Declared last, so destroyed first: the engine thread stops before the queue pair, the CQs
   // and the regions it may still touch are freed (an `rnic stat` query, docs/stat.md, runs on
@@ -212,8 +224,32 @@ void run_on_engine(rnic::Device& dev, const std::function<void()>& fn) {
     throw std::runtime_error(fmt::format("{}: the engine thread did not answer", dev.name()));
 }
 
+// Hands the batched segments to the engine: one handler runs them in order, each as the frame
+// it came in (the Recorder reads ctx).
+void flush_batch(Endpoint& e) {
+  if (e.batch.empty()) return;
+  e.handed.push_back(e.batch_octets);
+  boost::asio::post(e.dev->io(), [ctx = e.ctx, qp = e.qp, input = e.input,
+                                  octets = std::move(e.batch_octets), items = std::move(e.batch)] {
+    for (const auto& s : items) {
+      ctx->frame = s.frame;
+      ctx->time_us = s.time_us;
+      input->receive_segment_on_engine(s.seq, ByteSpan(*octets).subspan(s.at, s.length));
+    }
+  });
+  e.batch_octets.reset();
+  e.batch.clear();
+}
+
+// Waits until the engine has run everything handed to it, batched segments first. The handlers
+// have then run and gone, and their buffers are taken back (a buffer still shared, after an
+// engine that did not answer, is left to it).
 void drain(Endpoint& e) {
+  flush_batch(e);
   run_on_engine(*e.dev, [] {});
+  for (auto& b : e.handed)
+    if (b.use_count() == 1) e.spare.push_back(std::move(b));
+  e.handed.clear();
 }
 
 void poll_all(Endpoint& e) {
@@ -389,6 +425,11 @@ void post_atomic(Endpoint& e, const AtomicPlan& a, std::size_t i) {
 // the queue holds.
 constexpr std::uint64_t kMaxQueuedSegments = 256;
 constexpr std::uint64_t kMaxQueuedOctets = 4u << 20;
+// Segments go to the engine in batches of at most kBatchSegments segments or kBatchOctets
+// octets (one handler each, flush_batch), small enough that the engine works on one while the
+// replay reads the next.
+constexpr std::size_t kBatchSegments = 16;
+constexpr std::size_t kBatchOctets = 256u << 10;
 
 void drain_pending(Endpoint& e) {
   if (e.queued_segments == 0) return;
@@ -397,22 +438,31 @@ void drain_pending(Endpoint& e) {
   e.queued_octets = 0;
 }
 
-void inject(Endpoint& e, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq, Bytes payload) {
+void inject(Endpoint& e, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq, ByteSpan payload) {
   if (e.peer) drain_pending(*e.peer);
-  auto ctx = e.ctx;
-  boost::asio::post(e.dev->io(), [ctx, frame, time_us] {
-    ctx->frame = frame;
-    ctx->time_us = time_us;
-  });
+  if (!e.batch_octets) {
+    if (!e.spare.empty()) {
+      e.batch_octets = std::move(e.spare.back());
+      e.spare.pop_back();
+      e.batch_octets->clear();
+    } else {
+      e.batch_octets = std::make_shared<Bytes>();
+      e.batch_octets->reserve(kBatchOctets);
+    }
+  }
+  auto& octets = *e.batch_octets;
+  e.batch.push_back({frame, time_us, seq, octets.size(), payload.size()});
+  octets.insert(octets.end(), payload.begin(), payload.end());
   ++e.queued_segments;
   e.queued_octets += payload.size();
-  e.input->receive_segment(seq, std::move(payload));
+  if (e.batch.size() >= kBatchSegments || octets.size() >= kBatchOctets) flush_batch(e);
   if (e.queued_segments >= kMaxQueuedSegments || e.queued_octets >= kMaxQueuedOctets)
     drain_pending(e);
 }
 
 void inject_fin(Endpoint& e, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq) {
   if (e.peer) drain_pending(*e.peer);
+  flush_batch(e);
   auto ctx = e.ctx;
   boost::asio::post(e.dev->io(), [ctx, frame, time_us] {
     ctx->frame = frame;
@@ -678,7 +728,7 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         time = it->second.second;
       }
       ++res.segments_injected;
-      inject(e, frame, time, s.seq, std::move(s.payload));
+      inject(e, frame, time, s.seq, s.payload);
     };
   };
   const sim::SegmentOut out[2] = {deliver(0), deliver(1)};
@@ -703,8 +753,8 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         if (r.stag == b.stag && r.begin_to < b.end_to && b.begin_to < r.end_to) return true;
     return false;
   };
-  // One step, its payload (a segment's) taken.
-  auto run_step = [&](const Step& st, Bytes payload) {
+  // One step, with its payload (a segment's octets, copied as they are handed over: inject).
+  auto run_step = [&](const Step& st, ByteSpan payload) {
     ++res.steps;
     now_time = st.time_us;
     if (st.kind == Step::Kind::Segment || st.kind == Step::Kind::Fin)
@@ -718,13 +768,13 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
         const int d = index(st.dir);
         if (!disorder[d]) {
           ++res.segments_injected;
-          inject(eps[index(receiver_of(st.dir))], st.frame, st.time_us, st.seq, std::move(payload));
+          inject(eps[index(receiver_of(st.dir))], st.frame, st.time_us, st.seq, payload);
           break;
         }
         if (overlaps_burst(d, st.tagged)) settle_direction(st.dir);
         burst[d].insert(burst[d].end(), st.tagged.begin(), st.tagged.end());
         origin[d][static_cast<std::uint32_t>(st.seq - plan.stream_seq[d])] = {st.frame, st.time_us};
-        splitter[d]->push(sim::WireSegment{st.seq, std::move(payload)},
+        splitter[d]->push(sim::WireSegment{st.seq, Bytes(payload.begin(), payload.end())},
                           [&](sim::WireSegment s) { disorder[d]->push(std::move(s), out[d]); });
         break;
       }
@@ -754,10 +804,7 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   if (plan.read_again) {
     // The steps are made as the file is read again (payloads from libpcap's frame, held).
     try {
-      read_steps_again(plan, [&](Step&& st) {
-        Bytes payload = std::move(st.payload);
-        run_step(st, std::move(payload));
-      });
+      read_steps_again(plan, [&](Step&& st) { run_step(st, st.payload); });
     } catch (const trace::CaptureChanged&) {
       failed = std::current_exception();
     }
@@ -775,7 +822,7 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
           break;
         }
       }
-      run_step(st, std::move(payload));
+      run_step(st, payload);
     }
   }
   for (int d = 0; d < 2; ++d)

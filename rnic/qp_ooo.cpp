@@ -20,6 +20,7 @@
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <cstring>
+#include <stdexcept>
 
 #include "common/log.hpp"
 #include "rnic/engine_log.hpp"
@@ -304,6 +305,14 @@ void QueuePair::receive_segment(TcpSeq seq, Bytes payload,
     }
     self->rx_segment(seq, p);
   });
+}
+
+void QueuePair::receive_segment_on_engine(TcpSeq seq, ByteSpan payload) {
+  if (!dev_.on_engine_thread())
+    throw std::logic_error("QueuePair::receive_segment_on_engine: not on the engine thread");
+  if (closed_ || !rx_.segments) return;
+  stats_.bytes_received += payload.size();
+  rx_segment(seq, payload);
 }
 
 void QueuePair::receive_fin(TcpSeq seq) {

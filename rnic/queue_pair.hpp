@@ -185,6 +185,7 @@ class QueuePair : public std::enable_shared_from_this<QueuePair>,
   // Segments without a socket (replay, fuzzing): see SegmentInput.
   void receive_segment(TcpSeq seq, Bytes payload,
                        std::shared_ptr<std::atomic<std::int64_t>> pending = {}) override;
+  void receive_segment_on_engine(TcpSeq seq, ByteSpan payload) override;
   void receive_fin(TcpSeq seq) override;
   std::vector<HoleInfo> hole_report() const override;
   mpa::SegmentReceiver::Stats segment_stats() const override;

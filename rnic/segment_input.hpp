@@ -62,6 +62,11 @@ class SegmentInput {
   // the in-order point.
   virtual void receive_segment(TcpSeq seq, Bytes payload,
                                std::shared_ptr<std::atomic<std::int64_t>> pending = {}) = 0;
+  // What receive_segment's handler does (no tap), done at once: on the engine thread only (in
+  // a handler the caller posted; elsewhere std::logic_error), on octets the caller keeps valid
+  // until it returns. `rnic replay` hands a batch of segments over in one handler this way,
+  // their octets in one buffer the handler shares, instead of a handler and a buffer each.
+  virtual void receive_segment_on_engine(TcpSeq seq, ByteSpan payload) = 0;
   // The peer's FIN (any thread): as if the socket reached end of stream, once every octet
   // before `seq` has arrived.
   virtual void receive_fin(TcpSeq seq) = 0;

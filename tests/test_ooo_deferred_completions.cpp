@@ -73,6 +73,48 @@ TEST(DeferredCompletions, OutOfOrderMessagesArePlacedAtOnceAndDeliveredInOrder) 
   }
 }
 
+// SegmentInput::receive_segment_on_engine (what `rnic replay` hands a batch over with: one
+// handler, the octets in one shared buffer) does what receive_segment's handler does, hole and
+// all; off the engine thread it is refused.
+TEST(DeferredCompletions, SegmentsHandedOverOnTheEngineAreTakenAsPostedOnes) {
+  Harness h;
+  h.post_recv(101, 0, 4096);
+  h.post_recv(102, 4096, 4096);
+  const auto a = pattern(300, 1), w = pattern(1000, 2), b = pattern(700, 3);
+  const auto s0 = h.send(1, a);
+  const auto s1 = h.write(65536, w);
+  const auto s2 = h.send(2, b);
+  Bytes octets;
+  std::vector<std::pair<std::size_t, std::pair<std::size_t, std::size_t>>> batch;
+  for (auto i : {s2, s1}) {  // beyond a hole at the stream's start
+    batch.push_back({h.segs[i].first, {octets.size(), h.segs[i].second.size()}});
+    octets.insert(octets.end(), h.segs[i].second.begin(), h.segs[i].second.end());
+  }
+  SegmentInput& in = *h.qp;
+  EXPECT_THROW(in.receive_segment_on_engine(TcpSeq{kIsn}, h.segs[s0].second), std::logic_error);
+  h.on_engine([&] {
+    for (const auto& [off, where] : batch)
+      in.receive_segment_on_engine(TcpSeq{kIsn} + static_cast<std::uint32_t>(off),
+                                   ByteSpan(octets).subspan(where.first, where.second));
+  });
+  h.settle();
+  EXPECT_TRUE(region_has(h, 65536, w)) << "the Write beyond the hole is placed at once";
+  EXPECT_TRUE(region_has(h, 4096, b));
+  EXPECT_TRUE(h.poll(h.rcq).empty()) << "nothing is delivered while the hole is open";
+  ASSERT_EQ(h.qp->hole_report().size(), 1u);
+  EXPECT_FALSE(region_has(h, 0, a)) << "the segment refused off the engine was not taken";
+  h.on_engine([&] { in.receive_segment_on_engine(TcpSeq{kIsn}, h.segs[s0].second); });
+  h.settle();
+  const auto wcs = h.poll(h.rcq);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 101u);
+  EXPECT_EQ(wcs[1].wr_id, 102u);
+  EXPECT_TRUE(region_has(h, 0, a));
+  EXPECT_TRUE(h.qp->hole_report().empty());
+  EXPECT_EQ(h.qp->stats().bytes_received, octets.size() + h.segs[s0].second.size());
+  EXPECT_TRUE(h.canaries_intact());
+}
+
 // Read Requests beyond a hole wait for the doorbell, which rings when the hole closes; each
 // read queue WQE is then processed (its Read Response goes out).
 TEST(DeferredCompletions, ReadRequestsBeyondAHoleRingTheDoorbellWhenItCloses) {
