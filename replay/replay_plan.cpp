@@ -337,8 +337,9 @@ std::string terminate_text(const rdmap::Terminate& t) {
 struct SegmentRef {
   const trace::TcpSegment* seg;
   int dir;
-  std::size_t len = 0;  // its payload's length (in memory or in the capture file)
+  std::uint32_t len = 0;  // its payload's length (in memory or in the capture file; a frame's)
 };
+static_assert(sizeof(SegmentRef) <= 16, "one is kept per segment while a connection is learned");
 
 // A request an endpoint issued (an RDMA Read, an atomic, or the RTR its queue pair sent), by
 // its MSN on queue 1, and the answers it received (Read Response messages and Atomic
@@ -504,7 +505,8 @@ class Learner {
   void order_segments() {
     for (int d = 0; d < 2; ++d)
       for (const auto& s : flow.dir[d])
-        if (s.size() > 0 || s.fin || s.rst) order.push_back({&s, d, s.size()});
+        if (s.size() > 0 || s.fin || s.rst)
+          order.push_back({&s, d, static_cast<std::uint32_t>(s.size())});
     std::stable_sort(order.begin(), order.end(), [](const SegmentRef& a, const SegmentRef& b) {
       return a.seg->frame < b.seg->frame;
     });

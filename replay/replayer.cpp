@@ -189,18 +189,21 @@ struct Endpoint {
   EndpointResult result;
   // Segments handed to the engine and not yet waited for (see inject).
   std::uint64_t queued_segments = 0, queued_octets = 0;
-  // The segments not handed over yet (flush_batch): their frames and where their octets lie in
-  // `batch_octets`. A buffer handed over is shared by the engine's handler until it has run;
-  // drain() takes back the ones the engine has let go of (`spare`), so that no segment costs an
-  // allocation (and no buffer is freed on the engine thread).
-  struct Batched {
-    std::uint64_t frame, time_us;
-    TcpSeq seq;
-    std::size_t at, length;
+  // The segments not handed over yet (flush_batch): their frames, and their octets one after
+  // another. A batch handed over is shared by the engine's handler until it has run; drain()
+  // takes back the ones the engine has let go of (`spare`, their capacity kept), so that no
+  // segment costs an allocation and nothing is freed on the engine thread.
+  struct Batch {
+    struct Item {
+      std::uint64_t frame, time_us;
+      TcpSeq seq;
+      std::size_t at, length;  // in `octets`
+    };
+    std::vector<Item> items;
+    Bytes octets;
   };
-  std::vector<Batched> batch;
-  std::shared_ptr<Bytes> batch_octets;
-  std::vector<std::shared_ptr<Bytes>> handed, spare;
+  std::shared_ptr<Batch> batch;  // null: none started
+  std::vector<std::shared_ptr<Batch>> handed, spare;
   Endpoint* peer = nullptr;  // the connection's other endpoint
   // Declared last, so destroyed first: the engine thread stops before the queue pair, the CQs
   // and the regions it may still touch are freed (an `rnic stat` query, docs/stat.md, runs on
@@ -216,7 +219,8 @@ struct Endpoint {
 void run_on_engine(rnic::Device& dev, const std::function<void()>& fn) {
   auto done = std::make_shared<std::promise<void>>();
   auto f = done->get_future();
-  boost::asio::post(dev.io(), [&fn, done] {
+  // (fn copied: after a timeout the handler may still run, when this frame has gone.)
+  boost::asio::post(dev.io(), [fn, done] {
     fn();
     done->set_value();
   });
@@ -227,18 +231,17 @@ void run_on_engine(rnic::Device& dev, const std::function<void()>& fn) {
 // Hands the batched segments to the engine: one handler runs them in order, each as the frame
 // it came in (the Recorder reads ctx).
 void flush_batch(Endpoint& e) {
-  if (e.batch.empty()) return;
-  e.handed.push_back(e.batch_octets);
-  boost::asio::post(e.dev->io(), [ctx = e.ctx, qp = e.qp, input = e.input,
-                                  octets = std::move(e.batch_octets), items = std::move(e.batch)] {
-    for (const auto& s : items) {
+  if (!e.batch || e.batch->items.empty()) return;
+  e.handed.push_back(e.batch);
+  // (`qp` keeps the queue pair that `input` views alive while the handler waits.)
+  boost::asio::post(e.dev->io(), [ctx = e.ctx, qp = e.qp, input = e.input, b = std::move(e.batch)] {
+    for (const auto& s : b->items) {
       ctx->frame = s.frame;
       ctx->time_us = s.time_us;
-      input->receive_segment_on_engine(s.seq, ByteSpan(*octets).subspan(s.at, s.length));
+      input->receive_segment_on_engine(s.seq, ByteSpan(b->octets).subspan(s.at, s.length));
     }
   });
-  e.batch_octets.reset();
-  e.batch.clear();
+  e.batch.reset();
 }
 
 // Waits until the engine has run everything handed to it, batched segments first. The handlers
@@ -425,9 +428,9 @@ void post_atomic(Endpoint& e, const AtomicPlan& a, std::size_t i) {
 // the queue holds.
 constexpr std::uint64_t kMaxQueuedSegments = 256;
 constexpr std::uint64_t kMaxQueuedOctets = 4u << 20;
-// Segments go to the engine in batches of at most kBatchSegments segments or kBatchOctets
-// octets (one handler each, flush_batch), small enough that the engine works on one while the
-// replay reads the next.
+// Segments go to the engine in batches (one handler each, flush_batch), handed over once one
+// holds kBatchSegments segments or kBatchOctets octets (or more: the segment that crossed it),
+// small enough that the engine works on one while the replay reads the next.
 constexpr std::size_t kBatchSegments = 16;
 constexpr std::size_t kBatchOctets = 256u << 10;
 
@@ -440,22 +443,24 @@ void drain_pending(Endpoint& e) {
 
 void inject(Endpoint& e, std::uint64_t frame, std::uint64_t time_us, TcpSeq seq, ByteSpan payload) {
   if (e.peer) drain_pending(*e.peer);
-  if (!e.batch_octets) {
+  if (!e.batch) {
     if (!e.spare.empty()) {
-      e.batch_octets = std::move(e.spare.back());
+      e.batch = std::move(e.spare.back());
       e.spare.pop_back();
-      e.batch_octets->clear();
+      e.batch->items.clear();
+      e.batch->octets.clear();
     } else {
-      e.batch_octets = std::make_shared<Bytes>();
-      e.batch_octets->reserve(kBatchOctets);
+      e.batch = std::make_shared<Endpoint::Batch>();
+      e.batch->items.reserve(kBatchSegments);
+      e.batch->octets.reserve(kBatchOctets);
     }
   }
-  auto& octets = *e.batch_octets;
-  e.batch.push_back({frame, time_us, seq, octets.size(), payload.size()});
-  octets.insert(octets.end(), payload.begin(), payload.end());
+  auto& b = *e.batch;
+  b.items.push_back({frame, time_us, seq, b.octets.size(), payload.size()});
+  b.octets.insert(b.octets.end(), payload.begin(), payload.end());
   ++e.queued_segments;
   e.queued_octets += payload.size();
-  if (e.batch.size() >= kBatchSegments || octets.size() >= kBatchOctets) flush_batch(e);
+  if (b.items.size() >= kBatchSegments || b.octets.size() >= kBatchOctets) flush_batch(e);
   if (e.queued_segments >= kMaxQueuedSegments || e.queued_octets >= kMaxQueuedOctets)
     drain_pending(e);
 }

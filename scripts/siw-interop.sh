@@ -1,8 +1,9 @@
 #!/bin/bash
 # scripts/siw-interop.sh - live interoperability of `rnic ping` with the Linux kernel's siw driver.
 #
-# Builds (or reuses) the siw VM image (scripts/siwvm/build.sh), boots it once with QEMU
-# (scripts/siwvm/run.sh, scenario scripts/siwvm/scenarios/interop.sh) and runs every case below
+# Builds (or reuses) the siw VM image (scripts/siwvm/build.sh), boots it once with QEMU (twice
+# when the first boot is not up in time; scripts/siwvm/run.sh, scenario
+# scripts/siwvm/scenarios/interop.sh) and runs every case below
 # against librdmacm's rping over siw in the guest, one connection per case:
 #   ours->siw  `rnic ping --client 127.0.0.1:HOSTPORT` -> slirp hostfwd -> guest `rping -s` on 10.0.2.15
 #   siw->ours  guest `rping -c -a 10.0.2.2` -> slirp -> `rnic ping --server --bind 127.0.0.1`
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
     --results) RES="$2"; shift 2 ;;
     --cache) CACHE="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "siw-interop: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -227,6 +228,12 @@ done <<< "$CASES"
 # ---------------------------------------------------------------- boot
 VM_TIMEOUT=$((60 + n * 25)); [ "$VM_TIMEOUT" -gt 570 ] && VM_TIMEOUT=570
 say "booting the VM for $n cases (bounded to ${VM_TIMEOUT}s); results in $RES"
+# The VM goes with this script, however it ends (run.sh stops QEMU on SIGTERM).
+VMPID=""
+stop_vm() { [ -n "$VMPID" ] && kill "$VMPID" 2>/dev/null; [ -n "$VMPID" ] && wait "$VMPID" 2>/dev/null; VMPID=""; }
+trap stop_vm EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
 boot_vm() {
   mkdir -p "$RES/out"; rm -f "$RES"/out/*.rc "$RES"/out/*.ready "$RES"/out/guest-up "$RES"/*.go "$RES"/*.done "$RES"/*.skip
   SIWVM_CACHE="$CACHE" SIWVM_RESULTS="$RES" SIWVM_HOSTFWD="${FWD#,}" SIWVM_TIMEOUT="$VM_TIMEOUT" \
@@ -246,15 +253,19 @@ wait_for() {  # wait_for FILE SECONDS: until FILE exists (false on timeout or wh
 # stopped (run.sh stops QEMU with it) and booted once more before the run fails.
 boot_vm
 if ! wait_for "$RES/out/guest-up" "${SIWVM_UP_WITHIN:-150}"; then
-  say "the VM did not come up within ${SIWVM_UP_WITHIN:-150}s; its console's last lines (in $RES/console-1.log):"
-  tail -8 "$RES/console.log" 2>/dev/null
-  kill "$VMPID" 2>/dev/null; wait "$VMPID"
+  if kill -0 "$VMPID" 2>/dev/null; then
+    say "the VM did not come up within ${SIWVM_UP_WITHIN:-150}s; its console's last lines (in $RES/console-1.log):"
+  else
+    say "the VM ended before it was up ($(tail -1 "$RES/run.log" 2>/dev/null)); its console's last lines (in $RES/console-1.log):"
+  fi
+  tail -8 "$RES/console.log" 2>/dev/null | tr -d '\r'
+  stop_vm
   mv -f "$RES/console.log" "$RES/console-1.log" 2>/dev/null; mv -f "$RES/run.log" "$RES/run-1.log" 2>/dev/null
   say "booting the VM again (attempt 2 of 2)"
   boot_vm
   if ! wait_for "$RES/out/guest-up" 150; then
-    say "the VM never came up (2 attempts):"; tail -20 "$RES/console.log" 2>/dev/null
-    kill "$VMPID" 2>/dev/null; wait "$VMPID"; exit 2
+    say "the VM never came up (2 attempts):"; tail -20 "$RES/console.log" 2>/dev/null | tr -d '\r'
+    stop_vm; exit 2
   fi
 fi
 say "guest up after $((SECONDS - T0))s"
@@ -420,7 +431,7 @@ while IFS='|' read -r id dir gsz osz cnt exp opts what; do
   wait_for "$RES/out/$id.guest.rc" $((CASE_TIMEOUT + 10)) || echo "none" > "$RES/out/$id.guest.rc"
   say "$id: ours rc $(cat "$RES/$id.ours.rc"), siw ${prog:-rping} rc $(cat "$RES/out/$id.guest.rc")"
 done <<< "$CASES"
-wait "$VMPID"; VMRC=$?
+wait "$VMPID"; VMRC=$?; VMPID=""
 say "VM finished (run.sh exit $VMRC)"
 
 # ---------------------------------------------------------------- judge

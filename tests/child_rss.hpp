@@ -4,7 +4,9 @@
 // that forks the program): wait4()'s ru_maxrss of a child forked from the test process counts
 // the test process's own resident set too (Linux keeps the larger of the address space the
 // child was forked with and the one it exec'd), so after other tests in the same process it
-// read 39 MiB for a command that needs 10. Without /usr/bin/time, wait4()'s figure is used.
+// read 39 MiB for a command that needs 10. Without /usr/bin/time, or when its figure cannot be
+// read, wait4()'s is used (never less than the program's peak: a bound checked against it
+// holds). The program runs in a process group of its own (the deadline kills both).
 #pragma once
 
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <utility>
@@ -31,7 +34,10 @@ inline std::pair<std::uint64_t, int> run_child_rss(std::vector<std::string> argv
                                                    bool quiet = false) {
   static int serial = 0;
   const std::string rss_file =
-      "/tmp/child-rss-" + std::to_string(::getpid()) + "-" + std::to_string(++serial) + ".txt";
+      (std::filesystem::temp_directory_path() /
+       ("child-rss-" + std::to_string(::getpid()) + "-" + std::to_string(++serial) + ".txt"))
+          .string();
+  ::unlink(rss_file.c_str());
   const bool timed = ::access("/usr/bin/time", X_OK) == 0;
   if (timed) argv_s.insert(argv_s.begin(), {"/usr/bin/time", "-q", "-f", "%M", "-o", rss_file});
   std::vector<char*> argv;
@@ -63,12 +69,13 @@ inline std::pair<std::uint64_t, int> run_child_rss(std::vector<std::string> argv
   if (timed) {
     // time(1) writes the program's peak in KiB as the file's last line; it exits with the
     // program's status, or 128 + the signal that ended it.
-    kib = 0;
+    std::uint64_t peak = 0;
     if (FILE* f = std::fopen(rss_file.c_str(), "r")) {
       char line[128];
-      while (std::fgets(line, sizeof line, f)) kib = std::strtoull(line, nullptr, 10);
+      while (std::fgets(line, sizeof line, f)) peak = std::strtoull(line, nullptr, 10);
       std::fclose(f);
     }
+    if (peak > 0) kib = peak;
     ::unlink(rss_file.c_str());
     if (WIFEXITED(st) && WEXITSTATUS(st) > 128) return {kib * 1024, -2};
   }

@@ -34,15 +34,17 @@ struct TcpSegment {
   TcpSeq seq;                 // sequence number of the first payload octet (or of the SYN/FIN)
   TcpSeq ack;
   bool syn = false, fin = false, rst = false, has_ack = false;
-  Bytes payload;  // held in memory (read_capture's default)
   // read_capture(path, {.payloads_in_file = true}): the payload stays in the file, `length`
   // octets at file position `file_offset` (read back with PayloadReader), and `payload` is
-  // empty. kNotInFile: the payload is in `payload`.
-  std::uint64_t file_offset = kNotInFile;
+  // empty. kNotInFile: the payload is in `payload`. (In this order, 64 octets: one is kept per
+  // segment while a capture is read.)
   std::uint32_t length = 0;
+  Bytes payload;  // held in memory (read_capture's default)
+  std::uint64_t file_offset = kNotInFile;
   bool in_file() const { return file_offset != kNotInFile; }
   std::size_t size() const { return in_file() ? length : payload.size(); }  // payload octets
 };
+static_assert(sizeof(TcpSegment) <= 64, "one is kept per segment while a capture is read");
 
 // One TCP connection. Direction 0 is from `client` (the side that sent the SYN when the
 // capture has it, else the sender of the first segment seen), direction 1 from `server`.

@@ -64,14 +64,21 @@ QEMU=(qemu-system-x86_64 "${ACC[@]}" -M pc -smp "${SIWVM_SMP:-2}" -m "${SIWVM_ME
 printf '%q ' "${QEMU[@]}" > "$RES/qemu-cmdline.txt"
 T0=$SECONDS
 # QEMU runs under timeout(1), which puts itself in a process group of its own: a caller that
-# stops this script (SIGTERM, SIGINT, SIGHUP) would otherwise leave the VM running, two busy
-# vCPUs until its limit. The trap passes the signal on (timeout passes it to QEMU) and waits.
+# stops this script (SIGTERM; SIGINT and SIGHUP too where they are not ignored, as bash ignores
+# SIGINT for a script it starts in the background) would otherwise leave the VM running, two
+# busy vCPUs until its limit. The trap, set before QEMU starts, passes the signal on (timeout
+# passes it to QEMU), and the script waits for QEMU to end before it ends.
+QPID=""; STOPPED=""
+trap 'STOPPED=1; [ -n "$QPID" ] && kill -TERM "$QPID" 2>/dev/null' TERM INT HUP
 timeout -k 5 "${SIWVM_TIMEOUT:-240}" "${QEMU[@]}" < /dev/null > "$RES/console.log" 2>&1 &
 QPID=$!
-STOPPED=
-trap 'STOPPED=1; kill -TERM "$QPID" 2>/dev/null' TERM INT HUP
+[ -n "$STOPPED" ] && kill -TERM "$QPID" 2>/dev/null  # a signal before QPID was known
 wait "$QPID"; QRC=$?
-while kill -0 "$QPID" 2>/dev/null; do wait "$QPID"; QRC=$?; done
+# A trapped signal ends the wait early: wait again until bash has reaped it (127: no such child).
+if [ -n "$STOPPED" ]; then
+  for _ in 1 2 3 4 5; do wait "$QPID" 2>/dev/null; [ $? = 127 ] && break; done
+  QRC=stopped
+fi
 trap - TERM INT HUP
 tr -d '\r' < "$RES/console.log" > "$RES/console.txt" && mv "$RES/console.txt" "$RES/console.log"
 RC=$(cat "$RES/out/scenario.rc" 2>/dev/null || echo 125)
