@@ -723,10 +723,18 @@ ByteSpan PayloadReader::read(std::uint64_t offset, std::uint32_t length) {
 }
 
 std::expected<Capture, std::string> scan_capture(const std::string& path, SegmentSink& sink) {
-  char errbuf[PCAP_ERRBUF_SIZE] = {};
-  std::unique_ptr<pcap_t, PcapCloser> p(pcap_open_offline(path.c_str(), errbuf));
-  if (!p) return std::unexpected(path + ": " + strip_path_prefix(errbuf, path));
-  return scan_open(std::move(p), path, sink, false);
+  if (path == "-") {  // libpcap's standard input
+    char errbuf[PCAP_ERRBUF_SIZE] = {};
+    std::unique_ptr<pcap_t, PcapCloser> p(pcap_open_offline(path.c_str(), errbuf));
+    if (!p) return std::unexpected(path + ": " + strip_path_prefix(errbuf, path));
+    return scan_open(std::move(p), path, sink, false);
+  }
+  // Through kScanBuffer, not stdio's 4 KiB (a read(2) per 4 KiB of the file otherwise). (The
+  // buffer outlives the stream: libpcap closes it before this returns.)
+  const auto buffer = std::make_unique_for_overwrite<char[]>(kScanBuffer);
+  auto p = pcap_on(::open(path.c_str(), O_RDONLY | O_CLOEXEC), buffer.get(), path);
+  if (!p) return std::unexpected(p.error());
+  return scan_open(std::move(*p), path, sink, false);
 }
 
 std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, SegmentSink& sink) {
