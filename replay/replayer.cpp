@@ -369,7 +369,8 @@ void start_endpoint(Endpoint& e, const ConnectionPlan& plan,
   const Side side = e.side;
   const bool rtr = st.initiator && plan.params.peer_to_peer;
   const auto rtr_type = plan.params.rtr;
-  run_on_engine(*e.dev, [&, qp, transmitted, shared, side] {
+  // (By value: after a timeout the handler may still run, when this frame has gone.)
+  run_on_engine(*e.dev, [&io, qp, transmitted, shared, side, st, rx, rtr, rtr_type] {
     auto transport = std::make_unique<rnic::NullTransport>(
         io, [transmitted](ByteSpan b) { *transmitted += b.size(); });
     auto on_closed = [shared, side](const rnic::QpClosed& c) {

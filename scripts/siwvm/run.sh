@@ -74,9 +74,13 @@ timeout -k 5 "${SIWVM_TIMEOUT:-240}" "${QEMU[@]}" < /dev/null > "$RES/console.lo
 QPID=$!
 [ -n "$STOPPED" ] && kill -TERM "$QPID" 2>/dev/null  # a signal before QPID was known
 wait "$QPID"; QRC=$?
-# A trapped signal ends the wait early: wait again until bash has reaped it (127: no such child).
+# A trapped signal ends a wait early: wait again while QEMU's timeout(1) is still this shell's
+# child (its parent in /proc is us; a reaped PID reused by another process is not).
 if [ -n "$STOPPED" ]; then
-  for _ in 1 2 3 4 5; do wait "$QPID" 2>/dev/null; [ $? = 127 ] && break; done
+  for _ in $(seq 1 50); do
+    [ "$(awk '{print $4}' "/proc/$QPID/stat" 2>/dev/null)" = "$$" ] || break
+    wait "$QPID" 2>/dev/null
+  done
   QRC=stopped
 fi
 trap - TERM INT HUP
