@@ -263,12 +263,16 @@ first_up() {
 }
 boot_vm
 if ! first_up; then
-  if kill -0 "$VMPID" 2>/dev/null; then
-    say "the VM did not come up within ${SIWVM_UP_WITHIN:-150}s; its console's last lines (in $RES/console-1.log):"
+  if [ "${SIWVM_TEST_STUCK_BOOT:-0}" = 1 ]; then
+    say "stopping the first VM (its console in $RES/console-1.log)"
   else
-    say "the VM ended before it was up ($(tail -1 "$RES/run.log" 2>/dev/null)); its console's last lines (in $RES/console-1.log):"
+    if kill -0 "$VMPID" 2>/dev/null; then
+      say "the VM did not come up within ${SIWVM_UP_WITHIN:-150}s; its console's last lines (in $RES/console-1.log):"
+    else
+      say "the VM ended before it was up ($(tail -1 "$RES/run.log" 2>/dev/null)); its console's last lines (in $RES/console-1.log):"
+    fi
+    tail -8 "$RES/console.log" 2>/dev/null | tr -d '\r'
   fi
-  tail -8 "$RES/console.log" 2>/dev/null | tr -d '\r'
   stop_vm
   mv -f "$RES/console.log" "$RES/console-1.log" 2>/dev/null; mv -f "$RES/run.log" "$RES/run-1.log" 2>/dev/null
   say "booting the VM again (attempt 2 of 2)"
