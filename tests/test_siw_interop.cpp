@@ -92,9 +92,10 @@ TEST(SiwInterop, RnicPingAgainstLinuxSiwInQemu) {
   //     the first boot count as stuck once QEMU has started (TCG or KVM alike); one case must
   //     then pass on the second boot.
   const std::string again = ::testing::TempDir() + "siw-boot-again-" + std::to_string(::getpid());
-  auto reboot = sh("RNIC=" + quote(IWARP_RNIC_BIN) + " SIWVM_CACHE=" + quote(cache) +
-                   " SIWVM_TEST_STUCK_BOOT=1 timeout 400 bash " + quote(src + "/scripts/siw-interop.sh") +
-                   " --results " + quote(again) + " --only '^a1$'");
+  auto reboot =
+      sh("RNIC=" + quote(IWARP_RNIC_BIN) + " SIWVM_CACHE=" + quote(cache) +
+         " SIWVM_TEST_STUCK_BOOT=1 timeout 400 bash " + quote(src + "/scripts/siw-interop.sh") +
+         " --results " + quote(again) + " --only '^a1$'");
   EXPECT_EQ(reboot.status, 0) << "scripts/siw-interop.sh did not pass its case after booting the "
                                  "VM again (results in "
                               << again << "):\n"
