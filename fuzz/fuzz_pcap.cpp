@@ -113,7 +113,7 @@ void check_read_again(const replay::Plan& kept, const replay::Plan& again) {
     if (a.file) reader.emplace(a.file);
     std::size_t k = 0;
     try {
-      replay::read_steps_again(b, [&](replay::Step&& y) {
+      replay::read_steps_again(b, [&](replay::Step&& y, ByteSpan payload) {
         FUZZ_CHECK(k < a.steps.size(), "c%zu: more steps read again", a.flow);
         const auto& x = a.steps[k++];
         FUZZ_CHECK(x.kind == y.kind && x.dir == y.dir && x.side == y.side && x.frame == y.frame &&
@@ -122,9 +122,10 @@ void check_read_again(const replay::Plan& kept, const replay::Plan& again) {
                    "c%zu step %zu (frame %llu) differs when read again", a.flow, k,
                    (unsigned long long)x.frame);
         if (x.kind == replay::Step::Kind::Segment)
-          FUZZ_CHECK(a.payload_of(x, reader ? &*reader : nullptr) == y.payload,
-                     "c%zu step %zu (frame %llu): payload differs when read again", a.flow, k,
-                     (unsigned long long)x.frame);
+          FUZZ_CHECK(
+              a.payload_of(x, reader ? &*reader : nullptr) == Bytes(payload.begin(), payload.end()),
+              "c%zu step %zu (frame %llu): payload differs when read again", a.flow, k,
+              (unsigned long long)x.frame);
       });
     } catch (const trace::CaptureChanged& e) {
       FUZZ_CHECK(false, "c%zu read again: %s", a.flow, e.what());

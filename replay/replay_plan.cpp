@@ -1325,7 +1325,7 @@ std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace
 }  // namespace
 
 void StepStream::segment(std::size_t flow, int dir, const trace::SegmentView& v,
-                         const std::function<void(Step&&)>& emit) {
+                         const StepEmit& emit) {
   if (flow != cp_.flow || done_) return;
   if (v.frame >= cp_.last_frame) done_ = true;
   if (std::binary_search(cp_.left_out.begin(), cp_.left_out.end(), v.frame)) return;
@@ -1338,21 +1338,30 @@ void StepStream::segment(std::size_t flow, int dir, const trace::SegmentView& v,
     Step post = cp_.posts[next_post_].post;
     post.time_us = v.time_us;
     ++made_;
-    emit(std::move(post));
+    emit(std::move(post), {});
   }
   if (injected) {
     Step st = bare_segment_step(cp_, dir, v.frame, v.time_us, v.seq);
-    st.payload.assign(v.payload.begin(), v.payload.end());
-    apply_patches(cp_.patches[dir], v.seq - cp_.stream_seq[dir], st.payload);
+    // (Copied only when the renumbering patches one of its octets.)
+    ByteSpan payload = v.payload;
+    const auto& pm = cp_.patches[dir];
+    const std::int64_t off = v.seq - cp_.stream_seq[dir];
+    const std::int64_t end = off + static_cast<std::int64_t>(len);
+    if (const auto it = pm.lower_bound(off < 0 ? 0 : static_cast<std::uint64_t>(off));
+        end > 0 && it != pm.end() && static_cast<std::int64_t>(it->first) < end) {
+      patched_.assign(v.payload.begin(), v.payload.end());
+      apply_patches(pm, off, patched_);
+      payload = patched_;
+    }
     digest_ = digest_step(digest_, Step::Kind::Segment, dir, v.frame, v.seq, len);
     ++made_;
-    emit(std::move(st));
+    emit(std::move(st), payload);
   }
   if (v.fin) {
     const TcpSeq at = v.seq + static_cast<std::uint32_t>(len);
     digest_ = digest_step(digest_, Step::Kind::Fin, dir, v.frame, at, 0);
     ++made_;
-    emit(fin_step(dir, v.frame, v.time_us, at));
+    emit(fin_step(dir, v.frame, v.time_us, at), {});
   }
 }
 
@@ -1362,8 +1371,7 @@ namespace {
 // after the connection's last one.
 class StepSink final : public trace::SegmentSink {
  public:
-  StepSink(StepStream& stream, const std::function<void(Step&&)>& emit)
-      : stream_(stream), emit_(emit) {}
+  StepSink(StepStream& stream, const StepEmit& emit) : stream_(stream), emit_(emit) {}
   void on_segment(std::size_t flow, trace::TcpFlow&, int dir,
                   const trace::SegmentView& v) override {
     stream_.segment(flow, dir, v, emit_);
@@ -1372,12 +1380,12 @@ class StepSink final : public trace::SegmentSink {
 
  private:
   StepStream& stream_;
-  const std::function<void(Step&&)>& emit_;
+  const StepEmit& emit_;
 };
 
 }  // namespace
 
-void read_steps_again(const ConnectionPlan& cp, const std::function<void(Step&&)>& emit) {
+void read_steps_again(const ConnectionPlan& cp, const StepEmit& emit) {
   if (!cp.read_again || !cp.file)
     throw trace::CaptureChanged(
         "internal error: a plan that keeps its steps, or has no capture file, is read again");

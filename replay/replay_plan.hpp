@@ -219,16 +219,20 @@ struct ConnectionPlan {
 // A ReadAgain plan's steps, made from the connection's segments as the capture file is read
 // again (trace::rescan_capture hands them over in capture order): the steps a Kept plan of the
 // same capture holds, in the same order, except that a segment's tagged ranges are not known
-// (Step::tagged stays empty) and its payload is held (Step::payload, patched by the
-// renumbering where it must be). Refers to the plan, which must outlive it.
+// (Step::tagged stays empty) and its payload is not in Step::payload: it is handed over beside
+// the step (StepEmit). Refers to the plan, which must outlive it.
+//
+// StepEmit: a step, and for a segment its payload, valid during the call only: libpcap's
+// frame, or a copy of it the renumbering patched (a buffer the stream reuses). Empty for the
+// other steps. (The replay copies it once, into the batch it hands to the engine.)
+using StepEmit = std::function<void(Step&&, ByteSpan payload)>;
 class StepStream {
  public:
   explicit StepStream(const ConnectionPlan& cp) : cp_(cp) {}
   // A segment of the capture (any connection's) in direction `dir` (0: from the client, which
   // is the initiator); a segment of this connection makes its steps, each handed to `emit` in
   // order: the posts due before it, the segment, its FIN. Frames taken out make none.
-  void segment(std::size_t flow, int dir, const trace::SegmentView& v,
-               const std::function<void(Step&&)>& emit);
+  void segment(std::size_t flow, int dir, const trace::SegmentView& v, const StepEmit& emit);
   std::uint64_t made() const { return made_; }
   std::uint64_t digest() const { return digest_; }  // as ConnectionPlan::step_digest
   // The connection's last segment has been seen: the rest of the file makes no step.
@@ -239,13 +243,14 @@ class StepStream {
   std::size_t next_post_ = 0;
   std::uint64_t made_ = 0, digest_ = 0;
   bool done_ = false;
+  Bytes patched_;  // a payload the renumbering patches
 };
 
 // Reads the capture file of ReadAgain connection `cp` again (trace::rescan_capture) and hands
 // each of its steps to `emit`, in order (StepStream). Throws trace::CaptureChanged, in one line
 // naming the file, when the file changed since it was read or reads again into other steps
 // than the plan learned (their number, or their segments: ConnectionPlan::step_digest).
-void read_steps_again(const ConnectionPlan& cp, const std::function<void(Step&&)>& emit);
+void read_steps_again(const ConnectionPlan& cp, const StepEmit& emit);
 
 // A connection's stream octets as the capture's segments carried them, each from the first
 // segment (in capture order) that carried it, as the replay injected them: an index of which

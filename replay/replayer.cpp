@@ -808,9 +808,9 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   // the error goes up.
   std::exception_ptr failed;
   if (plan.read_again) {
-    // The steps are made as the file is read again (payloads from libpcap's frame, held).
+    // The steps are made as the file is read again (payloads in libpcap's frame).
     try {
-      read_steps_again(plan, [&](Step&& st) { run_step(st, st.payload); });
+      read_steps_again(plan, [&](Step&& st, ByteSpan payload) { run_step(st, payload); });
     } catch (const trace::CaptureChanged&) {
       failed = std::current_exception();
     }

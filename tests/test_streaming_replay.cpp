@@ -209,7 +209,10 @@ std::vector<std::vector<Step>> steps_read_again(const Plan& plan) {
   for (const auto& c : plan.connections) {
     std::vector<Step> made;
     if (c.read_again) {
-      EXPECT_NO_THROW(read_steps_again(c, [&](Step&& st) { made.push_back(std::move(st)); }));
+      EXPECT_NO_THROW(read_steps_again(c, [&](Step&& st, ByteSpan payload) {
+        st.payload.assign(payload.begin(), payload.end());
+        made.push_back(std::move(st));
+      }));
     }
     all.push_back(std::move(made));
   }
