@@ -190,6 +190,33 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (kept) check_read_again(*kept, *again);
   }
 
+  // rnic replay's way with a regular file: the plan learned as the file is read, not held. Its
+  // steps read again must be the ones it counted (read_steps_again checks their number and
+  // digest, and throws CaptureChanged otherwise). (It need not be the plan above: its decoder
+  // ends a connection once both directions have, as `rnic decode` does.)
+  if (on_disk->file) {
+    std::expected<replay::Plan, std::string> streamed = std::unexpected(std::string());
+    try {
+      streamed = replay::make_plan_from_file(path, kLimits);
+    } catch (const trace::CaptureChanged& e) {
+      FUZZ_CHECK(false, "planned from the file: %s", e.what());
+    }
+    if (streamed) {
+      check_plan(*streamed);
+      for (const auto& c : streamed->connections) {
+        if (!c.read_again) continue;
+        std::uint64_t n = 0;
+        try {
+          replay::read_steps_again(c, [&](replay::Step&&, ByteSpan) { ++n; });
+        } catch (const trace::CaptureChanged& e) {
+          FUZZ_CHECK(false, "c%zu of the plan from the file, read again: %s", c.flow, e.what());
+        }
+        FUZZ_CHECK(n == c.step_count, "c%zu: %llu steps read again of %llu", c.flow,
+                   (unsigned long long)n, (unsigned long long)c.step_count);
+      }
+    }
+  }
+
   // Lose the first few frames, as `rnic replay --drop` does, and plan again.
   trace::Capture less = *cap;
   std::vector<std::uint64_t> frames;

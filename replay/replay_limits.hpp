@@ -59,7 +59,26 @@ inline constexpr std::uint64_t kMaxStreamOffset = 1ull << 30;
 // network made fills within a TCP window; one the capture made (a frame it dropped) never
 // does, and everything after it is held: so the default is kMaxStreamOffset, all the learning
 // pass ever learns of a direction (memory grows that far only for such a capture).
+// Connections learned in the same read of the file (make_plan_from_file, `rnic replay` of a
+// regular file) share it: it bounds what all of them hold together.
 inline constexpr std::uint64_t kMaxHeldBeyondGap = kMaxStreamOffset;
+
+// Not refusing. Segments (with data, or FIN or RST) of a connection learned as the file is read
+// (make_plan_from_file) held while the lengths of the MPA Request and Reply are not both known:
+// whether such a segment holds only the MPA frame (and is not replayed) is not known before, so
+// its step cannot be counted. They come first in a connection; past this many, the connection is
+// learned again in another read with its steps kept (a record per segment).
+inline constexpr std::uint64_t kMaxSegmentsBeforeFraming = 4096;
+
+// Not refusing. Octets a connection's learner holds before the MPA Reply fixes their framing in a
+// read that does not know yet whether the connection can be replayed (make_plan_from_file's
+// first read; kMaxHeldBeyondGap in all others): past this, it is learned again in another read.
+inline constexpr std::uint64_t kHeldBeforeFramingSpeculative = 1ull << 20;
+
+// Not refusing. Connections make_plan_from_file learns in one read of the file: the others are
+// learned in further reads, this many at a time (each learner holds up to 2 x 256 KiB behind
+// its decoders, and what it learns).
+inline constexpr std::uint64_t kLearnedPerRead = 64;
 
 // Bookkeeping estimates per work request the replay creates (receive WR with its SGE and its
 // completion slot; send WR slot and its completion slot) and per STag, counted in

@@ -1,6 +1,7 @@
 #include "replay/replay_plan.hpp"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <deque>
@@ -201,13 +202,16 @@ struct FpduInfo {
 // Hands each FPDU decoded to `take`, as it is decoded (in stream order per direction).
 class Collector final : public mpa::ConnectionVisitor {
  public:
-  explicit Collector(std::function<void(Direction, FpduInfo&&)> take) : take_(std::move(take)) {}
+  Collector(std::function<void(Direction, FpduInfo&&)> take,
+            std::function<void(const mpa::ConnectionParams&)> negotiated)
+      : take_(std::move(take)), negotiated_(std::move(negotiated)) {}
   std::uint64_t frame_length[2] = {0, 0};
 
   void on_mpa_frame(Direction d, const mpa::MpaFrame&, std::uint64_t, std::size_t length) override {
     frame_length[index(d)] = length;
   }
-  void on_negotiated(const mpa::ConnectionParams&) override {}
+  // (Before any FPDU: the Reply fixes the framing, RFC 5044 §7.1.)
+  void on_negotiated(const mpa::ConnectionParams& p) override { negotiated_(p); }
   void on_fpdu(Direction d, const mpa::Fpdu& f) override {
     FpduInfo i;
     i.offset = f.offset;
@@ -225,6 +229,7 @@ class Collector final : public mpa::ConnectionVisitor {
 
  private:
   std::function<void(Direction, FpduInfo&&)> take_;
+  std::function<void(const mpa::ConnectionParams&)> negotiated_;
 };
 
 // FPDUs decoded beyond a gap, handed to `out` with their stream offsets (in stream order).
@@ -383,39 +388,108 @@ void strip_markers(ByteSpan block, std::uint64_t fo, Bytes& logical,
   }
 }
 
+// A segment (or FIN, or RST) of the connection as the learning pass takes it, in capture order.
+struct SegmentIn {
+  int dir = 0;
+  std::uint64_t frame = 0, time_us = 0;
+  TcpSeq seq;
+  std::uint32_t len = 0;  // payload octets
+  bool fin = false, rst = false;
+};
+
+// Violations of the capture kept per direction (the replay names the first one where its
+// emulation finds one too).
+constexpr std::size_t kKeptTraceViolations = 64;
+
 // The learning pass over one connection, as a sequence of passes over shared state: decode
-// each direction's stream as it becomes contiguous (and at the end what lies beyond the gaps,
-// markers taken out), learning from each FPDU as it is decoded (with the segment that first
-// carried it), then make the steps, match requests to answers, renumber Atomic Responses, size
-// the endpoints against the limits, and write the notes. It holds per direction what lies beyond a
-// gap (at most max_held) and the last kKeptBehind octets, not the stream: a payload that stays in
-// the capture file is read from there (`reader`) and not kept.
+// each direction's stream as it becomes contiguous, segment by segment as the capture is read
+// (add(), in capture order), learning from each FPDU as it is decoded (with the segment that
+// first carried it); then (finish()) what lies beyond the gaps, markers taken out, make the
+// steps, match requests to answers, renumber Atomic Responses, size the endpoints against the
+// limits, and write the notes. It holds per direction what lies beyond a gap (at most max_held,
+// and within `budget` with the other connections learned at the same time) and the last
+// kKeptBehind octets, not the stream. A StepSource::Kept connection's steps are made in
+// finish(), from the segments the caller keeps (keep()); a ReadAgain one's are counted as they
+// come, none kept.
 class Learner {
  public:
-  Learner(std::size_t flow_number, const trace::TcpFlow& tcp_flow, const trace::FlowReport& report,
-          const std::vector<trace::Record>& capture_records, const PlanLimits& plan_limits,
-          trace::PayloadReader* reader, bool read_again)
+  // How a learner takes its segments: all kept by the caller (Kept: keep(); its steps are made,
+  // or counted, from them in finish()), or counted as they come (Counting: a ReadAgain
+  // connection learned as the file is read, at most kMaxSegmentsBeforeFraming held before the
+  // framing is known); Speculative: counted as they come by a read that does not know yet
+  // whether the connection can be replayed, which holds at most kHeldBeforeFramingSpeculative
+  // octets before the framing is known and gives up (needs_redo()) where another would go on.
+  enum class Mode : std::uint8_t { Kept, Counting, Speculative };
+
+  // Each direction's stream starts where start() says, before its first segment with data (and
+  // before finish()). `read_again`: StepSource::ReadAgain (with Mode::Kept: counted in finish()).
+  Learner(std::size_t flow_number, const trace::IpEndpoint& client, const trace::IpEndpoint& server,
+          const PlanLimits& plan_limits, trace::PayloadReader* reader, bool read_again,
+          Mode mode = Mode::Kept, trace::HeldBudget* budget = nullptr)
       : reader_(reader),
         read_again_(read_again),
+        budget_(budget),
         flow_index(flow_number),
-        flow(tcp_flow),
-        fr(report),
-        records(capture_records),
-        limits(plan_limits) {
+        limits(plan_limits),
+        mode_(mode),
+        max_pending_(static_cast<std::size_t>(std::min<std::uint64_t>(
+            mode == Mode::Speculative ? std::min(kHeldBeforeFramingSpeculative, limits.max_held)
+                                      : limits.max_held,
+            SIZE_MAX))) {
     cp.flow = flow_index;
-    cp.initiator = flow.client;
-    cp.responder = flow.server;
+    cp.initiator = client;
+    cp.responder = server;
+    cp.read_again = read_again_;
+  }
+
+  // Direction d's stream starts at `seq` (its first octet).
+  void start(int d, TcpSeq seq) {
+    cp.stream_seq[d] = seq;
+    reassembly[d].emplace(
+        seq, static_cast<std::size_t>(std::min<std::uint64_t>(limits.max_held, SIZE_MAX)), budget_);
+  }
+  bool started(int d) const { return reassembly[d].has_value(); }
+
+  // StepSource::Kept: segment `s` (of direction d) makes a step in finish(); it must outlive
+  // the learner. In capture order, as add().
+  void keep(const trace::TcpSegment& s, int d) {
+    order.push_back({&s, d, static_cast<std::uint32_t>(s.size())});
+  }
+  // StepSource::Kept: the segments, all at once (in the order add() had them).
+  void keep(std::vector<SegmentRef>&& all) { order = std::move(all); }
+
+  // The connection's next segment in capture order, with its payload (valid during the call).
+  void add(const SegmentIn& s, ByteSpan payload) {
+    if (s.len > 0) decode_segment(s, payload);
+    if (mode_ != Mode::Kept) count_step(s);
+  }
+
+  // Nothing more can be learned: a direction's MPA frame cannot decode (not iWARP). (The
+  // learner may be dropped.)
+  bool hopeless() const {
+    for (const auto d : kDirs)
+      if (dec.stream(d).state() == mpa::StreamDecoder::State::Failed &&
+          col.frame_length[index(d)] == 0)
+        return true;
+    return false;
+  }
+
+  // A learner that counts its steps as they come gave up: more than kMaxSegmentsBeforeFraming
+  // segments came before the framing was known (needs_kept(): the connection is learned again,
+  // its steps kept), or (Mode::Speculative) more octets than it may hold (learned again).
+  bool needs_redo() const { return pending_overflow_ || held_overflow_; }
+  bool needs_kept() const { return pending_overflow_; }
+
+  // After the connection's last segment: the plan, from the decoder's report of the flow and
+  // the decoder's Violation records of it (in capture order).
+  std::expected<ConnectionPlan, Refusal> finish(
+      const trace::FlowReport& fr, const std::vector<const trace::Record*>& violations) {
     cp.request = *fr.request;
     cp.reply = *fr.reply;
     cp.params = *fr.params;
-    cp.read_again = read_again_;
-    rtr_pending[0] = cp.params.peer_to_peer;
-  }
-
-  std::expected<ConnectionPlan, Refusal> run() {
-    order_segments();
-    // (Each FPDU is learned from as it is decoded.)
-    if (auto r = decode_streams()) return std::unexpected(*r);
+    if (needs_redo())
+      return std::unexpected(Refusal{"internal error: a learner that gave up", std::nullopt});
+    if (auto r = end_streams()) return std::unexpected(*r);
     for (const auto d : kDirs) decode_beyond_gaps(d);
     for (int d = 0; d < 2; ++d) {
       if (refusal[d]) return std::unexpected(*refusal[d]);
@@ -435,21 +509,29 @@ class Learner {
     for (int e = 0; e < 2; ++e) build_endpoint(e);
     patch_segments();
     interleave_posts();
-    write_notes();
+    write_notes(fr, violations);
     return std::move(cp);
   }
 
  private:
   trace::PayloadReader* const reader_;  // null: every payload is held in memory
   const bool read_again_;               // StepSource::ReadAgain: no step is kept
+  trace::HeldBudget* const budget_;     // shared with the connections learned beside it
   const std::size_t flow_index;
-  const trace::TcpFlow& flow;
-  const trace::FlowReport& fr;
-  const std::vector<trace::Record>& records;
   const PlanLimits& limits;
+  const Mode mode_;
+  const std::size_t max_pending_;  // octets the decoder holds before the framing is known
+  bool held_overflow_ = false;     // Mode::Speculative: more than max_pending_ came (needs_redo)
   ConnectionPlan cp;
 
-  std::vector<SegmentRef> order;  // capture order
+  std::vector<SegmentRef> order;  // StepSource::Kept: capture order (keep())
+  // StepSource::ReadAgain: segments not yet counted as steps while the MPA frames' lengths are
+  // not known (at most kMaxSegmentsBeforeFraming), and the segment and FIN steps so far.
+  std::deque<SegmentIn> pending_;
+  bool pending_overflow_ = false;
+  std::uint64_t counted_steps_ = 0;
+  // Per direction: octets beyond max_stream, from which frame on.
+  std::uint64_t beyond[2] = {0, 0}, beyond_frame[2] = {0, 0};
   // Per direction: the reassembly (what lies beyond a gap), and the last in-order octets
   // (`behind`, from stream offset behind_at).
   std::optional<trace::TcpReassembler> reassembly[2];
@@ -460,11 +542,15 @@ class Learner {
   // first in frame .second. An FPDU is first carried by the earliest of its octets' frames.
   std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> first_carried[2];
   // (Octets held while the framing is not known, the Reply not yet decoded: at most max_held.)
-  mpa::ConnectionDecoder dec{mpa::StreamDecoderOptions{
-      .continue_after_bad_crc = true,
-      .max_pending = static_cast<std::size_t>(std::min<std::uint64_t>(limits.max_held, SIZE_MAX))}};
-  // Each FPDU is learned from as it is decoded, and not kept (but an Atomic Response's).
-  Collector col{[this](Direction d, FpduInfo&& f) { take_fpdu(d, std::move(f)); }};
+  mpa::ConnectionDecoder dec{
+      mpa::StreamDecoderOptions{.continue_after_bad_crc = true, .max_pending = max_pending_}};
+  // Each FPDU is learned from as it is decoded, and not kept (but an Atomic Response's). The
+  // negotiated parameters come before the first FPDU (the initiator's may be the RTR).
+  Collector col{[this](Direction d, FpduInfo&& f) { take_fpdu(d, std::move(f)); },
+                [this](const mpa::ConnectionParams& p) {
+                  cp.params = p;
+                  rtr_pending[0] = p.peer_to_peer && fpdus_decoded[0] == 0;
+                }};
   std::uint64_t fpdus_decoded[2] = {0, 0};
   std::uint64_t frame_len[2] = {0, 0};  // the MPA frame's length
   // What is learned per direction, in the order a direction's FPDUs came (put together, the
@@ -501,62 +587,36 @@ class Learner {
   std::vector<Answer> answers[2];          // per endpoint, as received
   std::optional<Answer> open_response[2];  // per direction: the Read Response message so far
 
-  // Capture order: every segment with payload, and FINs.
-  void order_segments() {
-    for (int d = 0; d < 2; ++d)
-      for (const auto& s : flow.dir[d])
-        if (s.size() > 0 || s.fin || s.rst)
-          order.push_back({&s, d, static_cast<std::uint32_t>(s.size())});
-    std::stable_sort(order.begin(), order.end(), [](const SegmentRef& a, const SegmentRef& b) {
-      return a.seg->frame < b.seg->frame;
-    });
-  }
-
-  ByteSpan payload(const trace::TcpSegment& s) {
-    if (!s.in_file()) return s.payload;
-    if (!reader_)
-      throw trace::CaptureChanged(
-          "internal error: a payload is in the capture file, but the plan has no file to read it "
-          "from");
-    return reader_->payload(s);
-  }
-
   // Each direction's stream (the first arrival of an octet wins, as in TCP, RFC 793 §3.9),
   // decoded as it becomes contiguous, in capture order: both MPA frames, then the FPDUs (the
   // decoder holds the initiator's octets back until the Reply fixes their framing). Only the
   // first max_stream octets of a direction are learned from; what arrives beyond a gap is held
   // (at most max_held) and decoded at the end (decode_beyond_gaps).
-  std::optional<Refusal> decode_streams() {
+  void decode_segment(const SegmentIn& s, ByteSpan payload) {
     const auto max_stream =
         static_cast<std::int64_t>(std::min<std::uint64_t>(limits.max_stream, INT64_MAX));
-    std::uint64_t beyond[2] = {0, 0}, beyond_frame[2] = {0, 0};
-    for (int d = 0; d < 2; ++d) {
-      cp.stream_seq[d] = trace::stream_start(flow, d);
-      reassembly[d].emplace(cp.stream_seq[d], static_cast<std::size_t>(std::min<std::uint64_t>(
-                                                  limits.max_held, SIZE_MAX)));
+    const int d = s.dir;
+    const std::int64_t off = s.seq - cp.stream_seq[d];
+    const std::int64_t e = off + static_cast<std::int64_t>(s.len);
+    const std::int64_t lo = std::max<std::int64_t>(off, 0);
+    const std::int64_t hi = std::min(e, max_stream);
+    if (e > max_stream) {
+      if (beyond[d] == 0) beyond_frame[d] = s.frame;
+      beyond[d] += static_cast<std::uint64_t>(e - std::max(lo, max_stream));
     }
-    for (const auto& r : order) {
-      if (r.len == 0) continue;
-      const int d = r.dir;
-      const std::int64_t off = r.seg->seq - cp.stream_seq[d];
-      const std::int64_t e = off + static_cast<std::int64_t>(r.len);
-      const std::int64_t lo = std::max<std::int64_t>(off, 0);
-      const std::int64_t hi = std::min(e, max_stream);
-      if (e > max_stream) {
-        if (beyond[d] == 0) beyond_frame[d] = r.seg->frame;
-        beyond[d] += static_cast<std::uint64_t>(e - std::max(lo, max_stream));
-      }
-      if (hi <= lo) continue;
-      const ByteSpan data = payload(*r.seg).subspan(static_cast<std::size_t>(lo - off),
-                                                    static_cast<std::size_t>(hi - lo));
-      // (Octets already behind the decoder again are never decoded: no frame is noted for them.)
-      const std::int64_t from = std::max(lo, static_cast<std::int64_t>(behind_at[d]));
-      if (hi > from)
-        note_carried(d, static_cast<std::uint64_t>(from), static_cast<std::uint64_t>(hi),
-                     r.seg->frame);
-      reassembly[d]->add(cp.stream_seq[d] + static_cast<std::uint32_t>(lo), data,
-                         [&](ByteSpan run) { deliver(d, run); });
-    }
+    if (hi <= lo) return;
+    const ByteSpan data =
+        payload.subspan(static_cast<std::size_t>(lo - off), static_cast<std::size_t>(hi - lo));
+    // (Octets already behind the decoder again are never decoded: no frame is noted for them.)
+    const std::int64_t from = std::max(lo, static_cast<std::int64_t>(behind_at[d]));
+    if (hi > from)
+      note_carried(d, static_cast<std::uint64_t>(from), static_cast<std::uint64_t>(hi), s.frame);
+    reassembly[d]->add(cp.stream_seq[d] + static_cast<std::uint32_t>(lo), data,
+                       [&](ByteSpan run) { deliver(d, run); });
+  }
+
+  // After the last segment: what the streams came to, and whether both MPA frames decoded.
+  std::optional<Refusal> end_streams() {
     for (int d = 0; d < 2; ++d) {
       cp.stream_length[d] = reassembly[d]->delivered();
       if (beyond[d] > 0)
@@ -567,14 +627,19 @@ class Learner {
                 "kMaxStreamOffset): they are replayed but nothing is learned from them, so "
                 "their Sends, STags and Reads are unknown to the emulation",
                 dir_name(kDirs[d]), beyond[d], limits.max_stream, beyond_frame[d])});
-      if (const auto lost = reassembly[d]->dropped(); lost > 0)
+      const auto& r = *reassembly[d];
+      const auto lost = r.dropped() + r.dropped_by_budget();
+      if (lost > 0)
         cp.limits.push_back(LimitFinding{
             "kMaxHeldBeyondGap", limits.max_held, limits.max_held + lost,
             fmt::format("{}: {} octet(s) of {} segment(s) arrived more than {} octets beyond a "
-                        "gap not yet filled (limit kMaxHeldBeyondGap): they are replayed but "
+                        "gap not yet filled (limit kMaxHeldBeyondGap{}): they are replayed but "
                         "nothing is learned from them",
-                        dir_name(kDirs[d]), lost, reassembly[d]->dropped_segments(),
-                        limits.max_held)});
+                        dir_name(kDirs[d]), lost,
+                        r.dropped_segments() + r.dropped_by_budget_segments(), limits.max_held,
+                        r.dropped_by_budget() > 0
+                            ? ", held by all the connections learned in the same read"
+                            : "")});
     }
     for (int d = 0; d < 2; ++d) {
       frame_len[d] = col.frame_length[d];
@@ -586,12 +651,56 @@ class Learner {
     return std::nullopt;
   }
 
+  // StepSource::ReadAgain: segment `s` counted as the step it makes, in capture order, once
+  // the MPA frames' lengths tell whether it is setup (held until then).
+  void count_step(const SegmentIn& s) {
+    if (pending_overflow_) return;
+    const bool framed = col.frame_length[0] > 0 && col.frame_length[1] > 0;
+    if (!framed || !pending_.empty()) {
+      if (pending_.size() >= kMaxSegmentsBeforeFraming) {
+        pending_overflow_ = true;
+        pending_.clear();
+        return;
+      }
+      pending_.push_back(s);
+      if (!framed) return;
+      for (; !pending_.empty(); pending_.pop_front()) count_framed_step(pending_.front());
+      return;
+    }
+    count_framed_step(s);
+  }
+
+  void count_framed_step(const SegmentIn& s) {
+    cp.last_frame = std::max(cp.last_frame, s.frame);
+    const std::int64_t end = (s.seq - cp.stream_seq[s.dir]) + static_cast<std::int64_t>(s.len);
+    if (s.len > 0 && end <= static_cast<std::int64_t>(col.frame_length[s.dir])) {
+      ++cp.setup_segments;
+    } else if (s.len > 0) {
+      ++cp.segment_steps;
+      cp.first_time_us = std::min(cp.first_time_us, s.time_us);
+      cp.step_digest =
+          digest_step(cp.step_digest, Step::Kind::Segment, s.dir, s.frame, s.seq, s.len);
+      ++counted_steps_;
+    }
+    if (s.fin) {
+      cp.fin[s.dir] = true;
+      cp.first_time_us = std::min(cp.first_time_us, s.time_us);
+      const TcpSeq at = s.seq + s.len;
+      cp.step_digest = digest_step(cp.step_digest, Step::Kind::Fin, s.dir, s.frame, at, 0);
+      ++counted_steps_;
+    }
+    if (s.rst) cp.rst = true;
+  }
+
   // In-order octets of direction d: decoded, and kept behind the decoder for a while.
   void deliver(int d, ByteSpan run) {
     behind[d].insert(behind[d].end(), run.begin(), run.end());
     const bool awaiting = dec.stream(kDirs[d]).state() == mpa::StreamDecoder::State::AwaitFraming;
     dec.feed(kDirs[d], run, col);
-    if (awaiting && dec.stream(kDirs[d]).state() == mpa::StreamDecoder::State::Failed)
+    if (awaiting && dec.stream(kDirs[d]).state() == mpa::StreamDecoder::State::Failed &&
+        mode_ == Mode::Speculative)
+      held_overflow_ = true;
+    else if (awaiting && dec.stream(kDirs[d]).state() == mpa::StreamDecoder::State::Failed)
       cp.limits.push_back(LimitFinding{
           "kMaxHeldBeyondGap", limits.max_held, limits.max_held + 1,
           fmt::format("{}: more than {} octets arrived before the MPA Reply fixed their framing "
@@ -739,6 +848,10 @@ class Learner {
   // Segment steps, in capture order, with their stream offsets. (With read_again_ the steps are
   // counted, not kept.)
   void map_segments_to_steps() {
+    if (mode_ != Mode::Kept) {  // (counted as they came: count_step)
+      cp.step_count = counted_steps_;
+      return;
+    }
     std::size_t kept = 0;  // segment and FIN steps so far
     for (const auto& r : order) {
       const auto& s = *r.seg;
@@ -1266,10 +1379,12 @@ class Learner {
   }
 
   // What the trace itself holds: violations, notes about how it ends.
-  void write_notes() {
-    for (const auto& r : records)
-      if (r.flow == flow_index && r.kind == trace::Record::Kind::Violation)
-        cp.trace_violations.push_back(TraceViolation{r.dir, r.frame, r.text});
+  void write_notes(const trace::FlowReport& fr,
+                   const std::vector<const trace::Record*>& violations) {
+    std::size_t kept[2] = {0, 0};
+    for (const auto* r : violations)
+      if (kept[index(r->dir)]++ < kKeptTraceViolations)
+        cp.trace_violations.push_back(TraceViolation{r->dir, r->frame, r->text});
     for (const auto& n : fr.notes) cp.cut_short.push_back(n);
     for (int e = 0; e < 2; ++e) note_what_is_missing(static_cast<Side>(e));
     if (!cp.fin[0] && !cp.fin[1] && !cp.rst)
@@ -1314,12 +1429,60 @@ class Learner {
   }
 };
 
+// A connection of a capture read whole (its segments in `flow`): the learner fed its segments
+// in capture order.
 std::expected<ConnectionPlan, Refusal> learn(std::size_t flow_index, const trace::TcpFlow& flow,
                                              const trace::FlowReport& fr,
-                                             const std::vector<trace::Record>& records,
+                                             const std::vector<const trace::Record*>& violations,
                                              const PlanLimits& limits, trace::PayloadReader* reader,
                                              bool read_again) {
-  return Learner(flow_index, flow, fr, records, limits, reader, read_again).run();
+  Learner learner(flow_index, flow.client, flow.server, limits, reader, read_again);
+  for (int d = 0; d < 2; ++d) learner.start(d, trace::stream_start(flow, d));
+  // (Sorted, not merged: a test may renumber a frame.)
+  std::vector<SegmentRef> order;
+  for (int d = 0; d < 2; ++d)
+    for (const auto& s : flow.dir[d])
+      if (s.size() > 0 || s.fin || s.rst)
+        order.push_back({&s, d, static_cast<std::uint32_t>(s.size())});
+  std::stable_sort(order.begin(), order.end(), [](const SegmentRef& a, const SegmentRef& b) {
+    return a.seg->frame < b.seg->frame;
+  });
+  for (const auto& r : order) {
+    const trace::TcpSegment& s = *r.seg;
+    ByteSpan payload;
+    if (r.len > 0 && s.in_file()) {
+      if (!reader)
+        throw trace::CaptureChanged(
+            "internal error: a payload is in the capture file, but the plan has no file to read "
+            "it from");
+      payload = reader->payload(s);
+    } else if (r.len > 0) {
+      payload = s.payload;
+    }
+    learner.add(SegmentIn{r.dir, s.frame, s.time_us, s.seq, r.len, s.fin, s.rst}, payload);
+  }
+  learner.keep(std::move(order));
+  return learner.finish(fr, violations);
+}
+
+// Why the decoder's report of a flow says it cannot be replayed; nullopt when it can. `no_syn`:
+// the capture lacks the flow's SYN, and both directions have segments.
+std::optional<std::string> not_replayable(const trace::FlowReport& fr, bool no_syn) {
+  if (!fr.iwarp) {
+    std::string v = fr.verdict;
+    if (v.starts_with("no iWARP: ")) v = v.substr(10);
+    if (no_syn)
+      return fmt::format(
+          "no MPA exchange in the capture: it starts after the connection was opened (no SYN), "
+          "so the framing cannot be known ({})",
+          v);
+    return "not iWARP: " + v;
+  }
+  if (!fr.reply) return "the MPA exchange is cut short: the MPA Reply is not in the capture";
+  if (fr.reply->reject)
+    return "rejected by the responder (MPA Reply R=1): no Full Operation to replay";
+  if (!fr.params) return "the MPA frames did not establish the connection";
+  return std::nullopt;
 }
 
 }  // namespace
@@ -1401,6 +1564,361 @@ void read_steps_again(const ConnectionPlan& cp, const StepEmit& emit) {
         stream.made() == cp.step_count ? ", from other segments" : ""));
 }
 
+namespace {
+
+// What make_plan_from_file() notes per flow as it reads the file: a few words per flow, none per
+// segment.
+struct FlowFacts {
+  std::uint64_t segments[2] = {0, 0};  // kept segments (data, SYN, FIN or RST) per direction
+  std::uint64_t last_frame = 0;
+  std::optional<TcpSeq> low[2];  // per direction: the lowest sequence number carrying data
+  // Per direction: where the stream was taken to start at its first segment with data (after
+  // the SYN when it was seen by then, else that segment), as decode_file() takes it.
+  std::optional<TcpSeq> assumed[2];
+  bool relevant = false;  // a segment with data, FIN or RST has been seen
+};
+
+// Where direction d of a flow starts: trace::stream_start() of the flow read whole.
+TcpSeq start_of(const trace::TcpFlow& flow, const FlowFacts& f, int d) {
+  if (d == 0 && flow.saw_syn) return flow.client_isn + 1;
+  if (d == 1 && flow.saw_syn_ack) return flow.server_isn + 1;
+  return f.low[d].value_or(TcpSeq{0});
+}
+
+// Whether the streams were taken to start where the whole flow shows they do.
+bool starts_hold(const trace::TcpFlow& flow, const FlowFacts& f) {
+  for (int d = 0; d < 2; ++d)
+    if (f.assumed[d] && *f.assumed[d] != start_of(flow, f, d)) return false;
+  return true;
+}
+
+// A read of the file that learns (make_plan_from_file). The first read notes every flow's facts,
+// decodes every flow (trace::FileDecoder: the flows' reports and the capture's violations) and
+// learns, speculatively, up to kLearnedPerRead flows whose first segment with data (or FIN or
+// RST) is a client segment starting with the MPA Request key, each direction taken to start as
+// the decoder takes it, the steps counted as they come. A further read learns chosen flows from
+// their start (the whole flow's stream starts; a decoder of its own for the flows whose starts
+// differ), steps counted as they come or their segments kept. Per flow it holds its facts, a
+// learner until the flow turns out not to be iWARP, and the first kKeptTraceViolations
+// violations per direction.
+class LearnSink final : public trace::SegmentSink {
+ public:
+  struct Slot {
+    std::unique_ptr<Learner> learner;
+    bool learn = false;               // a further read learns it
+    bool read_again = true;           // StepSource::ReadAgain, else Kept
+    bool keep_segments = false;       // a further read keeps its segments (Learner::Mode::Kept)
+    bool decode = false;              // a further read decodes it (its stream starts differ)
+    bool redo = false;                // its learner gave up (Learner::needs_redo)
+    std::optional<Refusal> hopeless;  // its learner found it cannot be learned (and went)
+    std::unique_ptr<std::deque<trace::TcpSegment>> kept;  // (a deque: keep() refers to them)
+    std::vector<trace::Record> violations;
+    std::size_t violations_of[2] = {0, 0};
+  };
+
+  // The first read (`facts` filled as it goes), or (`first` given) a further one. The learners
+  // share `budget` (what they hold beyond gaps, in all), which must outlive them.
+  LearnSink(std::deque<FlowFacts>& facts, const PlanLimits& limits, trace::HeldBudget& budget,
+            trace::PayloadReader* reader, trace::FileDecoder* decoder,
+            const trace::Capture* first = nullptr)
+      : facts_(facts),
+        limits_(limits),
+        budget_(budget),
+        reader_(reader),
+        decoder_(decoder),
+        first_(first) {
+    if (first_) slots.resize(facts_.size());
+  }
+  std::deque<Slot> slots;  // by flow index
+
+  // The decoder's records: the violations kept, per flow.
+  void record(trace::Record&& r) {
+    if (r.kind != trace::Record::Kind::Violation) return;
+    while (slots.size() <= r.flow) slots.emplace_back();
+    auto& sl = slots[r.flow];
+    if (sl.violations_of[index(r.dir)]++ < kKeptTraceViolations)
+      sl.violations.push_back(std::move(r));
+  }
+
+  void on_segment(std::size_t i, trace::TcpFlow& flow, int dir,
+                  const trace::SegmentView& v) override {
+    const auto len = static_cast<std::uint32_t>(v.payload.size());
+    if (first_) {
+      if (i >= slots.size()) return;  // (not in the first read: the replay finds the change)
+      auto& sl = slots[i];
+      if (decoder_ && sl.decode) decoder_->on_segment(i, flow, dir, v);
+      if (!sl.learn || sl.hopeless || sl.redo || (len == 0 && !v.fin && !v.rst)) return;
+      if (!sl.learner) {
+        const auto& f = first_->flows[i];
+        sl.learner = make(i, flow, sl.read_again,
+                          sl.keep_segments ? Learner::Mode::Kept : Learner::Mode::Counting);
+        for (int d = 0; d < 2; ++d) sl.learner->start(d, start_of(f, facts_[i], d));
+      }
+      take(sl, dir, v, len);
+      return;
+    }
+    while (facts_.size() <= i) facts_.emplace_back();
+    while (slots.size() <= i) slots.emplace_back();
+    auto& f = facts_[i];
+    ++f.segments[dir];
+    f.last_frame = std::max(f.last_frame, v.frame);
+    bool keyed = false;
+    if (len > 0) {
+      // (As trace::stream_start() takes it from a flow read whole: the same comparisons in the
+      // same order.)
+      if (!f.low[dir] || v.seq < *f.low[dir]) f.low[dir] = v.seq;
+      const auto key = mpa::kRequestKey;
+      keyed = dir == 0 && v.payload.size() >= key.size() &&
+              std::equal(key.begin(), key.end(), v.payload.begin());
+      if (!f.assumed[dir]) {
+        const bool syn = dir == 0 ? flow.saw_syn : flow.saw_syn_ack;
+        f.assumed[dir] = syn ? (dir == 0 ? flow.client_isn : flow.server_isn) + 1 : v.seq;
+      }
+    }
+    if (decoder_) decoder_->on_segment(i, flow, dir, v);
+    if (len == 0 && !v.fin && !v.rst) return;
+    const bool first_relevant = !f.relevant;
+    f.relevant = true;
+    auto& sl = slots[i];
+    if (first_relevant && keyed && live_ < kLearnedPerRead) {
+      sl.learner = make(i, flow, true, Learner::Mode::Speculative);
+      ++live_;
+    }
+    if (!sl.learner) return;
+    if (!sl.learner->started(dir) && len > 0) sl.learner->start(dir, *f.assumed[dir]);
+    take(sl, dir, v, len);
+    if (!sl.learner) --live_;
+  }
+
+ private:
+  std::unique_ptr<Learner> make(std::size_t i, const trace::TcpFlow& flow, bool read_again,
+                                Learner::Mode mode) {
+    return std::make_unique<Learner>(i, flow.client, flow.server, limits_, reader_, read_again,
+                                     mode, &budget_);
+  }
+
+  // The next segment of a learned flow; the learner goes when it has nothing more to learn.
+  void take(Slot& sl, int dir, const trace::SegmentView& v, std::uint32_t len) {
+    if (sl.keep_segments) {
+      // (Its payload stays in the file where it is one run of the file's octets.)
+      if (!sl.kept) sl.kept = std::make_unique<std::deque<trace::TcpSegment>>();
+      sl.kept->push_back(trace::kept_segment(v));
+      sl.learner->keep(sl.kept->back(), dir);
+    }
+    sl.learner->add(SegmentIn{dir, v.frame, v.time_us, v.seq, len, v.fin, v.rst}, v.payload);
+    if (sl.learner->hopeless()) {
+      sl.hopeless = Refusal{"a direction does not start with its MPA frame", std::nullopt};
+    } else if (sl.learner->needs_redo()) {
+      sl.redo = true;
+      sl.keep_segments = sl.learner->needs_kept();
+    } else {
+      return;
+    }
+    sl.learner.reset();
+    sl.kept.reset();
+  }
+
+  std::deque<FlowFacts>& facts_;
+  const PlanLimits& limits_;
+  trace::HeldBudget& budget_;
+  trace::PayloadReader* reader_;
+  trace::FileDecoder* decoder_;
+  const trace::Capture* first_;
+  std::uint64_t live_ = 0;  // the first read's learners
+};
+
+// make_plan()'s error for a plan that replays no connection: one line naming the file and why
+// each connection is not replayed.
+std::optional<std::string> plan_error(const Plan& plan) {
+  if (!plan.connections.empty()) return std::nullopt;
+  std::string why;
+  for (const auto& s : plan.skipped)
+    why += fmt::format("{}c{} {} -> {}: {}", why.empty() ? "" : "; ", s.flow, s.client.to_string(),
+                       s.server.to_string(), s.reason);
+  if (why.empty()) why = "it holds no TCP connection";
+  return fmt::format("{}: no iWARP connection to replay ({})", plan.path, why);
+}
+
+// The connections past kRescanBudget (make_plan's choice): of `candidates` (flow indexes), those
+// whose steps are read again, the ones with the most segments first while their reads (each up
+// to its last frame) add up to at most kRescanBudget times the capture's frames.
+std::vector<bool> read_again_within_budget(std::vector<std::size_t> candidates,
+                                           const std::vector<std::uint64_t>& segments,
+                                           const std::vector<std::uint64_t>& last_frame,
+                                           std::uint64_t frames) {
+  std::vector<bool> again(segments.size(), false);
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](std::size_t a, std::size_t b) { return segments[a] > segments[b]; });
+  const std::uint64_t reads = kRescanBudget * frames;
+  std::uint64_t used = 0;
+  for (const auto i : candidates)
+    if (last_frame[i] <= reads - used) {
+      again[i] = true;
+      used += last_frame[i];
+    }
+  return again;
+}
+
+}  // namespace
+
+std::expected<Plan, std::string> make_plan_from_file(const std::string& path,
+                                                     const PlanLimits& limits) {
+  // (A pipe cannot be read again: said before it is read.)
+  if (struct stat st{}; path == "-" || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)))
+    return std::unexpected(fmt::format("{}: not a regular file (it cannot be read again)", path));
+  // 1. One read: every flow's facts, every flow decoded, iWARP ones learned (see LearnSink).
+  std::deque<FlowFacts> facts;
+  // (What all the learners hold beyond gaps, at most max_held; it outlives them.)
+  trace::HeldBudget budget;
+  budget.limit = static_cast<std::size_t>(std::min<std::uint64_t>(limits.max_held, SIZE_MAX));
+  trace::DecodeReport rep;
+  trace::StreamOptions so;
+  so.window = static_cast<std::size_t>(std::min<std::uint64_t>(limits.max_held, SIZE_MAX));
+  so.total_window = so.window;
+  std::unique_ptr<LearnSink> learned;
+  const trace::RecordSink on_record = [&](trace::Record&& r) { learned->record(std::move(r)); };
+  trace::FileDecoder decoder(rep, on_record, so, {}, /*violations_only=*/true);
+  learned = std::make_unique<LearnSink>(facts, limits, budget, nullptr, &decoder);
+  auto cap = trace::scan_capture_file(path, *learned);
+  if (!cap) return std::unexpected(cap.error());
+  if (!cap->file)
+    return std::unexpected(fmt::format("{}: not a regular file (it cannot be read again)", path));
+  decoder.finish(*cap);
+  const std::size_t flows = cap->flows.size();
+  facts.resize(flows);
+  learned->slots.resize(flows);
+  trace::PayloadReader reader(cap->file);
+  // 2. Which connections are read again for the replay (make_plan's choice, kRescanBudget), of
+  // those that can be replayed and those whose streams start elsewhere than the first read took
+  // them to (a direction without its SYN whose lowest sequence number came later: not known yet).
+  std::vector<bool> starts(flows), replayable(flows);
+  std::vector<std::size_t> candidates;
+  {
+    std::vector<std::uint64_t> segments(flows), last_frame(flows);
+    for (std::size_t i = 0; i < flows; ++i) {
+      starts[i] = starts_hold(cap->flows[i], facts[i]);
+      replayable[i] = !not_replayable(rep.flows[i], false);
+      segments[i] = facts[i].segments[0] + facts[i].segments[1];
+      last_frame[i] = facts[i].last_frame;
+      if (!starts[i] || replayable[i]) candidates.push_back(i);
+    }
+    const auto again = read_again_within_budget(candidates, segments, last_frame, cap->frames);
+    for (std::size_t i = 0; i < flows; ++i) learned->slots[i].read_again = again[i];
+  }
+  // 3. Each flow's plan or why it has none, as make_plan() makes them: the first read's learners
+  // end now (what they hold goes); the flows it could not learn (streams that start elsewhere,
+  // its learners past kLearnedPerRead, a Request whose key was cut across segments, steps that
+  // must be kept, a learner that gave up) are learned in further reads, kLearnedPerRead at a
+  // time, each ended after its read.
+  // (By flow, only the flows that have one: a ConnectionPlan is large, and flows may be many.)
+  std::map<std::size_t, ConnectionPlan> plans;
+  std::map<std::size_t, SkippedFlow> skipped;
+  auto conclude = [&](std::size_t i, LearnSink::Slot& sl) {
+    const auto& flow = cap->flows[i];
+    const auto& f = facts[i];
+    SkippedFlow sk{i, flow.client, flow.server, {}, std::nullopt};
+    if (auto why =
+            not_replayable(rep.flows[i], !flow.saw_syn && f.segments[0] > 0 && f.segments[1] > 0)) {
+      sk.reason = std::move(*why);
+    } else if (sl.hopeless) {
+      sk.reason = sl.hopeless->reason;
+      sk.limit = sl.hopeless->limit;
+    } else if (!sl.learner) {
+      sk.reason = "internal error: the connection was not learned";
+    } else {
+      for (int d = 0; d < 2; ++d)
+        if (!sl.learner->started(d)) sl.learner->start(d, start_of(flow, f, d));
+      std::vector<const trace::Record*> violations;
+      for (const auto& r : sl.violations) violations.push_back(&r);
+      auto cp = sl.learner->finish(rep.flows[i], violations);
+      if (cp) {
+        cp->file = cap->file;
+        plans.emplace(i, std::move(*cp));
+      } else {
+        sk.reason = cp.error().reason;
+        sk.limit = cp.error().limit;
+      }
+    }
+    if (!plans.contains(i)) skipped.emplace(i, std::move(sk));
+    sl.learner.reset();
+    sl.kept.reset();
+  };
+  std::deque<std::size_t> redo;
+  for (std::size_t i = 0; i < flows; ++i) {
+    auto& sl = learned->slots[i];
+    const bool learned_ok = sl.hopeless || (sl.learner && sl.read_again);
+    if (!starts[i] || (replayable[i] && !learned_ok)) {
+      sl.learner.reset();  // (what it holds goes back to the budget)
+      sl.hopeless.reset();
+      redo.push_back(i);
+    } else {
+      conclude(i, sl);
+    }
+  }
+  std::uint64_t reads = 1;
+  while (!redo.empty()) {
+    ++reads;
+    std::vector<std::size_t> group;
+    while (!redo.empty() && group.size() < kLearnedPerRead) {
+      group.push_back(redo.front());
+      redo.pop_front();
+    }
+    trace::DecodeReport rep2;
+    std::unique_ptr<LearnSink> more;
+    const trace::RecordSink on_record2 = [&](trace::Record&& r) { more->record(std::move(r)); };
+    trace::FileDecoder decoder2(
+        rep2, on_record2, so,
+        [&](std::size_t i, int d) -> std::optional<TcpSeq> {
+          if (i >= facts.size() || !facts[i].low[d]) return std::nullopt;
+          return start_of(cap->flows[i], facts[i], d);
+        },
+        /*violations_only=*/true);
+    more = std::make_unique<LearnSink>(facts, limits, budget, &reader, &decoder2, &*cap);
+    bool positions = false, decode = false;
+    for (const auto i : group) {
+      const auto& first = learned->slots[i];
+      auto& sl = more->slots[i];
+      sl.learn = true;
+      sl.read_again = first.read_again;
+      sl.keep_segments = !first.read_again || first.keep_segments;
+      sl.decode = !starts[i];
+      positions |= sl.keep_segments;
+      decode |= sl.decode;
+    }
+    auto again = trace::rescan_capture(*cap->file, *more, positions);
+    if (!again) throw trace::CaptureChanged(again.error() + " (reading the file again)");
+    if (again->flows.size() != flows || again->frames != cap->frames)
+      throw trace::CaptureChanged(fmt::format("{}: the file read again holds other flows", path));
+    if (decode) decoder2.finish(*again);
+    for (const auto i : group) {
+      auto& sl = more->slots[i];
+      auto& first = learned->slots[i];
+      if (sl.decode) {  // (decoded from where its streams start: this read's report)
+        rep.flows[i] = std::move(rep2.flows[i]);
+        first.violations = std::move(sl.violations);
+        starts[i] = true;
+      }
+      if (sl.redo) {  // (past kMaxSegmentsBeforeFraming: once more, its segments kept)
+        first.keep_segments = true;
+        redo.push_back(i);
+        continue;
+      }
+      sl.violations = std::move(first.violations);
+      conclude(i, sl);
+    }
+  }
+  Plan plan;
+  plan.path = cap->path;
+  plan.frames = cap->frames;
+  plan.problems = cap->problems;
+  plan.limits = limits;
+  plan.learning_reads = reads;
+  for (auto& [i, cp] : plans) plan.connections.push_back(std::move(cp));
+  for (auto& [i, sk] : skipped) plan.skipped.push_back(std::move(sk));
+  if (auto e = plan_error(plan)) return std::unexpected(*e);
+  return plan;
+}
+
 std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
                                                     const std::vector<std::uint64_t>& frames) {
   const std::set<std::uint64_t> want(frames.begin(), frames.end());
@@ -1453,54 +1971,30 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
   // its last frame).
   std::vector<bool> read_again(cap.flows.size(), false);
   if (source == StepSource::ReadAgain && cap.file) {
-    struct Candidate {
-      std::size_t flow;
-      std::uint64_t segments = 0, last_frame = 0;
-    };
-    std::vector<Candidate> candidates;
+    std::vector<std::size_t> candidates;
+    std::vector<std::uint64_t> segments(cap.flows.size()), last_frame(cap.flows.size());
     for (std::size_t i = 0; i < cap.flows.size() && i < rep.flows.size(); ++i) {
-      const auto& fr = rep.flows[i];
-      if (!fr.iwarp || !fr.reply || fr.reply->reject || !fr.params) continue;
-      Candidate c{i};
       for (const auto& dir : cap.flows[i].dir) {
-        c.segments += dir.size();
-        for (const auto& s : dir) c.last_frame = std::max(c.last_frame, s.frame);
+        segments[i] += dir.size();
+        for (const auto& s : dir) last_frame[i] = std::max(last_frame[i], s.frame);
       }
-      candidates.push_back(c);
+      // (A connection a limit then refuses has used its share: that is not known yet.)
+      if (!not_replayable(rep.flows[i], false)) candidates.push_back(i);
     }
-    // (A connection a limit then refuses has used its share: that is not known yet.)
-    std::stable_sort(
-        candidates.begin(), candidates.end(),
-        [](const Candidate& a, const Candidate& b) { return a.segments > b.segments; });
-    const std::uint64_t budget = kRescanBudget * cap.frames;
-    std::uint64_t used = 0;
-    for (const auto& c : candidates)
-      if (c.last_frame <= budget - used) {
-        read_again[c.flow] = true;
-        used += c.last_frame;
-      }
+    read_again = read_again_within_budget(candidates, segments, last_frame, cap.frames);
   }
   for (std::size_t i = 0; i < cap.flows.size(); ++i) {
     const auto& flow = cap.flows[i];
     const auto& fr = rep.flows[i];
     SkippedFlow sk{i, flow.client, flow.server, {}, std::nullopt};
-    if (!fr.iwarp) {
-      std::string v = fr.verdict;
-      if (v.starts_with("no iWARP: ")) v = v.substr(10);
-      sk.reason = "not iWARP: " + v;
-      if (!flow.saw_syn && !flow.dir[0].empty() && !flow.dir[1].empty())
-        sk.reason = fmt::format(
-            "no MPA exchange in the capture: it starts after the connection was opened (no "
-            "SYN), so the framing cannot be known ({})",
-            v);
-    } else if (!fr.reply) {
-      sk.reason = "the MPA exchange is cut short: the MPA Reply is not in the capture";
-    } else if (fr.reply->reject) {
-      sk.reason = "rejected by the responder (MPA Reply R=1): no Full Operation to replay";
-    } else if (!fr.params) {
-      sk.reason = "the MPA frames did not establish the connection";
+    if (auto why =
+            not_replayable(fr, !flow.saw_syn && !flow.dir[0].empty() && !flow.dir[1].empty())) {
+      sk.reason = std::move(*why);
     } else {
-      auto cp = learn(i, flow, fr, rep.records, limits, reader ? &*reader : nullptr, read_again[i]);
+      std::vector<const trace::Record*> violations;
+      for (const auto& r : rep.records)
+        if (r.flow == i && r.kind == trace::Record::Kind::Violation) violations.push_back(&r);
+      auto cp = learn(i, flow, fr, violations, limits, reader ? &*reader : nullptr, read_again[i]);
       if (cp) {
         cp->file = cap.file;
         if (read_again[i]) cp->left_out = cap.left_out;
@@ -1512,14 +2006,7 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
     }
     plan.skipped.push_back(std::move(sk));
   }
-  if (plan.connections.empty()) {
-    std::string why;
-    for (const auto& s : plan.skipped)
-      why += fmt::format("{}c{} {} -> {}: {}", why.empty() ? "" : "; ", s.flow,
-                         s.client.to_string(), s.server.to_string(), s.reason);
-    if (why.empty()) why = "it holds no TCP connection";
-    return std::unexpected(fmt::format("{}: no iWARP connection to replay ({})", cap.path, why));
-  }
+  if (auto e = plan_error(plan)) return std::unexpected(*e);
   return plan;
 }
 

@@ -287,6 +287,8 @@ struct Plan {
   std::vector<ConnectionPlan> connections;
   std::vector<SkippedFlow> skipped;
   PlanLimits limits;  // what make_plan() checked against
+  // make_plan_from_file(): the reads of the file it made to learn the plan (1 for most captures).
+  std::uint64_t learning_reads = 0;
   std::uint64_t total_steps() const;
   std::uint64_t planned_bytes() const;  // the largest connection's (they run one at a time)
 };
@@ -305,5 +307,25 @@ std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
 // changed since it was read); with StepSource::ReadAgain it keeps no steps at all (see there).
 std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const PlanLimits& limits = {},
                                            StepSource source = StepSource::Kept);
+
+// make_plan(read_capture(path, {.payloads_in_file = true}), limits, StepSource::ReadAgain)
+// without holding the capture (`rnic replay` of a regular file). One read of the file notes a few
+// words per flow (where each direction starts, how many segments, the last frame), decodes every
+// flow (trace::FileDecoder) and learns each connection whose first segment is the client's MPA
+// Request, as its segments come. A second read, only when needed, decodes and learns again the
+// connections whose streams start elsewhere than the first read took them to (a direction without
+// its SYN whose lowest sequence number came later), learns those the first did not (the Request's
+// key cut across segments), and those whose steps are kept (past kRescanBudget: their segments'
+// places in the file, a record each). Then the replay reads the file again for each connection
+// whose steps are read again. Each learner holds what make_plan()'s does; what all of them hold
+// beyond gaps is at most limits.max_held, and the decoder's at most that again; so what it holds
+// does not grow with the capture's length (but with the connections past the budget). Its decoder
+// ends a connection once both directions have (as `rnic decode` does): data a capture shows after
+// that is counted in a note and not checked for violations, where make_plan()'s decoder checks it
+// (the learner learns from it either way). Fails as make_plan() does, and in
+// one line when the path is not a regular file (it cannot be read again: use make_plan()); throws
+// trace::CaptureChanged when the file changed between the reads.
+std::expected<Plan, std::string> make_plan_from_file(const std::string& path,
+                                                     const PlanLimits& limits = {});
 
 }  // namespace iwarp::replay

@@ -3,22 +3,32 @@
 // step. Its replay must be the one of a capture held in memory, report for report, on every
 // capture of the corpus (Atomic Responses renumbered, with their CRCs recomputed, included), in
 // capture order and in a seeded disorder.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <pcap/pcap.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "replay/replay_plan.hpp"
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
 #include "trace/pcap_reader.hpp"
+#include "trace/tcp_reassembly.hpp"
 #include "trace/trace_decoder.hpp"
+#include "trace/trace_generator.hpp"
 
 namespace iwarp::replay {
 namespace {
@@ -461,6 +471,437 @@ TEST(StreamingReplay, EachFpduIsFirstCarriedByTheFirstSegmentOverlappingIt) {
     }
   }
   EXPECT_GT(checked, 50u);
+}
+
+// ---- make_plan_from_file: the plan learned as the file is read, not held ----
+
+// A capture's frames, to rewrite (libpcap reads and writes them; Ethernet + IPv4 + TCP only).
+struct Frames {
+  int link = 0;
+  std::vector<std::pair<pcap_pkthdr, std::vector<u_char>>> frames;
+};
+
+Frames read_frames(const std::string& path) {
+  Frames f;
+  char err[PCAP_ERRBUF_SIZE] = {};
+  pcap_t* p = pcap_open_offline(path.c_str(), err);
+  EXPECT_NE(p, nullptr) << err;
+  if (!p) return f;
+  f.link = pcap_datalink(p);
+  pcap_pkthdr* h = nullptr;
+  const u_char* data = nullptr;
+  while (pcap_next_ex(p, &h, &data) == 1)
+    f.frames.push_back({*h, std::vector<u_char>(data, data + h->caplen)});
+  pcap_close(p);
+  return f;
+}
+
+void write_frames(const Frames& f, const std::string& path) {
+  pcap_t* p = pcap_open_dead(f.link, 262144);
+  ASSERT_NE(p, nullptr);
+  pcap_dumper_t* d = pcap_dump_open(p, path.c_str());
+  ASSERT_NE(d, nullptr) << pcap_geterr(p);
+  for (const auto& [h, data] : f.frames) pcap_dump(reinterpret_cast<u_char*>(d), &h, data.data());
+  pcap_dump_close(d);
+  pcap_close(p);
+}
+
+// Where an Ethernet/IPv4/TCP frame's TCP header and payload start.
+struct Tcp {
+  std::size_t tcp = 0, payload = 0;
+};
+Tcp tcp_of(const std::vector<u_char>& fr) {
+  EXPECT_GE(fr.size(), 54u);
+  EXPECT_EQ(fr[12], 0x08);  // IPv4
+  EXPECT_EQ(fr[13], 0x00);
+  const std::size_t ip = 14, tcp = ip + (fr[ip] & 0x0f) * 4u;
+  return {tcp, tcp + (fr[tcp + 12] >> 4) * 4u};
+}
+std::uint32_t get32(const std::vector<u_char>& b, std::size_t at) {
+  return std::uint32_t{b[at]} << 24 | std::uint32_t{b[at + 1]} << 16 |
+         std::uint32_t{b[at + 2]} << 8 | b[at + 3];
+}
+void put16(std::vector<u_char>& b, std::size_t at, std::uint32_t v) {
+  b[at] = static_cast<u_char>(v >> 8);
+  b[at + 1] = static_cast<u_char>(v);
+}
+void put32(std::vector<u_char>& b, std::size_t at, std::uint32_t v) {
+  put16(b, at, v >> 16);
+  put16(b, at + 2, v & 0xffff);
+}
+bool is_syn(const std::vector<u_char>& fr) {
+  return (fr[tcp_of(fr).tcp + 13] & 0x02) != 0;
+}
+bool from_port(const std::vector<u_char>& fr, std::uint16_t port) {
+  const auto t = tcp_of(fr);
+  return (fr[t.tcp] << 8 | fr[t.tcp + 1]) == port;
+}
+
+// The two plans of a capture file: make_plan_from_file(), and make_plan() of the capture read
+// whole (payloads in the file, steps read again), each as their replay's JSON report and the
+// fields of each connection's plan the report does not show.
+std::string plan_facts(const Plan& plan) {
+  std::string s;
+  for (const auto& c : plan.connections) {
+    s += fmt::format(
+        "c{} again {} steps {} segs {} setup {} digest {:x} last {} first {} seq {}/{} fo {}/{} "
+        "len {}/{} fpdus {}/{} fin {}{} rst {} planned {} posts {} patches {}/{} viol {}\n",
+        c.flow, c.read_again, c.step_count, c.segment_steps, c.setup_segments, c.step_digest,
+        c.last_frame, c.first_time_us, c.stream_seq[0].value(), c.stream_seq[1].value(),
+        c.full_operation_seq[0].value(), c.full_operation_seq[1].value(), c.stream_length[0],
+        c.stream_length[1], c.fpdus[0], c.fpdus[1], c.fin[0], c.fin[1], c.rst, c.planned_bytes,
+        c.posts.size() + c.steps.size(), c.patches[0].size(), c.patches[1].size(),
+        c.trace_violations.size());
+    for (const auto& v : c.trace_violations)
+      s += fmt::format("  violation {} {}\n", v.frame, v.text);
+    for (const auto& n : c.notes) s += "  note " + n + "\n";
+    for (const auto& n : c.cut_short) s += "  cut " + n + "\n";
+    for (const auto& l : c.limits) s += "  limit " + l.text + "\n";
+  }
+  for (const auto& k : plan.skipped) s += fmt::format("skipped c{}: {}\n", k.flow, k.reason);
+  for (const auto& p : plan.problems) s += "problem " + p + "\n";
+  return s;
+}
+
+struct Both {
+  std::expected<Plan, std::string> streamed, whole;
+};
+
+Both plan_both(const std::string& path) {
+  Both b{make_plan_from_file(path), std::unexpected(std::string("unread"))};
+  auto cap = trace::read_capture(path, {.payloads_in_file = true});
+  EXPECT_TRUE(cap) << cap.error();
+  if (cap) b.whole = make_plan(*cap, {}, StepSource::ReadAgain);
+  return b;
+}
+
+// The same plan, the same replay.
+void expect_same(const Both& b) {
+  ASSERT_EQ(b.streamed.has_value(), b.whole.has_value())
+      << (b.streamed ? b.whole.error() : b.streamed.error());
+  if (!b.streamed) {
+    EXPECT_EQ(b.streamed.error(), b.whole.error());
+    return;
+  }
+  EXPECT_EQ(plan_facts(*b.streamed), plan_facts(*b.whole));
+  const auto x = replay(*b.streamed, {});
+  const auto y = replay(*b.whole, {});
+  EXPECT_EQ(to_json(*b.streamed, x, std::nullopt, std::nullopt, true).dump(),
+            to_json(*b.whole, y, std::nullopt, std::nullopt, true).dump());
+}
+
+std::string scratch(const std::string& name) {
+  return ::testing::TempDir() + "plan_from_file_" + std::to_string(::getpid()) + "_" + name;
+}
+
+// Cuts the first segment that starts with the MPA Request key after its fifth octet, in two
+// frames; false when there is none.
+bool cut_request_key(Frames& f) {
+  for (std::size_t i = 0; i < f.frames.size(); ++i) {
+    auto& [h, data] = f.frames[i];
+    const auto t = tcp_of(data);
+    if (data.size() < t.payload + 16 || data.size() != h.len ||
+        std::string(data.begin() + static_cast<std::ptrdiff_t>(t.payload),
+                    data.begin() + static_cast<std::ptrdiff_t>(t.payload) + 16) !=
+            "MPA ID Req Frame")
+      continue;
+    auto first = data, second = data;
+    first.resize(t.payload + 5);
+    second.erase(second.begin() + static_cast<std::ptrdiff_t>(t.payload),
+                 second.begin() + static_cast<std::ptrdiff_t>(t.payload) + 5);
+    put16(first, 16, static_cast<std::uint32_t>(first.size() - 14));
+    put16(second, 16, static_cast<std::uint32_t>(second.size() - 14));
+    put32(second, t.tcp + 4, get32(data, t.tcp + 4) + 5);
+    pcap_pkthdr h1 = h, h2 = h;
+    h1.caplen = h1.len = static_cast<std::uint32_t>(first.size());
+    h2.caplen = h2.len = static_cast<std::uint32_t>(second.size());
+    f.frames[i] = {h2, std::move(second)};
+    f.frames.insert(f.frames.begin() + static_cast<std::ptrdiff_t>(i), {h1, std::move(first)});
+    return true;
+  }
+  return false;
+}
+
+// Every capture of the corpus: the plan learned as the file is read is the one of the capture
+// read whole, and so is its replay, report for report.
+TEST(PlanFromFile, IsThePlanOfTheCaptureReadWhole) {
+  std::size_t planned = 0;
+  for (const auto& path : corpus()) {
+    SCOPED_TRACE(path);
+    const auto b = plan_both(path);
+    expect_same(b);
+    if (b.streamed) ++planned;
+    // (One read learns a capture that starts with its handshake.)
+    if (b.streamed &&
+        (path.ends_with("rping_lo.pcap") || path.ends_with("mpa2_p2p_read_crc.pcap"))) {
+      EXPECT_EQ(b.streamed->learning_reads, 1u);
+    }
+  }
+  EXPECT_GE(planned, 15u);
+}
+
+// Four copies of a connection side by side (each frame four times, the client's port 40001 to
+// 40004): the two with the most segments are read again within kRescanBudget, the other two
+// keep their steps, learned again in a second read that keeps their segments' places in the
+// file; each is replayed as the capture read whole replays it.
+TEST(PlanFromFile, ConnectionsPastTheBudgetKeepTheirSteps) {
+  auto src =
+      read_frames(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/generated/mpa2_p2p_read_crc.pcap");
+  ASSERT_EQ(src.link, DLT_EN10MB);
+  // (Then with the Request's key cut: learned in the second read, within the same budget.)
+  for (const bool cut : {false, true}) {
+    SCOPED_TRACE(cut ? "key cut" : "key whole");
+    if (cut) {
+      ASSERT_TRUE(cut_request_key(src));
+    }
+    Frames four{src.link, {}};
+    for (const auto& [h, data] : src.frames)
+      for (std::uint16_t k = 1; k <= 4; ++k) {
+        auto copy = data;
+        const auto t = tcp_of(copy);
+        const bool from_client = from_port(copy, 40000);
+        put16(copy, t.tcp + (from_client ? 0 : 2), 40000 + k);
+        four.frames.push_back({h, std::move(copy)});
+      }
+    const auto path = scratch("four.pcap");
+    write_frames(four, path);
+    const auto b = plan_both(path);
+    ASSERT_TRUE(b.streamed) << b.streamed.error();
+    ASSERT_EQ(b.streamed->connections.size(), 4u);
+    for (std::size_t i = 0; i < 4; ++i) {
+      const auto& c = b.streamed->connections[i];
+      EXPECT_EQ(c.read_again, i < 2) << i;
+      EXPECT_EQ(c.steps.empty(), i < 2) << i;
+    }
+    EXPECT_EQ(b.streamed->learning_reads, 2u);
+    expect_same(b);
+    std::remove(path.c_str());
+  }
+}
+
+// The MPA Request cut after its fifth octet, its key across two segments: no segment starts with
+// the key, so the first read, which learns the connections whose first segment does, passes it
+// by; a second read learns it, and the plan is the one of the capture read whole.
+TEST(PlanFromFile, RequestKeyCutAcrossSegmentsIsLearnedInOneMoreRead) {
+  auto f = read_frames(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap");
+  ASSERT_EQ(f.link, DLT_EN10MB);
+  ASSERT_TRUE(cut_request_key(f));
+  const auto path = scratch("cut_key.pcap");
+  write_frames(f, path);
+  const auto b = plan_both(path);
+  ASSERT_TRUE(b.streamed) << b.streamed.error();
+  ASSERT_EQ(b.streamed->connections.size(), 1u);
+  EXPECT_TRUE(b.streamed->connections[0].read_again);
+  EXPECT_GE(b.streamed->connections[0].setup_segments, 3u);
+  EXPECT_EQ(b.streamed->learning_reads, 2u);
+  expect_same(b);
+  std::remove(path.c_str());
+}
+
+// A capture without the handshake whose client segment after the Request comes first: the
+// client's stream starts at its lowest sequence number (the Request), not at its first segment,
+// where the first read took it to start (as `rnic decode` does); so the connection is decoded and
+// learned again in a second read that knows where each stream starts (FileDecoder's start_of):
+// without it the connection would not be iWARP.
+TEST(PlanFromFile, StreamWithoutItsSynStartsAtItsLowestSequenceNumber) {
+  auto f = read_frames(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap");
+  ASSERT_EQ(f.link, DLT_EN10MB);
+  std::erase_if(f.frames, [](const auto& fr) { return is_syn(fr.second); });
+  const std::uint16_t client = [&] {
+    const auto t = tcp_of(f.frames.at(0).second);
+    return static_cast<std::uint16_t>(f.frames[0].second[t.tcp] << 8 |
+                                      f.frames[0].second[t.tcp + 1]);
+  }();
+  ASSERT_NE(client, 7174);
+  std::vector<std::size_t> client_data;
+  for (std::size_t i = 0; i < f.frames.size(); ++i) {
+    const auto& d = f.frames[i].second;
+    if (from_port(d, client) && d.size() > tcp_of(d).payload) client_data.push_back(i);
+  }
+  ASSERT_GE(client_data.size(), 2u);
+  // The second client segment with data goes first.
+  auto moved = f.frames[client_data[1]];
+  f.frames.erase(f.frames.begin() + static_cast<std::ptrdiff_t>(client_data[1]));
+  f.frames.insert(f.frames.begin(), std::move(moved));
+  const auto path = scratch("no_syn.pcap");
+  write_frames(f, path);
+  const auto b = plan_both(path);
+  ASSERT_TRUE(b.streamed) << b.streamed.error();
+  ASSERT_EQ(b.streamed->connections.size(), 1u);
+  // (decode_file() alone, which starts a direction without its SYN at its first segment, finds
+  // no MPA Request.)
+  const auto alone = trace::decode_file(path, [](trace::Record&&) {});
+  ASSERT_TRUE(alone) << alone.error();
+  EXPECT_FALSE(alone->flows.at(0).iwarp);
+  expect_same(b);
+  std::remove(path.c_str());
+}
+
+// What the learners hold beyond gaps is bounded for all of them together: they learn side by
+// side in one read, so max_held is their total (a connection read whole is learned alone, with
+// max_held for itself). Four copies of a connection each missing a client segment (a gap that
+// never fills), with max_held twice what one holds beyond it: the capture read whole learns
+// every copy whole; read as a stream, copies find the limit reached, each saying so.
+TEST(PlanFromFile, WhatLearnersHoldBeyondGapsIsBoundedForAllTogether) {
+  const auto src =
+      read_frames(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/generated/mpa2_p2p_read_crc.pcap");
+  ASSERT_EQ(src.link, DLT_EN10MB);
+  // The client's second segment with data is left out; what it sends after is held.
+  std::size_t client_data = 0, held = 0;
+  Frames one{src.link, {}};
+  for (const auto& fr : src.frames) {
+    const auto t = tcp_of(fr.second);
+    const std::size_t len = fr.second.size() - t.payload;
+    if (from_port(fr.second, 40000) && len > 0 && ++client_data == 2) continue;
+    if (from_port(fr.second, 40000) && client_data > 2) held += len + trace::kHeldPieceOverhead;
+    one.frames.push_back(fr);
+  }
+  ASSERT_GT(held, 1000u);
+  Frames four{src.link, {}};
+  for (const auto& [h, data] : one.frames)
+    for (std::uint16_t k = 1; k <= 4; ++k) {
+      auto copy = data;
+      put16(copy, tcp_of(copy).tcp + (from_port(copy, 40000) ? 0 : 2), 40000 + k);
+      four.frames.push_back({h, std::move(copy)});
+    }
+  const auto path = scratch("four_gaps.pcap");
+  write_frames(four, path);
+  PlanLimits limits;
+  limits.max_held = 2 * held;
+  auto cap = trace::read_capture(path, {.payloads_in_file = true});
+  ASSERT_TRUE(cap) << cap.error();
+  const auto whole = make_plan(*cap, limits, StepSource::ReadAgain);
+  ASSERT_TRUE(whole) << whole.error();
+  for (const auto& c : whole->connections) EXPECT_TRUE(c.limits.empty()) << c.flow;
+  const auto streamed = make_plan_from_file(path, limits);
+  ASSERT_TRUE(streamed) << streamed.error();
+  ASSERT_EQ(streamed->connections.size(), 4u);
+  std::size_t reached = 0;
+  for (const auto& c : streamed->connections)
+    for (const auto& l : c.limits) {
+      EXPECT_EQ(l.limit, "kMaxHeldBeyondGap");
+      EXPECT_NE(l.text.find("held by all the connections learned in the same read"),
+                std::string::npos)
+          << l.text;
+      ++reached;
+    }
+  // (Side by side, each holds about half of what it would alone when the total is reached.)
+  EXPECT_GE(reached, 2u);
+  std::remove(path.c_str());
+}
+
+// A capture of the sample conversation (`mss`-octet segments, `bulk` octets of Writes) with the
+// responder's MPA Reply moved after the client's `after`-th segment with data (two hosts'
+// captures merged with skewed clocks).
+std::string late_reply(const std::string& name, std::uint16_t mss, std::size_t after) {
+  const auto gen = scratch(name + "_src.pcap");
+  trace::GeneratorOptions g;
+  g.pcap.mss = mss;
+  g.bulk_bytes = 2u << 20;
+  EXPECT_TRUE(trace::generate_conversation(gen, g));
+  auto f = read_frames(gen);
+  std::remove(gen.c_str());
+  std::size_t reply = f.frames.size(), client_data = 0, to = 0;
+  for (std::size_t i = 0; i < f.frames.size(); ++i) {
+    const auto& d = f.frames[i].second;
+    const bool data = d.size() > tcp_of(d).payload;
+    if (reply == f.frames.size() && data && from_port(d, 7174)) reply = i;
+    if (data && from_port(d, 40000) && ++client_data == after) to = i;
+  }
+  EXPECT_LT(reply, f.frames.size());
+  EXPECT_GT(to, reply);
+  auto moved = f.frames[reply];
+  f.frames.insert(f.frames.begin() + static_cast<std::ptrdiff_t>(to) + 1, moved);
+  f.frames.erase(f.frames.begin() + static_cast<std::ptrdiff_t>(reply));
+  const auto path = scratch(name + ".pcap");
+  write_frames(f, path);
+  return path;
+}
+
+// A connection whose MPA Reply comes late cannot have its steps counted as they come (which
+// segments are only the MPA frames is not known before), and the first read, which does not know
+// yet whether the connection can be replayed, holds little before the framing is known: past
+// kHeldBeforeFramingSpeculative octets (1 MiB in 1460-octet segments) the connection is learned
+// again in a second read; past kMaxSegmentsBeforeFraming segments (256-octet segments), again
+// with its segments kept. Either way the plan is the one of the capture read whole.
+TEST(PlanFromFile, ALateReplyIsLearnedInAnotherRead) {
+  ASSERT_EQ(kHeldBeforeFramingSpeculative, 1u << 20);
+  ASSERT_EQ(kMaxSegmentsBeforeFraming, 4096u);
+  for (const auto& [mss, after] : {std::pair<std::uint16_t, std::size_t>{1460, 900},
+                                   std::pair<std::uint16_t, std::size_t>{256, 4100}}) {
+    SCOPED_TRACE(mss);
+    const auto path = late_reply("late_reply", mss, after);
+    const auto b = plan_both(path);
+    ASSERT_TRUE(b.streamed) << b.streamed.error();
+    ASSERT_EQ(b.streamed->connections.size(), 1u);
+    EXPECT_TRUE(b.streamed->connections[0].read_again);
+    EXPECT_GE(b.streamed->learning_reads, 2u);
+    EXPECT_TRUE(b.streamed->connections[0].limits.empty());
+    expect_same(b);
+    std::remove(path.c_str());
+  }
+}
+
+// More connections than kLearnedPerRead (70 copies side by side, each frame 70 times): the
+// first read learns 64 of them; two are read again within kRescanBudget, and the other 68 keep
+// their steps, learned in two more reads, 64 and 4; the plan is the one of the capture read
+// whole.
+TEST(PlanFromFile, ConnectionsPastTheLearnersOfOneReadAreLearnedInAnother) {
+  ASSERT_EQ(kLearnedPerRead, 64u);
+  const auto src = read_frames(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap");
+  ASSERT_EQ(src.link, DLT_EN10MB);
+  const std::uint16_t client = [&] {
+    const auto& d = src.frames.at(0).second;
+    return static_cast<std::uint16_t>(d[tcp_of(d).tcp] << 8 | d[tcp_of(d).tcp + 1]);
+  }();
+  Frames many{src.link, {}};
+  for (const auto& [h, data] : src.frames)
+    for (std::uint16_t k = 1; k <= 70; ++k) {
+      auto copy = data;
+      put16(copy, tcp_of(copy).tcp + (from_port(copy, client) ? 0 : 2), 20000 + k);
+      many.frames.push_back({h, std::move(copy)});
+    }
+  const auto path = scratch("seventy.pcap");
+  write_frames(many, path);
+  const auto b = plan_both(path);
+  ASSERT_TRUE(b.streamed) << b.streamed.error();
+  EXPECT_EQ(b.streamed->connections.size(), 70u);
+  EXPECT_EQ(b.streamed->learning_reads, 3u);
+  std::size_t again = 0;
+  for (const auto& c : b.streamed->connections) again += c.read_again;
+  EXPECT_EQ(again, 2u);
+  expect_same(b);
+  std::remove(path.c_str());
+}
+
+// A pipe cannot be read again: make_plan_from_file() says so in one line, before it reads it
+// (`rnic replay` reads a pipe whole). (The writer opens the pipe without blocking, so that the
+// test ends either way.)
+TEST(PlanFromFile, APipeIsRefusedInOneLine) {
+  const auto fifo = scratch("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::atomic<bool> stop{false};
+  std::atomic<bool> opened{false};
+  std::thread writer([&] {
+    std::ifstream in(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap",
+                     std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    int fd = -1;
+    while (!stop && (fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK)) < 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (fd < 0) return;
+    opened = true;
+    ::fcntl(fd, F_SETFL, 0);
+    [[maybe_unused]] const auto n = ::write(fd, bytes.data(), bytes.size());
+    ::close(fd);
+  });
+  const auto p = make_plan_from_file(fifo);
+  stop = true;
+  writer.join();
+  EXPECT_FALSE(opened) << "the pipe was read";
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error(), fifo + ": not a regular file (it cannot be read again)");
+  std::remove(fifo.c_str());
 }
 
 }  // namespace

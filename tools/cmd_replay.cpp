@@ -1,6 +1,7 @@
 // rnic replay: feeds both directions of every iWARP connection in a capture through two
 // emulated endpoints and reports what their receive engines did (see docs/replay.md).
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,6 +62,29 @@ struct ReplayOpts {
   std::string ladder, ladder_png;  // --ladder OUT.svg, --ladder-png OUT.png
 };
 
+// The replay's plan. A regular file replayed as it is (no seeded disorder, which needs each
+// segment's tagged ranges; no HTML view, which shows the segments' octets; no frame dropped) is
+// read as a stream, its steps made as the file is read again: what the plan holds does not grow
+// with the capture's length. Otherwise the capture is read whole, its payloads left in the file
+// where it is a regular file (a pipe's are held).
+std::expected<replay::Plan, std::string> plan_replay(const ReplayOpts& o) {
+  struct stat st {};
+  if (!o.permute && o.html.empty() && o.drop.empty() && o.file != "-" &&
+      ::stat(o.file.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    return replay::make_plan_from_file(o.file);
+  // The payloads stay in the file (read again as each connection is learned and replayed): the
+  // learning pass's memory grows with the capture's segments, not with their octets.
+  auto cap = trace::read_capture(o.file, {.payloads_in_file = true});
+  if (!cap) return std::unexpected(cap.error());
+  if (!o.drop.empty())
+    if (auto d = replay::drop_frames(*cap, o.drop); !d) return std::unexpected(d.error());
+  // Without a seeded disorder or an HTML view, the steps are made as the file is read again.
+  const auto source =
+      o.permute || !o.html.empty() ? replay::StepSource::Kept : replay::StepSource::ReadAgain;
+  // (The plan keeps what the replay needs, the file included.)
+  return replay::make_plan(*cap, {}, source);
+}
+
 int run_replay(const ReplayOpts& o) {
   // A path that cannot be written is said before the replay runs.
   if (!o.html.empty()) {
@@ -82,31 +106,13 @@ int run_replay(const ReplayOpts& o) {
     fmt::print(stderr, "rnic replay: --ladder-png {}: cannot open for writing\n", o.ladder_png);
     return 2;
   }
-  // The payloads stay in the file (read again as each connection is learned and replayed): the
-  // learning pass's memory grows with the capture's segments and FPDUs, not with their octets.
-  auto cap = trace::read_capture(o.file, {.payloads_in_file = true});
-  if (!cap) {
-    fmt::print(stderr, "rnic replay: {}\n", cap.error());
-    return 2;
-  }
-  if (!o.drop.empty()) {
-    if (auto d = replay::drop_frames(*cap, o.drop); !d) {
-      fmt::print(stderr, "rnic replay: {}\n", d.error());
-      return 2;
-    }
-  }
-  // Without a seeded disorder (it needs each segment's tagged ranges) or an HTML view (it shows
-  // the segments' octets), the steps are made as the file is read again: the plan holds none.
-  const auto source =
-      o.permute || !o.html.empty() ? replay::StepSource::Kept : replay::StepSource::ReadAgain;
   std::expected<replay::Plan, std::string> plan;
   try {
-    plan = replay::make_plan(*cap, {}, source);
+    plan = plan_replay(o);
   } catch (const trace::CaptureChanged& e) {
     fmt::print(stderr, "rnic replay: {}\n", e.what());
     return 2;
   }
-  *cap = trace::Capture{};  // (the plan keeps what the replay needs, the file included)
   if (!plan) {
     fmt::print(stderr, "rnic replay: {}\n", plan.error());
     return 2;
@@ -252,10 +258,10 @@ Runner add_replay_command(CLI::App& app) {
       "in the trace is reported with its cause; a capture cut short is reported as such);\n"
       "1 the replay found violations the trace does not hold, or a --permute replay differed\n"
       "from the capture-order one; 2 unusable input (unreadable file, not a capture, no iWARP\n"
-      "connection with its MPA exchange). A capture file's payloads stay in the file: it is read\n"
-      "again to learn each connection and, as the replay goes, to make its steps (a pipe's\n"
-      "payloads are held; --permute, --html and connections past the budget of reads keep a step\n"
-      "per segment). Details: docs/replay.md.");
+      "connection with its MPA exchange). A capture file is read as it comes, nothing held per\n"
+      "segment: once to learn the connections (sometimes twice), then again as the replay goes,\n"
+      "to make its steps. A pipe, --drop, --permute and --html, and connections past the budget\n"
+      "of reads (of many side by side) take memory per segment. Details: docs/replay.md.");
   cmd->add_option("file", o->file, "Capture file (pcap or pcapng)")->required();
   cmd->add_flag("--json", o->json, "Print one JSON document (connections, CQEs, timeline)");
   auto* tl = cmd->add_flag("--timeline", o->timeline,

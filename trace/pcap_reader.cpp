@@ -456,22 +456,7 @@ class KeepAll final : public SegmentSink {
  public:
   explicit KeepAll(bool in_file) : in_file_(in_file) {}
   void on_segment(std::size_t, TcpFlow& flow, int dir, const SegmentView& v) override {
-    TcpSegment s;
-    s.frame = v.frame;
-    s.time_us = v.time_us;
-    s.seq = v.seq;
-    s.ack = v.ack;
-    s.syn = v.syn;
-    s.fin = v.fin;
-    s.rst = v.rst;
-    s.has_ack = v.has_ack;
-    if (in_file_ && v.file_offset != kNotInFile) {
-      s.file_offset = v.file_offset;
-      s.length = static_cast<std::uint32_t>(v.payload.size());
-    } else {
-      s.payload.assign(v.payload.begin(), v.payload.end());
-    }
-    flow.dir[static_cast<std::size_t>(dir)].push_back(std::move(s));
+    flow.dir[static_cast<std::size_t>(dir)].push_back(kept_segment(v, in_file_));
   }
 
  private:
@@ -605,6 +590,13 @@ std::expected<Capture, std::string> read_capture(const std::string& path, const 
     KeepAll keep(false);
     return scan_capture(path, keep);
   }
+  // (KeepAll keeps a payload in memory where the file's position of it is not known.)
+  KeepAll keep(true);
+  return scan_capture_file(path, keep);
+}
+
+std::expected<Capture, std::string> scan_capture_file(const std::string& path, SegmentSink& sink) {
+  if (path == "-") return scan_capture(path, sink);
   // The path is opened once: libpcap reads the very file whose identity is noted (a file
   // renamed over the path meanwhile is not the one read), and a named pipe is not opened twice.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -622,8 +614,7 @@ std::expected<Capture, std::string> read_capture(const std::string& path, const 
   const auto buffer = std::make_unique_for_overwrite<char[]>(kScanBuffer);
   auto p = pcap_on(pcap_fd, buffer.get(), path);
   if (!p) return std::unexpected(p.error());
-  KeepAll keep(file != nullptr);
-  auto cap = scan_open(std::move(*p), path, keep, file != nullptr);
+  auto cap = scan_open(std::move(*p), path, sink, file != nullptr);
   if (cap && file) {
     // The identity noted before the scan: a file changed while it was scanned is refused too.
     if (auto why = file->changed(); !why.empty()) return std::unexpected(why);
@@ -737,7 +728,8 @@ std::expected<Capture, std::string> scan_capture(const std::string& path, Segmen
   return scan_open(std::move(*p), path, sink, false);
 }
 
-std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, SegmentSink& sink) {
+std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, SegmentSink& sink,
+                                                   bool positions) {
   if (auto why = file.changed(); !why.empty()) throw CaptureChanged(why);
   // (The buffer outlives the stream: libpcap closes it before this returns.)
   const auto buffer = std::make_unique_for_overwrite<char[]>(kScanBuffer);
@@ -763,7 +755,7 @@ std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, Segm
   }
   auto p = pcap_on(fd, buffer.get(), file.path());
   if (!p) throw CaptureChanged(p.error() + " (reading the file again)");
-  auto cap = scan_open(std::move(*p), file.path(), sink, false);
+  auto cap = scan_open(std::move(*p), file.path(), sink, positions);
   if (auto why = file.changed(); !why.empty()) throw CaptureChanged(why);
   return cap;
 }
@@ -825,6 +817,25 @@ std::expected<Capture, std::string> scan_open(std::unique_ptr<pcap_t, PcapCloser
 }
 
 }  // namespace
+
+TcpSegment kept_segment(const SegmentView& v, bool in_file) {
+  TcpSegment s;
+  s.frame = v.frame;
+  s.time_us = v.time_us;
+  s.seq = v.seq;
+  s.ack = v.ack;
+  s.syn = v.syn;
+  s.fin = v.fin;
+  s.rst = v.rst;
+  s.has_ack = v.has_ack;
+  if (in_file && v.file_offset != kNotInFile) {
+    s.file_offset = v.file_offset;
+    s.length = static_cast<std::uint32_t>(v.payload.size());
+  } else {
+    s.payload.assign(v.payload.begin(), v.payload.end());
+  }
+  return s;
+}
 
 TcpSeq stream_start(const TcpFlow& f, int dir) {
   if (dir == 0 && f.saw_syn) return f.client_isn + 1;

@@ -168,6 +168,10 @@ struct SegmentView {
   std::uint64_t file_offset = kNotInFile;  // where `payload` lies in the file, when known
 };
 
+// The segment a view shows, to keep: its payload's place in the file when `in_file` and the
+// view knows it (SegmentView::file_offset), else a copy of its payload.
+TcpSegment kept_segment(const SegmentView& v, bool in_file = true);
+
 // Takes the segments of a capture as it is read.
 class SegmentSink {
  public:
@@ -185,13 +189,22 @@ class SegmentSink {
 // problems but no segments (TcpFlow::dir stays empty). Errors as read_capture().
 std::expected<Capture, std::string> scan_capture(const std::string& path, SegmentSink& sink);
 
+// scan_capture() of a file opened once and kept, as read_capture() with payloads_in_file does:
+// each segment says where its payload lies in the file (SegmentView::file_offset, when it is one
+// run of the file's octets), and the Capture's `file` is set when the path is a regular file
+// (null for a pipe or "-", which can be read only once), so that rescan_capture() can read it
+// again. Errors as read_capture().
+std::expected<Capture, std::string> scan_capture_file(const std::string& path, SegmentSink& sink);
+
 // scan_capture() again over a capture read with payloads_in_file, from the file it was read
 // from (the same open file: a file renamed over its path is not read): the same flows, in the
 // same order, with the same segments (`rnic replay` makes its steps as it reads the file a
 // second time). Throws CaptureChanged when the file changed since it was first read (checked
 // before and after) or cannot be read again. Reads through a file position of its own (the
 // open file opened again through /proc/self/fd; without /proc, a duplicate of the descriptor,
-// whose position it shares: then one rescan at a time per file).
-std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, SegmentSink& sink);
+// whose position it shares: then one rescan at a time per file). With `positions`, each segment
+// says where its payload lies in the file, as scan_capture_file().
+std::expected<Capture, std::string> rescan_capture(const CaptureFile& file, SegmentSink& sink,
+                                                   bool positions = false);
 
 }  // namespace iwarp::trace

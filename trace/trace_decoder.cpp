@@ -30,6 +30,9 @@ class FlowDecoder final : public mpa::ConnectionVisitor {
 
   void feed(Direction d, ByteSpan data) { decoder_.feed(d, data, *this); }
 
+  // Only Violation and Note records are handed over: an FPDU's is not made (its summary).
+  void violations_only() { violations_only_ = true; }
+
   const mpa::ConnectionDecoder& decoder() const { return decoder_; }
 
   void note(Direction d, std::string text) {
@@ -70,7 +73,7 @@ class FlowDecoder final : public mpa::ConnectionVisitor {
     Record r = base(Record::Kind::MpaFrame, d, offset, static_cast<std::uint32_t>(length));
     r.mpa = f;
     r.summary = mpa::describe(f);
-    push(std::move(r));
+    if (!violations_only_) push(std::move(r));
   }
 
   void on_negotiated(const mpa::ConnectionParams& p) override { flow_.params = p; }
@@ -111,19 +114,21 @@ class FlowDecoder final : public mpa::ConnectionVisitor {
       WireError e = seg.error();
       e.offset = f.offset;
       r.summary = r.ddp ? std::string(rdmap::opcode_name(r.ddp->opcode)) : "DDP segment";
-      push(std::move(r));
+      if (!violations_only_) push(std::move(r));
       violation(d, e, f.offset);
       return;
     }
-    r.ddp = seg->hdr;
-    r.payload_length = static_cast<std::uint32_t>(seg->payload.size());
-    r.summary = ddp::describe(*seg);
-    r.body = seg->body;
-    if (auto* t = std::get_if<rdmap::Terminate>(&seg->body))
-      r.siw_terminate_quirk = t->siw_bitfield_quirk;
     ++flow_.opcode_counts[std::string(rdmap::opcode_name(seg->hdr.opcode))];
     auto check = checkers_[static_cast<int>(d)].check(*seg);
-    push(std::move(r));
+    if (!violations_only_) {
+      r.ddp = seg->hdr;
+      r.payload_length = static_cast<std::uint32_t>(seg->payload.size());
+      r.summary = ddp::describe(*seg);
+      r.body = seg->body;
+      if (auto* t = std::get_if<rdmap::Terminate>(&seg->body))
+        r.siw_terminate_quirk = t->siw_bitfield_quirk;
+      push(std::move(r));
+    }
     if (!check) {
       WireError e = check.error();
       e.offset = f.offset;
@@ -136,6 +141,7 @@ class FlowDecoder final : public mpa::ConnectionVisitor {
   std::size_t index_;
   FlowReport& flow_;
   const RecordSink* records_;
+  bool violations_only_ = false;
   mpa::ConnectionDecoder decoder_{mpa::StreamDecoderOptions{.continue_after_bad_crc = true}};
   ddp::SegmentChecker checkers_[2];
   std::uint64_t frame_ = 0, time_us_ = 0;
@@ -157,6 +163,9 @@ class FlowState {
 
   // Where each direction's stream starts, when the caller knows (else: see add()).
   void set_start(int d, TcpSeq start) { reasm_[d].emplace(start, window_, budget_); }
+
+  // Hands over Violation and Note records only (FlowDecoder::violations_only()).
+  void violations_only() { dec_.violations_only(); }
 
   // Direction d's in-order point, once it has had data.
   std::optional<TcpSeq> next(int d) const {
@@ -327,8 +336,14 @@ void decode_flow(std::size_t index, const TcpFlow& flow, FlowReport& fr, const R
 // most 2 x window each, and the total limit across them.
 class StreamingDecoder final : public SegmentSink {
  public:
-  StreamingDecoder(DecodeReport& rep, const RecordSink& records, const StreamOptions& opts)
-      : rep_(rep), records_(records), window_(opts.window), flows_(rep.flows) {
+  StreamingDecoder(DecodeReport& rep, const RecordSink& records, const StreamOptions& opts,
+                   StartOf start_of = {}, bool violations_only = false)
+      : rep_(rep),
+        records_(records),
+        window_(opts.window),
+        start_of_(std::move(start_of)),
+        violations_only_(violations_only),
+        flows_(rep.flows) {
     budget_.limit = opts.total_window;
   }
 
@@ -347,7 +362,7 @@ class StreamingDecoder final : public SegmentSink {
       slot.fin[dir] = s.seq + static_cast<std::uint32_t>(s.payload.size());
     if (!s.payload.empty()) {
       auto& st = slot.state;
-      if (!st) st = std::make_unique<FlowState>(index, flows_[index], &records_, window_, &budget_);
+      if (!st) st = make_state(index);
       held_ -= st->held_cost();
       st->add(flow, dir, s.frame, s.time_us, s.seq, s.payload);
       held_ += st->held_cost();
@@ -410,12 +425,22 @@ class StreamingDecoder final : public SegmentSink {
   void close(std::size_t index, const TcpFlow& flow) {
     auto& slot = slots_[index];
     auto& st = slot.state;
-    if (!st) st = std::make_unique<FlowState>(index, flows_[index], &records_, window_, &budget_);
+    if (!st) st = make_state(index);
     held_ -= st->held_cost();
     st->finish(flow);
     for (int d = 0; d < 2; ++d) slot.next[d] = st->next(d);
     st.reset();
     slot.finished = true;
+  }
+
+  // A flow's decoding state, its directions' starts set where the caller knows them.
+  std::unique_ptr<FlowState> make_state(std::size_t index) {
+    auto st = std::make_unique<FlowState>(index, flows_[index], &records_, window_, &budget_);
+    if (violations_only_) st->violations_only();
+    if (start_of_)
+      for (int d = 0; d < 2; ++d)
+        if (const auto at = start_of_(index, d)) st->set_start(d, *at);
+    return st;
   }
 
   // Data of a finished flow: octets up to its in-order point are retransmissions (ignored, as
@@ -440,6 +465,8 @@ class StreamingDecoder final : public SegmentSink {
   DecodeReport& rep_;
   const RecordSink& records_;
   std::size_t window_;
+  StartOf start_of_;
+  bool violations_only_;
   HeldBudget budget_;              // shared by every flow's reassemblers
   std::deque<FlowReport>& flows_;  // rep_.flows, by flow index (a FlowState refers to one)
   std::deque<Slot> slots_;         // by flow index
@@ -447,6 +474,25 @@ class StreamingDecoder final : public SegmentSink {
 };
 
 }  // namespace
+
+FileDecoder::FileDecoder(DecodeReport& rep, const RecordSink& on_record, const StreamOptions& opts,
+                         StartOf start_of, bool violations_only)
+    : on_record_(on_record) {
+  auto dec = std::make_unique<StreamingDecoder>(rep, on_record_, opts, std::move(start_of),
+                                                violations_only);
+  finish_ = [d = dec.get()](const Capture& cap) { d->finish(cap); };
+  impl_ = std::move(dec);
+}
+
+FileDecoder::~FileDecoder() = default;
+
+void FileDecoder::on_segment(std::size_t index, TcpFlow& flow, int dir, const SegmentView& s) {
+  impl_->on_segment(index, flow, dir, s);
+}
+
+void FileDecoder::finish(const Capture& cap) {
+  finish_(cap);
+}
 
 std::uint64_t DecodeReport::violations() const {
   std::uint64_t n = 0;

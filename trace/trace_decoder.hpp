@@ -8,6 +8,7 @@
 #include <expected>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -100,6 +101,10 @@ struct StreamOptions {
   std::size_t total_window = kDefaultTotalWindow;  // all connections together
 };
 
+// Where direction `dir` (0: from the client) of flow `flow` starts, when the caller knows it;
+// nullopt: as decode_file() takes it.
+using StartOf = std::function<std::optional<TcpSeq>(std::size_t flow, int dir)>;
+
 // Reads and decodes a capture in one pass without loading it: frame by frame, each connection's
 // directions reassembled within `window`, every record handed to `on_record` when it is known,
 // in capture order across connections. A connection is finished (its closing notes emitted, its
@@ -116,6 +121,29 @@ struct StreamOptions {
 std::expected<DecodeReport, std::string> decode_file(const std::string& path,
                                                      const RecordSink& on_record,
                                                      const StreamOptions& opts = {});
+
+// decode_file()'s decoding as a SegmentSink, for a caller that reads the capture itself and
+// hands the same segments to other sinks too (`rnic replay` learns its plan in the same read).
+// `rep` (which must outlive the decoder) gets the flows' reports as decode_file() makes them,
+// `on_record` each record. Call finish() once, with the Capture the read returned.
+class FileDecoder final : public SegmentSink {
+ public:
+  // `start_of`: where the streams start (`rnic replay` reads the capture once before it decodes
+  // it, and gives each direction with data the start stream_start() takes from the whole flow).
+  // `violations_only`: `on_record` gets the Violation and Note records only (the reports are
+  // the same; no MPA frame or FPDU record is made).
+  FileDecoder(DecodeReport& rep, const RecordSink& on_record, const StreamOptions& opts = {},
+              StartOf start_of = {}, bool violations_only = false);
+  ~FileDecoder() override;
+  void on_segment(std::size_t index, TcpFlow& flow, int dir, const SegmentView& s) override;
+  // Ends every flow still open (their closing records) and adds the flows' problems.
+  void finish(const Capture& cap);
+
+ private:
+  RecordSink on_record_;               // (a copy: the decoder refers to it)
+  std::unique_ptr<SegmentSink> impl_;  // the decoder
+  std::function<void(const Capture&)> finish_;
+};
 
 // The record as one text line ("  12  0.000345 i->r @1448 FPDU Send QN 0 MSN 1 ...").
 std::string format_record(const Record& r, std::uint64_t t0_us);
