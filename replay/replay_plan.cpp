@@ -207,11 +207,18 @@ class Collector final : public mpa::ConnectionVisitor {
       : take_(std::move(take)), negotiated_(std::move(negotiated)) {}
   std::uint64_t frame_length[2] = {0, 0};
 
-  void on_mpa_frame(Direction d, const mpa::MpaFrame&, std::uint64_t, std::size_t length) override {
+  bool negotiated_once = false, rejected = false;
+
+  void on_mpa_frame(Direction d, const mpa::MpaFrame& f, std::uint64_t,
+                    std::size_t length) override {
     frame_length[index(d)] = length;
+    if (d == Direction::FromResponder && f.reject) rejected = true;
   }
   // (Before any FPDU: the Reply fixes the framing, RFC 5044 §7.1.)
-  void on_negotiated(const mpa::ConnectionParams& p) override { negotiated_(p); }
+  void on_negotiated(const mpa::ConnectionParams& p) override {
+    negotiated_once = true;
+    negotiated_(p);
+  }
   void on_fpdu(Direction d, const mpa::Fpdu& f) override {
     FpduInfo i;
     i.offset = f.offset;
@@ -449,6 +456,21 @@ class Learner {
         seq, static_cast<std::size_t>(std::min<std::uint64_t>(limits.max_held, SIZE_MAX)), budget_);
   }
   bool started(int d) const { return reassembly[d].has_value(); }
+  // Direction d's in-order point, once it has started.
+  std::optional<TcpSeq> next(int d) const {
+    return reassembly[d] ? std::optional<TcpSeq>(reassembly[d]->next()) : std::nullopt;
+  }
+
+  // The connection has ended (both directions, as trace::FileDecoder tells): the octets kept
+  // behind the decoders go (what a segment after this carries is decoded all the same, but an
+  // Atomic Response in it is not renumbered). What lies beyond gaps stays, for finish().
+  void compact() {
+    for (int d = 0; d < 2; ++d) {
+      behind_at[d] += behind[d].size();
+      Bytes().swap(behind[d]);
+      forget_carried(d, behind_at[d]);
+    }
+  }
 
   // StepSource::Kept: segment `s` (of direction d) makes a step in finish(); it must outlive
   // the learner. In capture order, as add().
@@ -695,12 +717,19 @@ class Learner {
   // In-order octets of direction d: decoded, and kept behind the decoder for a while.
   void deliver(int d, ByteSpan run) {
     behind[d].insert(behind[d].end(), run.begin(), run.end());
-    const bool awaiting = dec.stream(kDirs[d]).state() == mpa::StreamDecoder::State::AwaitFraming;
+    using State = mpa::StreamDecoder::State;
+    const auto before = dec.stream(kDirs[d]).state();
     dec.feed(kDirs[d], run, col);
-    if (awaiting && dec.stream(kDirs[d]).state() == mpa::StreamDecoder::State::Failed &&
-        mode_ == Mode::Speculative)
+    // In this feed the stream failed after its MPA frame, before the framing was negotiated (and
+    // not after a rejecting Reply): more than max_pending_ octets came before the Reply fixed
+    // their framing, the one failure while it waits (RFC 5044 §7.1). (The frame may have come
+    // in this feed too.)
+    const bool overflow = before != State::Failed &&
+                          dec.stream(kDirs[d]).state() == State::Failed &&
+                          col.frame_length[d] > 0 && !col.negotiated_once && !col.rejected;
+    if (overflow && mode_ == Mode::Speculative)
       held_overflow_ = true;
-    else if (awaiting && dec.stream(kDirs[d]).state() == mpa::StreamDecoder::State::Failed)
+    else if (overflow)
       cp.limits.push_back(LimitFinding{
           "kMaxHeldBeyondGap", limits.max_held, limits.max_held + 1,
           fmt::format("{}: more than {} octets arrived before the MPA Reply fixed their framing "
@@ -1594,13 +1623,15 @@ bool starts_hold(const trace::TcpFlow& flow, const FlowFacts& f) {
 
 // A read of the file that learns (make_plan_from_file). The first read notes every flow's facts,
 // decodes every flow (trace::FileDecoder: the flows' reports and the capture's violations) and
-// learns, speculatively, up to kLearnedPerRead flows whose first segment with data (or FIN or
-// RST) is a client segment starting with the MPA Request key, each direction taken to start as
-// the decoder takes it, the steps counted as they come. A further read learns chosen flows from
-// their start (the whole flow's stream starts; a decoder of its own for the flows whose starts
-// differ), steps counted as they come or their segments kept. Per flow it holds its facts, a
-// learner until the flow turns out not to be iWARP, and the first kKeptTraceViolations
-// violations per direction.
+// learns, speculatively, the flows whose first segment with data (or FIN or RST) is a client
+// segment starting with the MPA Request key, each direction taken to start as the decoder takes
+// it, the steps counted as they come. A further read learns chosen flows from their start (the
+// whole flow's stream starts; a decoder of its own for the flows whose starts differ), steps
+// counted as they come or their segments kept. Either way at most kLearnedPerRead connections
+// are open (not yet ended in both directions) at a time: a flow that begins while as many are
+// is left to a further read (Slot::deferred). Per flow it holds its facts, a learner until the
+// flow turns out not to be iWARP (once it has ended, without the octets it kept behind its
+// decoders: Learner::compact), and the first kKeptTraceViolations violations per direction.
 class LearnSink final : public trace::SegmentSink {
  public:
   struct Slot {
@@ -1610,6 +1641,11 @@ class LearnSink final : public trace::SegmentSink {
     bool keep_segments = false;       // a further read keeps its segments (Learner::Mode::Kept)
     bool decode = false;              // a further read decodes it (its stream starts differ)
     bool redo = false;                // its learner gave up (Learner::needs_redo)
+    bool deferred = false;            // it began while kLearnedPerRead learners were open
+    bool seen = false;                // this read has seen a segment of it (data, FIN or RST)
+    bool open = false;                // its learner is open (counted in live_)
+    bool rst[2] = {false, false};     // per direction: RST seen
+    std::optional<TcpSeq> fin[2];     // per direction: its FIN's sequence number
     std::optional<Refusal> hopeless;  // its learner found it cannot be learned (and went)
     std::unique_ptr<std::deque<trace::TcpSegment>> kept;  // (a deque: keep() refers to them)
     std::vector<trace::Record> violations;
@@ -1631,6 +1667,9 @@ class LearnSink final : public trace::SegmentSink {
   }
   std::deque<Slot> slots;  // by flow index
 
+  // The decoder (which refers to this sink's records) is gone: no more segments go to it.
+  void detach_decoder() { decoder_ = nullptr; }
+
   // The decoder's records: the violations kept, per flow.
   void record(trace::Record&& r) {
     if (r.kind != trace::Record::Kind::Violation) return;
@@ -1647,14 +1686,21 @@ class LearnSink final : public trace::SegmentSink {
       if (i >= slots.size()) return;  // (not in the first read: the replay finds the change)
       auto& sl = slots[i];
       if (decoder_ && sl.decode) decoder_->on_segment(i, flow, dir, v);
-      if (!sl.learn || sl.hopeless || sl.redo || (len == 0 && !v.fin && !v.rst)) return;
-      if (!sl.learner) {
+      if (!sl.learn || sl.hopeless || sl.redo || sl.deferred || (len == 0 && !v.fin && !v.rst))
+        return;
+      if (!sl.seen) {
+        sl.seen = true;
+        if (live_ >= kLearnedPerRead) {
+          sl.deferred = true;
+          return;
+        }
         const auto& f = first_->flows[i];
         sl.learner = make(i, flow, sl.read_again,
                           sl.keep_segments ? Learner::Mode::Kept : Learner::Mode::Counting);
         for (int d = 0; d < 2; ++d) sl.learner->start(d, start_of(f, facts_[i], d));
+        open(sl);
       }
-      take(sl, dir, v, len);
+      if (sl.learner) take(sl, dir, v, len);
       return;
     }
     while (facts_.size() <= i) facts_.emplace_back();
@@ -1680,14 +1726,17 @@ class LearnSink final : public trace::SegmentSink {
     const bool first_relevant = !f.relevant;
     f.relevant = true;
     auto& sl = slots[i];
-    if (first_relevant && keyed && live_ < kLearnedPerRead) {
+    if (first_relevant && keyed) {
+      if (live_ >= kLearnedPerRead) {
+        sl.deferred = true;
+        return;
+      }
       sl.learner = make(i, flow, true, Learner::Mode::Speculative);
-      ++live_;
+      open(sl);
     }
     if (!sl.learner) return;
     if (!sl.learner->started(dir) && len > 0) sl.learner->start(dir, *f.assumed[dir]);
     take(sl, dir, v, len);
-    if (!sl.learner) --live_;
   }
 
  private:
@@ -1697,7 +1746,27 @@ class LearnSink final : public trace::SegmentSink {
                                      mode, &budget_);
   }
 
-  // The next segment of a learned flow; the learner goes when it has nothing more to learn.
+  void open(Slot& sl) {
+    sl.open = true;
+    ++live_;
+  }
+  void close(Slot& sl) {
+    if (!sl.open) return;
+    sl.open = false;
+    --live_;
+  }
+
+  // Direction d of a learned flow is over: it sent RST, or FIN with every octet before it
+  // delivered (as trace::FileDecoder ends a connection, RFC 793 §3.5).
+  static bool ended(const Slot& sl, int d) {
+    if (sl.rst[d]) return true;
+    if (!sl.fin[d]) return false;
+    const auto next = sl.learner->next(d);
+    return !next || *next - *sl.fin[d] >= 0;
+  }
+
+  // The next segment of a learned flow; the learner goes when it has nothing more to learn, and
+  // is compacted once the flow has ended.
   void take(Slot& sl, int dir, const trace::SegmentView& v, std::uint32_t len) {
     if (sl.keep_segments) {
       // (Its payload stays in the file where it is one run of the file's octets.)
@@ -1712,8 +1781,15 @@ class LearnSink final : public trace::SegmentSink {
       sl.redo = true;
       sl.keep_segments = sl.learner->needs_kept();
     } else {
+      if (v.rst) sl.rst[dir] = true;
+      if (v.fin && !sl.fin[dir]) sl.fin[dir] = v.seq + len;
+      if (sl.open && ended(sl, 0) && ended(sl, 1)) {
+        sl.learner->compact();
+        close(sl);
+      }
       return;
     }
+    close(sl);
     sl.learner.reset();
     sl.kept.reset();
   }
@@ -1724,7 +1800,7 @@ class LearnSink final : public trace::SegmentSink {
   trace::PayloadReader* reader_;
   trace::FileDecoder* decoder_;
   const trace::Capture* first_;
-  std::uint64_t live_ = 0;  // the first read's learners
+  std::uint64_t live_ = 0;  // learners open
 };
 
 // make_plan()'s error for a plan that replays no connection: one line naming the file and why
@@ -1788,28 +1864,75 @@ std::expected<Plan, std::string> make_plan_from_file(const std::string& path,
   facts.resize(flows);
   learned->slots.resize(flows);
   trace::PayloadReader reader(cap->file);
-  // 2. Which connections are read again for the replay (make_plan's choice, kRescanBudget), of
-  // those that can be replayed and those whose streams start elsewhere than the first read took
-  // them to (a direction without its SYN whose lowest sequence number came later: not known yet).
-  std::vector<bool> starts(flows), replayable(flows);
-  std::vector<std::size_t> candidates;
+  std::uint64_t reads = 1;
+  // A further read (`more`, its slots set by `choose`): its decoder takes each stream from where
+  // the whole flow starts it.
+  auto read_more = [&](trace::DecodeReport& rep2, std::unique_ptr<LearnSink>& more,
+                       const std::function<void(LearnSink&)>& choose) {
+    ++reads;
+    const trace::RecordSink on_record2 = [&](trace::Record&& r) { more->record(std::move(r)); };
+    trace::FileDecoder decoder2(
+        rep2, on_record2, so,
+        [&](std::size_t i, int d) -> std::optional<TcpSeq> {
+          if (i >= facts.size() || !facts[i].low[d]) return std::nullopt;
+          return start_of(cap->flows[i], facts[i], d);
+        },
+        /*violations_only=*/true);
+    more = std::make_unique<LearnSink>(facts, limits, budget, &reader, &decoder2, &*cap);
+    choose(*more);
+    bool positions = false, decode = false;
+    for (const auto& sl : more->slots) {
+      positions |= sl.learn && sl.keep_segments;
+      decode |= sl.decode;
+    }
+    auto again = trace::rescan_capture(*cap->file, *more, positions);
+    if (!again) throw trace::CaptureChanged(again.error() + " (reading the file again)");
+    if (again->flows.size() != flows || again->frames != cap->frames)
+      throw trace::CaptureChanged(fmt::format("{}: the file read again holds other flows", path));
+    if (decode) decoder2.finish(*again);
+    more->detach_decoder();
+  };
+  // 2. A flow whose streams start elsewhere than the first read took them to (a direction
+  // without its SYN whose lowest sequence number came later) is decoded again, in a read of its
+  // own, so that every report is known before the budget of reads is chosen; what the first read
+  // learned of it goes.
+  std::vector<bool> restart(flows, false);
+  for (std::size_t i = 0; i < flows; ++i) restart[i] = !starts_hold(cap->flows[i], facts[i]);
+  if (std::find(restart.begin(), restart.end(), true) != restart.end()) {
+    trace::DecodeReport rep2;
+    std::unique_ptr<LearnSink> more;
+    read_more(rep2, more, [&](LearnSink& m) {
+      for (std::size_t i = 0; i < flows; ++i) m.slots[i].decode = restart[i];
+    });
+    for (std::size_t i = 0; i < flows; ++i)
+      if (restart[i]) {
+        rep.flows[i] = std::move(rep2.flows[i]);
+        auto& sl = learned->slots[i];
+        sl.violations = std::move(more->slots[i].violations);
+        sl.learner.reset();  // (what it holds goes back to the budget)
+        sl.hopeless.reset();
+      }
+  }
+  // 3. Which connections are read again for the replay: make_plan's choice (kRescanBudget), from
+  // the same reports and counts.
+  std::vector<bool> replayable(flows);
   {
+    std::vector<std::size_t> candidates;
     std::vector<std::uint64_t> segments(flows), last_frame(flows);
     for (std::size_t i = 0; i < flows; ++i) {
-      starts[i] = starts_hold(cap->flows[i], facts[i]);
       replayable[i] = !not_replayable(rep.flows[i], false);
       segments[i] = facts[i].segments[0] + facts[i].segments[1];
       last_frame[i] = facts[i].last_frame;
-      if (!starts[i] || replayable[i]) candidates.push_back(i);
+      if (replayable[i]) candidates.push_back(i);
     }
     const auto again = read_again_within_budget(candidates, segments, last_frame, cap->frames);
     for (std::size_t i = 0; i < flows; ++i) learned->slots[i].read_again = again[i];
   }
-  // 3. Each flow's plan or why it has none, as make_plan() makes them: the first read's learners
-  // end now (what they hold goes); the flows it could not learn (streams that start elsewhere,
-  // its learners past kLearnedPerRead, a Request whose key was cut across segments, steps that
-  // must be kept, a learner that gave up) are learned in further reads, kLearnedPerRead at a
-  // time, each ended after its read.
+  // 4. Each flow's plan or why it has none, as make_plan() makes them: the first read's learners
+  // end now (what they hold goes); the replayable flows it did not learn (their streams start
+  // elsewhere, they began while kLearnedPerRead learners were open, a Request whose key was cut
+  // across segments, steps that must be kept, a learner that gave up) are learned in further
+  // reads, each learner ended after its read.
   // (By flow, only the flows that have one: a ConnectionPlan is large, and flows may be many.)
   std::map<std::size_t, ConnectionPlan> plans;
   std::map<std::size_t, SkippedFlow> skipped;
@@ -1843,11 +1966,11 @@ std::expected<Plan, std::string> make_plan_from_file(const std::string& path,
     sl.learner.reset();
     sl.kept.reset();
   };
-  std::deque<std::size_t> redo;
+  std::vector<std::size_t> redo;
   for (std::size_t i = 0; i < flows; ++i) {
     auto& sl = learned->slots[i];
     const bool learned_ok = sl.hopeless || (sl.learner && sl.read_again);
-    if (!starts[i] || (replayable[i] && !learned_ok)) {
+    if (replayable[i] && !learned_ok) {
       sl.learner.reset();  // (what it holds goes back to the budget)
       sl.hopeless.reset();
       redo.push_back(i);
@@ -1855,57 +1978,32 @@ std::expected<Plan, std::string> make_plan_from_file(const std::string& path,
       conclude(i, sl);
     }
   }
-  std::uint64_t reads = 1;
+  // (Each read learns at least the first flow it is given: the loop ends.)
   while (!redo.empty()) {
-    ++reads;
-    std::vector<std::size_t> group;
-    while (!redo.empty() && group.size() < kLearnedPerRead) {
-      group.push_back(redo.front());
-      redo.pop_front();
-    }
     trace::DecodeReport rep2;
     std::unique_ptr<LearnSink> more;
-    const trace::RecordSink on_record2 = [&](trace::Record&& r) { more->record(std::move(r)); };
-    trace::FileDecoder decoder2(
-        rep2, on_record2, so,
-        [&](std::size_t i, int d) -> std::optional<TcpSeq> {
-          if (i >= facts.size() || !facts[i].low[d]) return std::nullopt;
-          return start_of(cap->flows[i], facts[i], d);
-        },
-        /*violations_only=*/true);
-    more = std::make_unique<LearnSink>(facts, limits, budget, &reader, &decoder2, &*cap);
-    bool positions = false, decode = false;
-    for (const auto i : group) {
-      const auto& first = learned->slots[i];
-      auto& sl = more->slots[i];
-      sl.learn = true;
-      sl.read_again = first.read_again;
-      sl.keep_segments = !first.read_again || first.keep_segments;
-      sl.decode = !starts[i];
-      positions |= sl.keep_segments;
-      decode |= sl.decode;
-    }
-    auto again = trace::rescan_capture(*cap->file, *more, positions);
-    if (!again) throw trace::CaptureChanged(again.error() + " (reading the file again)");
-    if (again->flows.size() != flows || again->frames != cap->frames)
-      throw trace::CaptureChanged(fmt::format("{}: the file read again holds other flows", path));
-    if (decode) decoder2.finish(*again);
-    for (const auto i : group) {
+    read_more(rep2, more, [&](LearnSink& m) {
+      for (const auto i : redo) {
+        const auto& first = learned->slots[i];
+        auto& sl = m.slots[i];
+        sl.learn = true;
+        sl.read_again = first.read_again;
+        sl.keep_segments = !first.read_again || first.keep_segments;
+      }
+    });
+    std::vector<std::size_t> left;
+    for (const auto i : redo) {
       auto& sl = more->slots[i];
       auto& first = learned->slots[i];
-      if (sl.decode) {  // (decoded from where its streams start: this read's report)
-        rep.flows[i] = std::move(rep2.flows[i]);
-        first.violations = std::move(sl.violations);
-        starts[i] = true;
-      }
-      if (sl.redo) {  // (past kMaxSegmentsBeforeFraming: once more, its segments kept)
-        first.keep_segments = true;
-        redo.push_back(i);
+      if (sl.deferred || sl.redo) {  // (past kMaxSegmentsBeforeFraming: its segments kept)
+        if (sl.redo) first.keep_segments = true;
+        left.push_back(i);
         continue;
       }
       sl.violations = std::move(first.violations);
       conclude(i, sl);
     }
+    redo = std::move(left);
   }
   Plan plan;
   plan.path = cap->path;

@@ -312,13 +312,16 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
 // without holding the capture (`rnic replay` of a regular file). One read of the file notes a few
 // words per flow (where each direction starts, how many segments, the last frame), decodes every
 // flow (trace::FileDecoder) and learns each connection whose first segment is the client's MPA
-// Request, as its segments come. A second read, only when needed, decodes and learns again the
-// connections whose streams start elsewhere than the first read took them to (a direction without
-// its SYN whose lowest sequence number came later), learns those the first did not (the Request's
-// key cut across segments), and those whose steps are kept (past kRescanBudget: their segments'
-// places in the file, a record each). Then the replay reads the file again for each connection
-// whose steps are read again. Each learner holds what make_plan()'s does; what all of them hold
-// beyond gaps is at most limits.max_held, and the decoder's at most that again; so what it holds
+// Request, as its segments come, at most kLearnedPerRead of them open at once. Further reads,
+// only when needed: one decodes again the flows whose streams start elsewhere than the first read
+// took them to (a direction without its SYN whose lowest sequence number came later), so that the
+// budget of reads is chosen from the same reports as make_plan(); then reads learn the replayable
+// connections the first did not (restarted, begun while kLearnedPerRead were open, the Request's
+// key cut across segments), those whose steps are kept (past kRescanBudget: their segments'
+// places in the file, a record each) and those whose learner gave up (kHeldBeforeFramingSpeculative,
+// kMaxSegmentsBeforeFraming). Then the replay reads the file again for each connection whose
+// steps are read again. Each learner holds what make_plan()'s does; what all of them hold beyond
+// gaps is at most limits.max_held, and the decoder's at most that again; so what it holds
 // does not grow with the capture's length (but with the connections past the budget). Its decoder
 // ends a connection once both directions have (as `rnic decode` does): data a capture shows after
 // that is counted in a note and not checked for violations, where make_plan()'s decoder checks it

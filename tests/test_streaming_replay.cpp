@@ -733,6 +733,8 @@ TEST(PlanFromFile, StreamWithoutItsSynStartsAtItsLowestSequenceNumber) {
   const auto alone = trace::decode_file(path, [](trace::Record&&) {});
   ASSERT_TRUE(alone) << alone.error();
   EXPECT_FALSE(alone->flows.at(0).iwarp);
+  // (The first read, a read that decodes it from its starts, a read that learns it.)
+  EXPECT_EQ(b.streamed->learning_reads, 3u);
   expect_same(b);
   std::remove(path.c_str());
 }
@@ -792,27 +794,63 @@ TEST(PlanFromFile, WhatLearnersHoldBeyondGapsIsBoundedForAllTogether) {
 
 // A capture of the sample conversation (`mss`-octet segments, `bulk` octets of Writes) with the
 // responder's MPA Reply moved after the client's `after`-th segment with data (two hosts'
-// captures merged with skewed clocks).
-std::string late_reply(const std::string& name, std::uint16_t mss, std::size_t after) {
+// captures merged with skewed clocks); with `cut` > 0, the MPA Request cut after that many
+// octets, its tail moved there too (the Request completes only then).
+std::string late_reply(const std::string& name, std::uint16_t mss, std::size_t after,
+                       std::uint64_t bulk, std::size_t cut = 0) {
   const auto gen = scratch(name + "_src.pcap");
   trace::GeneratorOptions g;
   g.pcap.mss = mss;
-  g.bulk_bytes = 2u << 20;
+  g.bulk_bytes = bulk;
   EXPECT_TRUE(trace::generate_conversation(gen, g));
   auto f = read_frames(gen);
   std::remove(gen.c_str());
-  std::size_t reply = f.frames.size(), client_data = 0, to = 0;
-  for (std::size_t i = 0; i < f.frames.size(); ++i) {
+  std::vector<std::pair<pcap_pkthdr, std::vector<u_char>>> moved;
+  if (cut > 0) {
+    EXPECT_TRUE(cut_request_key(f));  // (cuts after 5 octets: then move the cut)
+    for (std::size_t i = 0; i + 1 < f.frames.size(); ++i) {
+      auto& a = f.frames[i].second;
+      const auto t = tcp_of(a);
+      if (!from_port(a, 40000) || a.size() != t.payload + 5) continue;
+      // Join the two halves again, then cut after `cut` octets.
+      auto& bb = f.frames[i + 1].second;
+      const auto tb = tcp_of(bb);
+      std::vector<u_char> whole(a.begin(), a.end());
+      whole.insert(whole.end(), bb.begin() + static_cast<std::ptrdiff_t>(tb.payload), bb.end());
+      auto head = whole, tail = whole;
+      head.resize(t.payload + cut);
+      tail.erase(tail.begin() + static_cast<std::ptrdiff_t>(t.payload),
+                 tail.begin() + static_cast<std::ptrdiff_t>(t.payload + cut));
+      put16(head, 16, static_cast<std::uint32_t>(head.size() - 14));
+      put16(tail, 16, static_cast<std::uint32_t>(tail.size() - 14));
+      put32(tail, t.tcp + 4, get32(whole, t.tcp + 4) + static_cast<std::uint32_t>(cut));
+      auto h1 = f.frames[i].first, h2 = f.frames[i + 1].first;
+      h1.caplen = h1.len = static_cast<std::uint32_t>(head.size());
+      h2.caplen = h2.len = static_cast<std::uint32_t>(tail.size());
+      f.frames[i] = {h1, std::move(head)};
+      moved.push_back({h2, std::move(tail)});
+      f.frames.erase(f.frames.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      break;
+    }
+    EXPECT_EQ(moved.size(), 1u);
+  }
+  std::size_t reply = f.frames.size();
+  for (std::size_t i = 0; i < f.frames.size() && reply == f.frames.size(); ++i) {
     const auto& d = f.frames[i].second;
-    const bool data = d.size() > tcp_of(d).payload;
-    if (reply == f.frames.size() && data && from_port(d, 7174)) reply = i;
-    if (data && from_port(d, 40000) && ++client_data == after) to = i;
+    if (d.size() > tcp_of(d).payload && from_port(d, 7174)) reply = i;
   }
   EXPECT_LT(reply, f.frames.size());
-  EXPECT_GT(to, reply);
-  auto moved = f.frames[reply];
-  f.frames.insert(f.frames.begin() + static_cast<std::ptrdiff_t>(to) + 1, moved);
+  if (reply == f.frames.size()) return "";
+  moved.push_back(f.frames[reply]);
   f.frames.erase(f.frames.begin() + static_cast<std::ptrdiff_t>(reply));
+  std::size_t client_data = 0, to = 0;
+  for (std::size_t i = 0; i < f.frames.size() && to == 0; ++i) {
+    const auto& d = f.frames[i].second;
+    if (d.size() > tcp_of(d).payload && from_port(d, 40000) && ++client_data == after) to = i;
+  }
+  EXPECT_GT(to, 0u);
+  f.frames.insert(f.frames.begin() + static_cast<std::ptrdiff_t>(to) + 1, moved.begin(),
+                  moved.end());
   const auto path = scratch(name + ".pcap");
   write_frames(f, path);
   return path;
@@ -820,22 +858,33 @@ std::string late_reply(const std::string& name, std::uint16_t mss, std::size_t a
 
 // A connection whose MPA Reply comes late cannot have its steps counted as they come (which
 // segments are only the MPA frames is not known before), and the first read, which does not know
-// yet whether the connection can be replayed, holds little before the framing is known: past
-// kHeldBeforeFramingSpeculative octets (1 MiB in 1460-octet segments) the connection is learned
-// again in a second read; past kMaxSegmentsBeforeFraming segments (256-octet segments), again
-// with its segments kept. Either way the plan is the one of the capture read whole.
+// yet whether the connection can be replayed, holds little before the framing is known. Past
+// kHeldBeforeFramingSpeculative octets (1 MiB: 900 segments of 1460) it is learned again in a
+// second read; past kMaxSegmentsBeforeFraming segments (4,100 of 256), again with its segments
+// kept; both (5,000 of 1460), in a second read and then a third with its segments kept. With the
+// Request's tail late too (cut after 18 octets, its key whole), the first read's learner sees
+// the Request complete and the 1 MiB passed in the same run of octets, and gives up all the
+// same. Each time the plan is the one of the capture read whole.
 TEST(PlanFromFile, ALateReplyIsLearnedInAnotherRead) {
   ASSERT_EQ(kHeldBeforeFramingSpeculative, 1u << 20);
   ASSERT_EQ(kMaxSegmentsBeforeFraming, 4096u);
-  for (const auto& [mss, after] : {std::pair<std::uint16_t, std::size_t>{1460, 900},
-                                   std::pair<std::uint16_t, std::size_t>{256, 4100}}) {
-    SCOPED_TRACE(mss);
-    const auto path = late_reply("late_reply", mss, after);
+  struct Case {
+    std::uint16_t mss;
+    std::size_t after;
+    std::uint64_t bulk;
+    std::size_t cut;
+    std::uint64_t reads;
+  };
+  for (const auto& c : {Case{1460, 900, 2u << 20, 0, 2}, Case{256, 4100, 2u << 20, 0, 2},
+                        Case{1460, 5000, 8u << 20, 0, 3}, Case{1460, 800, 2u << 20, 18, 2}}) {
+    SCOPED_TRACE(fmt::format("mss {} after {} cut {}", c.mss, c.after, c.cut));
+    const auto path = late_reply("late_reply", c.mss, c.after, c.bulk, c.cut);
+    ASSERT_FALSE(path.empty());
     const auto b = plan_both(path);
     ASSERT_TRUE(b.streamed) << b.streamed.error();
     ASSERT_EQ(b.streamed->connections.size(), 1u);
     EXPECT_TRUE(b.streamed->connections[0].read_again);
-    EXPECT_GE(b.streamed->learning_reads, 2u);
+    EXPECT_EQ(b.streamed->learning_reads, c.reads);
     EXPECT_TRUE(b.streamed->connections[0].limits.empty());
     expect_same(b);
     std::remove(path.c_str());
@@ -870,6 +919,41 @@ TEST(PlanFromFile, ConnectionsPastTheLearnersOfOneReadAreLearnedInAnother) {
   std::size_t again = 0;
   for (const auto& c : b.streamed->connections) again += c.read_again;
   EXPECT_EQ(again, 2u);
+  expect_same(b);
+  std::remove(path.c_str());
+}
+
+// Connections one after the other are learned in one read however many they are: a learner
+// stops counting against kLearnedPerRead once its connection has ended (FIN in both directions,
+// every octet before it delivered). 100 copies of a connection one after the other: the first
+// read learns all 100; within kRescanBudget 19 are read again (the first 19: 90 x (1 + ... + 19)
+// frames of 2 x 9,000), and the other 81, whose steps are kept, are learned again in one more
+// read (without the accounting: 64, then 17, 3 reads). The plan is the one of the capture read
+// whole.
+TEST(PlanFromFile, ConnectionsOneAfterTheOtherAreLearnedInOneRead) {
+  const auto src = read_frames(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap");
+  ASSERT_EQ(src.link, DLT_EN10MB);
+  const std::uint16_t client = [&] {
+    const auto& d = src.frames.at(0).second;
+    return static_cast<std::uint16_t>(d[tcp_of(d).tcp] << 8 | d[tcp_of(d).tcp + 1]);
+  }();
+  Frames many{src.link, {}};
+  for (std::uint16_t k = 1; k <= 100; ++k)
+    for (const auto& [h, data] : src.frames) {
+      auto copy = data;
+      put16(copy, tcp_of(copy).tcp + (from_port(copy, client) ? 0 : 2), 20000 + k);
+      many.frames.push_back({h, std::move(copy)});
+    }
+  const auto path = scratch("hundred.pcap");
+  write_frames(many, path);
+  ASSERT_EQ(src.frames.size(), 90u);
+  const auto b = plan_both(path);
+  ASSERT_TRUE(b.streamed) << b.streamed.error();
+  EXPECT_EQ(b.streamed->connections.size(), 100u);
+  std::size_t again = 0;
+  for (const auto& c : b.streamed->connections) again += c.read_again;
+  EXPECT_EQ(again, 19u);
+  EXPECT_EQ(b.streamed->learning_reads, 2u);
   expect_same(b);
   std::remove(path.c_str());
 }

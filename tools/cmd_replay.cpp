@@ -259,9 +259,9 @@ Runner add_replay_command(CLI::App& app) {
       "1 the replay found violations the trace does not hold, or a --permute replay differed\n"
       "from the capture-order one; 2 unusable input (unreadable file, not a capture, no iWARP\n"
       "connection with its MPA exchange). A capture file is read as it comes, nothing held per\n"
-      "segment: once to learn the connections (sometimes twice), then again as the replay goes,\n"
-      "to make its steps. A pipe, --drop, --permute and --html, and connections past the budget\n"
-      "of reads (of many side by side) take memory per segment. Details: docs/replay.md.");
+      "segment: once to learn the connections (more for some captures), then again as the replay\n"
+      "goes, to make its steps. A pipe, --drop, --permute and --html, and connections past the\n"
+      "budget of reads (of many side by side) take memory per segment. Details: docs/replay.md.");
   cmd->add_option("file", o->file, "Capture file (pcap or pcapng)")->required();
   cmd->add_flag("--json", o->json, "Print one JSON document (connections, CQEs, timeline)");
   auto* tl = cmd->add_flag("--timeline", o->timeline,
