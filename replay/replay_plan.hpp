@@ -318,15 +318,15 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
 // budget of reads is chosen from the same reports as make_plan(); then reads learn the replayable
 // connections the first did not (restarted, begun while kLearnedPerRead were open, the Request's
 // key cut across segments), those whose steps are kept (past kRescanBudget: their segments'
-// places in the file, a record each) and those whose learner gave up (kHeldBeforeFramingSpeculative,
-// kMaxSegmentsBeforeFraming). Then the replay reads the file again for each connection whose
-// steps are read again. Each learner holds what make_plan()'s does; what all of them hold beyond
-// gaps is at most limits.max_held, and the decoder's at most that again; so what it holds
-// does not grow with the capture's length (but with the connections past the budget). Its decoder
-// ends a connection once both directions have (as `rnic decode` does): data a capture shows after
-// that is counted in a note and not checked for violations, where make_plan()'s decoder checks it
-// (the learner learns from it either way). Fails as make_plan() does, and in
-// one line when the path is not a regular file (it cannot be read again: use make_plan()); throws
+// places in the file, a record each) and those whose learner gave up
+// (kHeldBeforeFramingSpeculative, kMaxSegmentsBeforeFraming). Then the replay reads the file again
+// for each connection whose steps are read again. Each learner holds what make_plan()'s does; what
+// all of them hold beyond gaps is at most limits.max_held, and the decoder's at most that again; so
+// what it holds does not grow with the capture's length (but with the connections past the budget).
+// Its decoder ends a connection once both directions have (as `rnic decode` does): data a capture
+// shows after that is counted in a note and not checked for violations, where make_plan()'s decoder
+// checks it (the learner learns from it either way). Fails as make_plan() does, and in one line
+// when the path is not a regular file (it cannot be read again: use make_plan()); throws
 // trace::CaptureChanged when the file changed between the reads.
 std::expected<Plan, std::string> make_plan_from_file(const std::string& path,
                                                      const PlanLimits& limits = {});

@@ -700,9 +700,9 @@ TEST(PlanFromFile, RequestKeyCutAcrossSegmentsIsLearnedInOneMoreRead) {
 
 // A capture without the handshake whose client segment after the Request comes first: the
 // client's stream starts at its lowest sequence number (the Request), not at its first segment,
-// where the first read took it to start (as `rnic decode` does); so the connection is decoded and
-// learned again in a second read that knows where each stream starts (FileDecoder's start_of):
-// without it the connection would not be iWARP.
+// where the first read took it to start (as `rnic decode` does); so the connection is decoded
+// again in a second read that knows where each stream starts (FileDecoder's start_of), and
+// learned in a third: without it the connection would not be iWARP.
 TEST(PlanFromFile, StreamWithoutItsSynStartsAtItsLowestSequenceNumber) {
   auto f = read_frames(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap");
   ASSERT_EQ(f.link, DLT_EN10MB);
