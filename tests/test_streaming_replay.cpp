@@ -622,6 +622,26 @@ bool cut_request_key(Frames& f) {
   return false;
 }
 
+// `n` copies of the connection in `src` (its client's port `client`), the k-th with the client's
+// port base + k: side by side (each frame n times) or one after the other.
+Frames copies(const Frames& src, std::uint16_t client, std::uint16_t base, std::uint16_t n,
+              bool side_by_side) {
+  Frames out{src.link, {}};
+  auto add = [&](const pcap_pkthdr& h, const std::vector<u_char>& data, std::uint16_t k) {
+    auto copy = data;
+    put16(copy, tcp_of(copy).tcp + (from_port(copy, client) ? 0 : 2), base + k);
+    out.frames.push_back({h, std::move(copy)});
+  };
+  if (side_by_side) {
+    for (const auto& [h, data] : src.frames)
+      for (std::uint16_t k = 1; k <= n; ++k) add(h, data, k);
+  } else {
+    for (std::uint16_t k = 1; k <= n; ++k)
+      for (const auto& [h, data] : src.frames) add(h, data, k);
+  }
+  return out;
+}
+
 // Every capture of the corpus: the plan learned as the file is read is the one of the capture
 // read whole, and so is its replay, report for report.
 TEST(PlanFromFile, IsThePlanOfTheCaptureReadWhole) {
@@ -654,15 +674,7 @@ TEST(PlanFromFile, ConnectionsPastTheBudgetKeepTheirSteps) {
     if (cut) {
       ASSERT_TRUE(cut_request_key(src));
     }
-    Frames four{src.link, {}};
-    for (const auto& [h, data] : src.frames)
-      for (std::uint16_t k = 1; k <= 4; ++k) {
-        auto copy = data;
-        const auto t = tcp_of(copy);
-        const bool from_client = from_port(copy, 40000);
-        put16(copy, t.tcp + (from_client ? 0 : 2), 40000 + k);
-        four.frames.push_back({h, std::move(copy)});
-      }
+    const auto four = copies(src, 40000, 40000, 4, true);
     const auto path = scratch("four.pcap");
     write_frames(four, path);
     const auto b = plan_both(path);
@@ -759,13 +771,7 @@ TEST(PlanFromFile, WhatLearnersHoldBeyondGapsIsBoundedForAllTogether) {
     one.frames.push_back(fr);
   }
   ASSERT_GT(held, 1000u);
-  Frames four{src.link, {}};
-  for (const auto& [h, data] : one.frames)
-    for (std::uint16_t k = 1; k <= 4; ++k) {
-      auto copy = data;
-      put16(copy, tcp_of(copy).tcp + (from_port(copy, 40000) ? 0 : 2), 40000 + k);
-      four.frames.push_back({h, std::move(copy)});
-    }
+  const auto four = copies(one, 40000, 40000, 4, true);
   const auto path = scratch("four_gaps.pcap");
   write_frames(four, path);
   PlanLimits limits;
@@ -903,13 +909,7 @@ TEST(PlanFromFile, ConnectionsPastTheLearnersOfOneReadAreLearnedInAnother) {
     const auto& d = src.frames.at(0).second;
     return static_cast<std::uint16_t>(d[tcp_of(d).tcp] << 8 | d[tcp_of(d).tcp + 1]);
   }();
-  Frames many{src.link, {}};
-  for (const auto& [h, data] : src.frames)
-    for (std::uint16_t k = 1; k <= 70; ++k) {
-      auto copy = data;
-      put16(copy, tcp_of(copy).tcp + (from_port(copy, client) ? 0 : 2), 20000 + k);
-      many.frames.push_back({h, std::move(copy)});
-    }
+  const auto many = copies(src, client, 20000, 70, true);
   const auto path = scratch("seventy.pcap");
   write_frames(many, path);
   const auto b = plan_both(path);
@@ -937,13 +937,7 @@ TEST(PlanFromFile, ConnectionsOneAfterTheOtherAreLearnedInOneRead) {
     const auto& d = src.frames.at(0).second;
     return static_cast<std::uint16_t>(d[tcp_of(d).tcp] << 8 | d[tcp_of(d).tcp + 1]);
   }();
-  Frames many{src.link, {}};
-  for (std::uint16_t k = 1; k <= 100; ++k)
-    for (const auto& [h, data] : src.frames) {
-      auto copy = data;
-      put16(copy, tcp_of(copy).tcp + (from_port(copy, client) ? 0 : 2), 20000 + k);
-      many.frames.push_back({h, std::move(copy)});
-    }
+  const auto many = copies(src, client, 20000, 100, false);
   const auto path = scratch("hundred.pcap");
   write_frames(many, path);
   ASSERT_EQ(src.frames.size(), 90u);
