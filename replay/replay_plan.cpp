@@ -1,7 +1,6 @@
 #include "replay/replay_plan.hpp"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <deque>
@@ -1803,6 +1802,52 @@ class LearnSink final : public trace::SegmentSink {
   std::uint64_t live_ = 0;  // learners open
 };
 
+// A segment the scanner takes as its direction's SYN (trace::TcpFlow::saw_syn, saw_syn_ack): the
+// client's SYN without ACK, the server's SYN with it.
+bool opening_syn(int dir, bool syn, bool has_ack) {
+  return syn && (dir == 0 ? !has_ack : has_ack);
+}
+
+// `rnic replay --drop` as the file is read (make_plan_from_file): hands every segment but those
+// of the frames taken out to `next`, and leaves each flow's SYN facts as drop_frames() leaves
+// them in a capture read whole: a direction's SYN counts only where a segment that carries it
+// is kept (the scanner then takes the first kept one as the SYN: trace::TcpFlow). Notes which of
+// the frames it met.
+class DropSink final : public trace::SegmentSink {
+ public:
+  DropSink(const std::vector<std::uint64_t>& frames, trace::SegmentSink& next)
+      : frames_(frames), next_(next), found_(frames.size(), false) {}
+  void on_segment(std::size_t i, trace::TcpFlow& flow, int dir,
+                  const trace::SegmentView& v) override {
+    const bool syn = opening_syn(dir, v.syn, v.has_ack);
+    if (syn && kept_syn_.size() <= i) kept_syn_.resize(i + 1, 0);
+    const auto it = std::lower_bound(frames_.begin(), frames_.end(), v.frame);
+    if (it != frames_.end() && *it == v.frame) {
+      found_[static_cast<std::size_t>(it - frames_.begin())] = true;
+      // (A SYN taken out before one of its direction was kept: the flow has not seen one, and
+      // the scanner takes the next as the first.)
+      if (syn && !(kept_syn_[i] & (1u << dir)))
+        (dir == 0 ? flow.saw_syn : flow.saw_syn_ack) = false;
+      return;
+    }
+    if (syn) kept_syn_[i] |= static_cast<std::uint8_t>(1u << dir);
+    next_.on_segment(i, flow, dir, v);
+  }
+  bool done() const override { return next_.done(); }
+  // The first of the frames the read did not meet (no segment with data, SYN, FIN or RST).
+  std::optional<std::uint64_t> missing() const {
+    for (std::size_t k = 0; k < frames_.size(); ++k)
+      if (!found_[k]) return frames_[k];
+    return std::nullopt;
+  }
+
+ private:
+  const std::vector<std::uint64_t>& frames_;  // ascending, no repeats
+  trace::SegmentSink& next_;
+  std::vector<bool> found_;
+  std::vector<std::uint8_t> kept_syn_;  // per flow: bit d, a SYN of direction d kept
+};
+
 // make_plan()'s error for a plan that replays no connection: one line naming the file and why
 // each connection is not replayed.
 std::optional<std::string> plan_error(const Plan& plan) {
@@ -1838,10 +1883,16 @@ std::vector<bool> read_again_within_budget(std::vector<std::size_t> candidates,
 }  // namespace
 
 std::expected<Plan, std::string> make_plan_from_file(const std::string& path,
-                                                     const PlanLimits& limits) {
-  // (A pipe cannot be read again: said before it is read.)
-  if (struct stat st{}; path == "-" || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)))
-    return std::unexpected(fmt::format("{}: not a regular file (it cannot be read again)", path));
+                                                     const PlanLimits& limits,
+                                                     std::vector<std::uint64_t> drop) {
+  // (Frames taken out: every read hands the learners and decoders the others only.)
+  std::sort(drop.begin(), drop.end());
+  drop.erase(std::unique(drop.begin(), drop.end()), drop.end());
+  auto read = [&](auto&& scan, trace::SegmentSink& sink) {
+    if (drop.empty()) return scan(sink);
+    DropSink dropped(drop, sink);
+    return scan(dropped);
+  };
   // 1. One read: every flow's facts, every flow decoded, iWARP ones learned (see LearnSink).
   std::deque<FlowFacts> facts;
   // (What all the learners hold beyond gaps, at most max_held; it outlives them.)
@@ -1855,10 +1906,24 @@ std::expected<Plan, std::string> make_plan_from_file(const std::string& path,
   const trace::RecordSink on_record = [&](trace::Record&& r) { learned->record(std::move(r)); };
   trace::FileDecoder decoder(rep, on_record, so, {}, /*violations_only=*/true);
   learned = std::make_unique<LearnSink>(facts, limits, budget, nullptr, &decoder);
-  auto cap = trace::scan_capture_file(path, *learned);
+  // (A pipe is copied into an unnamed temporary file first, which is read instead.)
+  std::optional<std::uint64_t> not_met;
+  auto cap = drop.empty() ? trace::scan_capture_file(path, *learned, /*copy_pipe=*/true) : [&] {
+    DropSink dropped(drop, *learned);
+    auto c = trace::scan_capture_file(path, dropped, true);
+    not_met = dropped.missing();
+    return c;
+  }();
   if (!cap) return std::unexpected(cap.error());
+  // (As drop_frames() says it.)
+  if (not_met)
+    return std::unexpected(
+        fmt::format("{}: frame {} is no TCP segment with data, SYN, FIN or RST (the capture has "
+                    "{} frames)",
+                    cap->path, *not_met, cap->frames));
   if (!cap->file)
-    return std::unexpected(fmt::format("{}: not a regular file (it cannot be read again)", path));
+    return std::unexpected(
+        fmt::format("{}: neither a regular file nor a pipe (it cannot be read again)", path));
   decoder.finish(*cap);
   const std::size_t flows = cap->flows.size();
   facts.resize(flows);
@@ -1885,7 +1950,11 @@ std::expected<Plan, std::string> make_plan_from_file(const std::string& path,
       positions |= sl.learn && sl.keep_segments;
       decode |= sl.decode;
     }
-    auto again = trace::rescan_capture(*cap->file, *more, positions);
+    auto again = read(
+        [&](trace::SegmentSink& sink) {
+          return trace::rescan_capture(*cap->file, sink, positions);
+        },
+        *more);
     if (!again) throw trace::CaptureChanged(again.error() + " (reading the file again)");
     if (again->flows.size() != flows || again->frames != cap->frames)
       throw trace::CaptureChanged(fmt::format("{}: the file read again holds other flows", path));
@@ -1956,6 +2025,8 @@ std::expected<Plan, std::string> make_plan_from_file(const std::string& path,
       auto cp = sl.learner->finish(rep.flows[i], violations);
       if (cp) {
         cp->file = cap->file;
+        // (The replay's read of the file leaves them out too: StepStream.)
+        if (cp->read_again) cp->left_out = drop;
         plans.emplace(i, std::move(*cp));
       } else {
         sk.reason = cp.error().reason;
@@ -2030,12 +2101,24 @@ std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
         ++n;
         return true;
       });
-    // Without its SYN a direction's stream starts where its data does.
-    auto has_syn = [](const std::vector<trace::TcpSegment>& d) {
-      return std::any_of(d.begin(), d.end(), [](const trace::TcpSegment& s) { return s.syn; });
-    };
-    f.saw_syn = f.saw_syn && has_syn(f.dir[0]);
-    f.saw_syn_ack = f.saw_syn_ack && has_syn(f.dir[1]);
+    // Without its SYN a direction's stream starts where its data does; with a SYN sent again,
+    // the first one left is the SYN (as the scanner takes it: the first one it meets).
+    const bool had_syn = f.saw_syn;
+    for (int d = 0; d < 2; ++d) {
+      bool& saw = d == 0 ? f.saw_syn : f.saw_syn_ack;
+      if (!saw) continue;
+      const auto it = std::find_if(
+          f.dir[d].begin(), f.dir[d].end(),
+          [&](const trace::TcpSegment& s) { return opening_syn(d, s.syn, s.has_ack); });
+      saw = it != f.dir[d].end();
+      if (saw) (d == 0 ? f.client_isn : f.server_isn) = it->seq;
+    }
+    // (The problem the scanner notes for a flow without the client's SYN: trace::scan_capture.)
+    if (had_syn && !f.saw_syn)
+      f.problems.insert(f.problems.begin(),
+                        fmt::format("capture starts mid-connection: no SYN for {} -> {} (first "
+                                    "frame {})",
+                                    f.client.to_string(), f.server.to_string(), f.first_frame));
   }
   for (auto fr : want)
     if (!found.contains(fr))

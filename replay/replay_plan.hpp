@@ -295,7 +295,9 @@ struct Plan {
 
 // Leaves capture frames out, as if the network had lost them (`rnic replay --drop`). Returns
 // how many TCP segments went, or one line naming a frame that is no TCP segment with data, SYN,
-// FIN or RST (pure ACKs are not kept, so there is nothing to drop).
+// FIN or RST (pure ACKs are not kept, so there is nothing to drop). A direction keeps its SYN
+// only where a segment that carries it is left, the first one left (its ISN); a flow whose
+// client SYN went gets the scanner's "capture starts mid-connection" problem.
 std::expected<std::size_t, std::string> drop_frames(trace::Capture& cap,
                                                     const std::vector<std::uint64_t>& frames);
 
@@ -309,26 +311,30 @@ std::expected<Plan, std::string> make_plan(const trace::Capture& cap, const Plan
                                            StepSource source = StepSource::Kept);
 
 // make_plan(read_capture(path, {.payloads_in_file = true}), limits, StepSource::ReadAgain)
-// without holding the capture (`rnic replay` of a regular file). One read of the file notes a few
-// words per flow (where each direction starts, how many segments, the last frame), decodes every
-// flow (trace::FileDecoder) and learns each connection whose first segment is the client's MPA
-// Request, as its segments come, at most kLearnedPerRead of them open at once. Further reads,
-// only when needed: one decodes again the flows whose streams start elsewhere than the first read
-// took them to (a direction without its SYN whose lowest sequence number came later), so that the
-// budget of reads is chosen from the same reports as make_plan(); then reads learn the replayable
-// connections the first did not (restarted, begun while kLearnedPerRead were open, the Request's
-// key cut across segments), those whose steps are kept (past kRescanBudget: their segments'
-// places in the file, a record each) and those whose learner gave up
-// (kHeldBeforeFramingSpeculative, kMaxSegmentsBeforeFraming). Then the replay reads the file again
-// for each connection whose steps are read again. Each learner holds what make_plan()'s does; what
-// all of them hold beyond gaps is at most limits.max_held, and the decoder's at most that again; so
-// what it holds does not grow with the capture's length (but with the connections past the budget).
-// Its decoder ends a connection once both directions have (as `rnic decode` does): data a capture
-// shows after that is counted in a note and not checked for violations, where make_plan()'s decoder
-// checks it (the learner learns from it either way). Fails as make_plan() does, and in one line
-// when the path is not a regular file (it cannot be read again: use make_plan()); throws
-// trace::CaptureChanged when the file changed between the reads.
+// without holding the capture (`rnic replay` in capture order); with `drop`, of that capture after
+// drop_frames(cap, drop), each read handing on the other frames only. A pipe ("-" or a named one)
+// is first copied into an unnamed temporary file (trace::copy_to_unnamed_file), read instead. One
+// read of the file notes a few words per flow (where each direction starts, how many segments, the
+// last frame), decodes every flow (trace::FileDecoder) and learns each connection whose first
+// segment is the client's MPA Request, as its segments come, at most kLearnedPerRead of them open
+// at once. Further reads, only when needed: one decodes again the flows whose streams start
+// elsewhere than the first read took them to (a direction without its SYN whose lowest sequence
+// number came later), so that the budget of reads is chosen from the same reports as make_plan();
+// then reads learn the replayable connections the first did not (restarted, begun while
+// kLearnedPerRead were open, the Request's key cut across segments), those whose steps are kept
+// (past kRescanBudget: their segments' places in the file, a record each) and those whose learner
+// gave up (kHeldBeforeFramingSpeculative, kMaxSegmentsBeforeFraming). Then the replay reads the
+// file again for each connection whose steps are read again. Each learner holds what make_plan()'s
+// does; what all of them hold beyond gaps is at most limits.max_held, and the decoder's at most
+// that again; so what it holds does not grow with the capture's length (but with the connections
+// past the budget). Its decoder ends a connection once both directions have (as `rnic decode`
+// does): data a capture shows after that is counted in a note and not checked for violations, where
+// make_plan()'s decoder checks it (the learner learns from it either way). Fails as make_plan() and
+// drop_frames() do, and in one line when the path is neither a regular file nor a pipe (a device:
+// it cannot be read again) or the pipe cannot be copied; throws trace::CaptureChanged when the file
+// changed between the reads.
 std::expected<Plan, std::string> make_plan_from_file(const std::string& path,
-                                                     const PlanLimits& limits = {});
+                                                     const PlanLimits& limits = {},
+                                                     std::vector<std::uint64_t> drop = {});
 
 }  // namespace iwarp::replay

@@ -5,6 +5,7 @@
 // capture order and in a seeded disorder.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <pcap/pcap.h>
 #include <sys/stat.h>
@@ -13,6 +14,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "replay/replay_plan.hpp"
@@ -567,11 +571,19 @@ struct Both {
   std::expected<Plan, std::string> streamed, whole;
 };
 
-Both plan_both(const std::string& path) {
-  Both b{make_plan_from_file(path), std::unexpected(std::string("unread"))};
+// (With `drop`: those frames taken out, as `rnic replay --drop` takes them out: as the file is
+// read, and with drop_frames() from the capture read whole.)
+Both plan_both(const std::string& path, const std::vector<std::uint64_t>& drop = {}) {
+  Both b{make_plan_from_file(path, {}, drop), std::unexpected(std::string("unread"))};
   auto cap = trace::read_capture(path, {.payloads_in_file = true});
   EXPECT_TRUE(cap) << cap.error();
-  if (cap) b.whole = make_plan(*cap, {}, StepSource::ReadAgain);
+  if (!cap) return b;
+  if (!drop.empty())
+    if (auto d = drop_frames(*cap, drop); !d) {
+      b.whole = std::unexpected(d.error());
+      return b;
+    }
+  b.whole = make_plan(*cap, {}, StepSource::ReadAgain);
   return b;
 }
 
@@ -952,34 +964,173 @@ TEST(PlanFromFile, ConnectionsOneAfterTheOtherAreLearnedInOneRead) {
   std::remove(path.c_str());
 }
 
-// A pipe cannot be read again: make_plan_from_file() says so in one line, before it reads it
-// (`rnic replay` reads a pipe whole). (The writer opens the pipe without blocking, so that the
-// test ends either way.)
-TEST(PlanFromFile, APipeIsRefusedInOneLine) {
+// Writes `bytes` into the named pipe `fifo` from a thread of its own, which waits at most 10 s
+// for a reader (opening the pipe without blocking) and survives one that stops reading; join()
+// says how many octets went in.
+class PipeWriter {
+ public:
+  PipeWriter(const std::string& fifo, std::string bytes) {
+    ::signal(SIGPIPE, SIG_IGN);
+    thread_ = std::thread([this, fifo, bytes = std::move(bytes)] {
+      int fd = -1;
+      for (int i = 0; i < 2000 && fd < 0; ++i)
+        if ((fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK)) < 0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (fd < 0) return;
+      ::fcntl(fd, F_SETFL, 0);
+      for (std::size_t at = 0; at < bytes.size();) {
+        const ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
+        if (n <= 0) break;
+        at += static_cast<std::size_t>(n);
+        written_ = at;
+      }
+      ::close(fd);
+    });
+  }
+  std::size_t join() {
+    thread_.join();
+    return written_;
+  }
+
+ private:
+  std::thread thread_;
+  std::atomic<std::size_t> written_{0};
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A pipe (`rnic replay -`, `rnic replay <(zcat x.pcap.gz)`) is copied into an unnamed file in
+// $TMPDIR, which is then read as the capture file: the plan is the one of the file itself, learned
+// in as many reads, and nothing is left in the directory.
+TEST(PlanFromFile, APipeIsCopiedIntoAnUnnamedFileAndReadAsOne) {
+  const auto file = std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap";
   const auto fifo = scratch("fifo");
+  const auto dir = scratch("tmpdir");
+  std::filesystem::create_directories(dir);
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  std::atomic<bool> stop{false};
-  std::atomic<bool> opened{false};
-  std::thread writer([&] {
-    std::ifstream in(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap",
-                     std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    int fd = -1;
-    while (!stop && (fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK)) < 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (fd < 0) return;
-    opened = true;
-    ::fcntl(fd, F_SETFL, 0);
-    [[maybe_unused]] const auto n = ::write(fd, bytes.data(), bytes.size());
-    ::close(fd);
-  });
-  const auto p = make_plan_from_file(fifo);
-  stop = true;
-  writer.join();
-  EXPECT_FALSE(opened) << "the pipe was read";
-  ASSERT_FALSE(p);
-  EXPECT_EQ(p.error(), fifo + ": not a regular file (it cannot be read again)");
+  const std::string saved = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "";
+  ::setenv("TMPDIR", dir.c_str(), 1);
+  PipeWriter writer(fifo, slurp(file));
+  const auto piped = make_plan_from_file(fifo);
+  const auto written = writer.join();
+  // (Unnamed: nothing is in $TMPDIR, even while the plan holds the file.)
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  ASSERT_TRUE(piped) << piped.error();
+  EXPECT_EQ(written, std::filesystem::file_size(file));
+  EXPECT_EQ(piped->path, fifo);
+  EXPECT_EQ(piped->learning_reads, 1u);
+  const auto direct = make_plan_from_file(file);
+  ASSERT_TRUE(direct) << direct.error();
+  EXPECT_EQ(plan_facts(*piped), plan_facts(*direct));
+  auto json = [](const Plan& p) {
+    auto doc = to_json(p, replay(p, {}), std::nullopt, std::nullopt, true);
+    doc.erase("file");
+    return doc.dump();
+  };
+  EXPECT_EQ(json(*piped), json(*direct));
+
+  // A directory that cannot hold the copy: one line naming the pipe and the directory.
+  ::setenv("TMPDIR", (dir + "/missing").c_str(), 1);
+  PipeWriter writer2(fifo, slurp(file));
+  const auto refused = make_plan_from_file(fifo);
+  writer2.join();
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().find('\n'), std::string::npos);
+  EXPECT_TRUE(refused.error().starts_with(fifo + ": a pipe is copied into a temporary file"))
+      << refused.error();
+  EXPECT_NE(refused.error().find(dir + "/missing: No such file or directory"), std::string::npos)
+      << refused.error();
+
+  // What is no capture is not copied past its first octets: libpcap says what it is not, and the
+  // writer of 8 MiB is left with most of them.
+  ::setenv("TMPDIR", dir.c_str(), 1);
+  PipeWriter writer3(fifo, std::string(8u << 20, 'x'));
+  const auto junk = make_plan_from_file(fifo);
+  EXPECT_LT(writer3.join(), 4u << 20);
+  ASSERT_FALSE(junk);
+  EXPECT_EQ(junk.error(), fifo + ": unknown file format");
+  if (saved.empty())
+    ::unsetenv("TMPDIR");
+  else
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  std::filesystem::remove_all(dir);
   std::remove(fifo.c_str());
+}
+
+// `rnic replay --drop` as the file is read: every capture of the corpus with frames taken out
+// (a few in the middle, the SYNs, each direction's first segment with data, every tenth
+// segment) gives the plan and the replay of the capture read whole with drop_frames(); a frame
+// that is no segment is refused in the same line.
+TEST(PlanFromFile, FramesDroppedAsTheFileIsReadAreDroppedAsFromTheCaptureReadWhole) {
+  std::size_t compared = 0, refused = 0;
+  for (const auto& path : corpus()) {
+    auto cap = trace::read_capture(path, {.payloads_in_file = true});
+    ASSERT_TRUE(cap) << cap.error();
+    std::vector<std::uint64_t> syns, firsts, tenth, all;
+    for (const auto& f : cap->flows)
+      for (int d = 0; d < 2; ++d) {
+        bool first = true;
+        for (const auto& sg : f.dir[d]) {
+          all.push_back(sg.frame);
+          if (sg.syn) syns.push_back(sg.frame);
+          if (sg.size() > 0 && !sg.syn && std::exchange(first, false)) firsts.push_back(sg.frame);
+        }
+      }
+    std::sort(all.begin(), all.end());
+    for (std::size_t k = 5; k < all.size(); k += 10) tenth.push_back(all[k]);
+    std::vector<std::uint64_t> middle;
+    for (const auto f : {5, 7, 8, 20, 21, 22})
+      if (std::binary_search(all.begin(), all.end(), std::uint64_t(f))) middle.push_back(f);
+    for (const auto& drop : {middle, syns, firsts, tenth}) {
+      if (drop.empty()) continue;
+      SCOPED_TRACE(fmt::format("{} without frames {}", path, fmt::join(drop, ",")));
+      expect_same(plan_both(path, drop));
+      ++compared;
+    }
+    // A frame that is no kept segment (a pure ACK, or past the end).
+    std::uint64_t none = cap->frames + 1;
+    for (std::uint64_t f = 1; f <= cap->frames; ++f)
+      if (!std::binary_search(all.begin(), all.end(), f)) {
+        none = f;
+        break;
+      }
+    const auto b = plan_both(path, {all.front(), none});
+    ASSERT_FALSE(b.streamed);
+    ASSERT_FALSE(b.whole);
+    EXPECT_EQ(b.streamed.error(), b.whole.error());
+    EXPECT_NE(b.streamed.error().find(fmt::format("frame {} is no TCP segment", none)),
+              std::string::npos);
+    ++refused;
+  }
+  EXPECT_GE(compared, 60u);
+  EXPECT_GE(refused, 20u);
+}
+
+// A SYN sent again: with the first one taken out the second is the SYN, as in the capture read
+// whole; with both taken out the client's stream starts at its lowest sequence number (and the
+// flow is noted as starting mid-connection).
+TEST(PlanFromFile, ASynSentAgainIsTheSynOnceTheFirstIsDropped) {
+  auto f = read_frames(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap");
+  ASSERT_FALSE(f.frames.empty());
+  ASSERT_TRUE(is_syn(f.frames[0].second));
+  f.frames.insert(f.frames.begin() + 1, f.frames[0]);  // frames 1 and 2: the client's SYN
+  const auto path = scratch("syn_again.pcap");
+  write_frames(f, path);
+  for (const std::vector<std::uint64_t>& drop :
+       {std::vector<std::uint64_t>{1}, std::vector<std::uint64_t>{2},
+        std::vector<std::uint64_t>{1, 2}}) {
+    SCOPED_TRACE(fmt::format("without frames {}", fmt::join(drop, ",")));
+    const auto b = plan_both(path, drop);
+    expect_same(b);
+    ASSERT_TRUE(b.streamed) << b.streamed.error();
+    const bool no_syn = drop.size() == 2;
+    EXPECT_EQ(plan_facts(*b.streamed).find("capture starts mid-connection") != std::string::npos,
+              no_syn);
+  }
+  std::remove(path.c_str());
 }
 
 }  // namespace

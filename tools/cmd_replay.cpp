@@ -1,7 +1,6 @@
 // rnic replay: feeds both directions of every iWARP connection in a capture through two
 // emulated endpoints and reports what their receive engines did (see docs/replay.md).
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,19 +61,17 @@ struct ReplayOpts {
   std::string ladder, ladder_png;  // --ladder OUT.svg, --ladder-png OUT.png
 };
 
-// The replay's plan. A regular file replayed as it is (no seeded disorder, which needs each
-// segment's tagged ranges; no HTML view, which shows the segments' octets; no frame dropped) is
-// read as a stream, its steps made as the file is read again: what the plan holds does not grow
-// with the capture's length. Otherwise the capture is read whole, its payloads left in the file
-// where it is a regular file (a pipe's are held).
+// The replay's plan. A capture replayed in capture order (no seeded disorder, which needs each
+// segment's tagged ranges; no HTML view, which shows the segments' octets), frames dropped or
+// not, is read as a stream, its steps made as the file is read again: what the plan holds does
+// not grow with the capture's length. Otherwise the capture is read whole, its payloads left in
+// the file. A pipe ("-" or a named one) is first copied into an unnamed temporary file, read
+// instead.
 std::expected<replay::Plan, std::string> plan_replay(const ReplayOpts& o) {
-  struct stat st {};
-  if (!o.permute && o.html.empty() && o.drop.empty() && o.file != "-" &&
-      ::stat(o.file.c_str(), &st) == 0 && S_ISREG(st.st_mode))
-    return replay::make_plan_from_file(o.file);
+  if (!o.permute && o.html.empty()) return replay::make_plan_from_file(o.file, {}, o.drop);
   // The payloads stay in the file (read again as each connection is learned and replayed): the
   // learning pass's memory grows with the capture's segments, not with their octets.
-  auto cap = trace::read_capture(o.file, {.payloads_in_file = true});
+  auto cap = trace::read_capture(o.file, {.payloads_in_file = true, .copy_pipe = true});
   if (!cap) return std::unexpected(cap.error());
   if (!o.drop.empty())
     if (auto d = replay::drop_frames(*cap, o.drop); !d) return std::unexpected(d.error());
@@ -260,8 +257,9 @@ Runner add_replay_command(CLI::App& app) {
       "from the capture-order one; 2 unusable input (unreadable file, not a capture, no iWARP\n"
       "connection with its MPA exchange). A capture file is read as it comes, nothing held per\n"
       "segment: once to learn the connections (more for some captures), then again as the replay\n"
-      "goes, to make its steps. A pipe, --drop, --permute and --html, and connections past the\n"
-      "budget of reads (of many side by side) take memory per segment. Details: docs/replay.md.");
+      "goes, to make its steps. A pipe (FILE '-' is standard input) is first copied into an\n"
+      "unnamed file in $TMPDIR (default /tmp). --permute and --html, and connections past the\n"
+      "budget of reads (of many side by side), take memory per segment. Details: docs/replay.md.");
   cmd->add_option("file", o->file, "Capture file (pcap or pcapng)")->required();
   cmd->add_flag("--json", o->json, "Print one JSON document (connections, CQEs, timeline)");
   auto* tl = cmd->add_flag("--timeline", o->timeline,

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -592,15 +593,84 @@ std::expected<Capture, std::string> read_capture(const std::string& path, const 
   }
   // (KeepAll keeps a payload in memory where the file's position of it is not known.)
   KeepAll keep(true);
-  return scan_capture_file(path, keep);
+  return scan_capture_file(path, keep, opts.copy_pipe);
 }
 
-std::expected<Capture, std::string> scan_capture_file(const std::string& path, SegmentSink& sink) {
-  if (path == "-") return scan_capture(path, sink);
+std::expected<int, std::string> copy_to_unnamed_file(int fd, const std::string& path) {
+  const char* env = std::getenv("TMPDIR");
+  const std::string dir = env && *env ? env : "/tmp";
+  auto fail = [&](const char* what, int e) {
+    return std::unexpected(fmt::format(
+        "{}: a pipe is copied into a temporary file to be read again; {} in {}: {} (set TMPDIR "
+        "to a directory with room, or give the capture as a file)",
+        path, what, dir, std::strerror(e)));
+  };
+  int out = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (out < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    // (A file system without O_TMPFILE: a named file, unlinked before anything is written.)
+    std::string name = dir + "/rnic-pipe-XXXXXX";
+    out = ::mkostemp(name.data(), O_CLOEXEC);
+    if (out >= 0) ::unlink(name.c_str());
+  }
+  if (out < 0) return fail("making the file", errno);
+  constexpr std::size_t kChunk = 1u << 20;
+  const auto buf = std::make_unique_for_overwrite<std::uint8_t[]>(kChunk);
+  // A stream that does not start as a capture libpcap reads (pcap or pcapng) is not copied
+  // further than its first octets: libpcap then says what it is not.
+  std::size_t have = 0;  // of the first four octets
+  std::uint8_t head[4] = {};
+  for (;;) {
+    if (have == sizeof head) {
+      const std::uint32_t m = load_be32(head);
+      constexpr std::uint32_t kMagics[] = {0xa1b2c3d4, 0xd4c3b2a1, 0xa1b23c4d, 0x4d3cb2a1,
+                                           0xa1b2cd34, 0x34cdb2a1, 0x0a0d0d0a};
+      if (std::find(std::begin(kMagics), std::end(kMagics), m) == std::end(kMagics)) break;
+    }
+    const ssize_t n = ::read(fd, buf.get(), kChunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(out);
+      return std::unexpected(fmt::format("{}: {}", path, std::strerror(e)));
+    }
+    if (n == 0) break;
+    for (ssize_t at = 0; at < n;) {
+      const ssize_t w = ::write(out, buf.get() + at, static_cast<std::size_t>(n - at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        const int e = w < 0 ? errno : ENOSPC;
+        ::close(out);
+        return fail("writing it", e);
+      }
+      at += w;
+    }
+    for (ssize_t i = 0; i < n && have < sizeof head; ++i) head[have++] = buf[i];
+  }
+  if (::lseek(out, 0, SEEK_SET) != 0) {
+    const int e = errno;
+    ::close(out);
+    return fail("reading it back", e);
+  }
+  return out;
+}
+
+std::expected<Capture, std::string> scan_capture_file(const std::string& path, SegmentSink& sink,
+                                                      bool copy_pipe) {
+  if (path == "-" && !copy_pipe) return scan_capture(path, sink);
   // The path is opened once: libpcap reads the very file whose identity is noted (a file
   // renamed over the path meanwhile is not the one read), and a named pipe is not opened twice.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // ("-" is standard input.)
+  int fd =
+      path == "-" ? ::fcntl(0, F_DUPFD_CLOEXEC, 0) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::unexpected(fmt::format("{}: {}", path, std::strerror(errno)));
+  // (A pipe or a socket; a device, which may never end, is read once as it is.)
+  if (struct stat st{};
+      copy_pipe && ::fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+    auto copy = copy_to_unnamed_file(fd, path);
+    ::close(fd);
+    if (!copy) return std::unexpected(copy.error());
+    fd = *copy;
+  }
   auto adopted = CaptureFile::adopt(fd, path);
   if (!adopted) {
     ::close(fd);

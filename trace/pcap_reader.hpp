@@ -92,6 +92,10 @@ struct ReadOptions {
   // then does not grow with the octets the capture carries). A payload that is not one run
   // of the file's octets is held in memory all the same.
   bool payloads_in_file = false;
+  // With payloads_in_file: a pipe ("-" or a named pipe) is first copied into an unnamed
+  // temporary file (copy_to_unnamed_file), which is then read as the capture file; without it
+  // a pipe is read once, its payloads held.
+  bool copy_pipe = false;
 };
 
 // Reads all TCP flows. Fatal problems (cannot open, unsupported link type, not a capture) are
@@ -189,12 +193,24 @@ class SegmentSink {
 // problems but no segments (TcpFlow::dir stays empty). Errors as read_capture().
 std::expected<Capture, std::string> scan_capture(const std::string& path, SegmentSink& sink);
 
+// Copies what `fd` gives until its end (a pipe's octets) into a new unnamed file in $TMPDIR
+// (/tmp when it is unset or empty), which goes when its last descriptor closes, even if the
+// program is killed: O_TMPFILE, or where the file system has none, a file made with mkstemp()
+// and unlinked at once. Returns a descriptor of it (O_RDWR, position 0). Fails in one line
+// naming `path` (the pipe, as the user gave it) and the directory when the file cannot be made
+// or written (no room left) or `fd` cannot be read; the partial file goes then. Its size is the
+// pipe's: on a tmpfs it is memory, on a disk it is disk.
+std::expected<int, std::string> copy_to_unnamed_file(int fd, const std::string& path);
+
 // scan_capture() of a file opened once and kept, as read_capture() with payloads_in_file does:
 // each segment says where its payload lies in the file (SegmentView::file_offset, when it is one
 // run of the file's octets), and the Capture's `file` is set when the path is a regular file
 // (null for a pipe or "-", which can be read only once), so that rescan_capture() can read it
-// again. Errors as read_capture().
-std::expected<Capture, std::string> scan_capture_file(const std::string& path, SegmentSink& sink);
+// again. With `copy_pipe`, a pipe or "-" is first copied into an unnamed temporary file
+// (copy_to_unnamed_file), which is read instead and is the Capture's `file` (named `path` in
+// every message). Errors as read_capture().
+std::expected<Capture, std::string> scan_capture_file(const std::string& path, SegmentSink& sink,
+                                                      bool copy_pipe = false);
 
 // scan_capture() again over a capture read with payloads_in_file, from the file it was read
 // from (the same open file: a file renamed over its path is not read): the same flows, in the
