@@ -47,10 +47,15 @@ std::int64_t now_ns() {
 }
 }  // namespace
 
-// The engine thread runs one handler at a time holding engine_mu_, so that a busy-polling
-// program thread (progress()) can run them instead while this thread is parked. Parked, it
+// The engine thread runs handlers holding engine_mu_ (a batch of those already queued, up to
+// kHandlersPerBatch), so that a busy-polling program thread (progress()) can run them instead
+// while this thread is parked. Parked, it
 // wakes every lease period to see whether the program still polls; a stopped io_context ends
 // the loop either way (run_one() returns 0, as run() would return).
+namespace {
+constexpr std::uint64_t kHandlersPerBatch = 16;
+}  // namespace
+
 void Device::engine_loop() {
   try {
     for (;;) {
@@ -68,7 +73,13 @@ void Device::engine_loop() {
       }
       std::lock_guard l(engine_mu_);
       if (io_.run_one() == 0) break;
-      ++engine_handlers_;
+      // The handlers already queued behind it run under the same lock (one lock and one count
+      // per batch, not per handler), until a poller asks for the engine (lease_wanted_).
+      std::uint64_t ran = 1;
+      while (ran < kHandlersPerBatch && !lease_wanted_.load(std::memory_order_relaxed) &&
+             io_.poll_one() != 0)
+        ++ran;
+      engine_handlers_.fetch_add(ran, std::memory_order_relaxed);
     }
   } catch (const std::exception& e) {
     log::layer("rnic").critical("{}: engine stopped by an exception: {}", name_, e.what());
