@@ -12,13 +12,16 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -415,6 +418,46 @@ TEST(CaptureFile, StandardInputIsReadOnce) {
   const std::string cmd = std::string(IWARP_RNIC_BIN) + " replay --quiet --no-progress - < " +
                           source_file("pcap_traces/siw/rping_lo.pcap") + " > /dev/null 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+// Through a pipe, the views that read the capture again (--html, --ladder) read the copy the
+// replay made of it, and show the name given; --permute copies it too. A device is read once, as
+// before (it is not copied: it may never end): /dev/null gets libpcap's one line.
+TEST(CaptureFile, ViewsOfAPipeReadItsCopy) {
+  const auto file = source_file("pcap_traces/siw/rping_lo.pcap");
+  const auto html = temp("pipe_view.html"), svg = temp("pipe_view.svg");
+  const auto dir = temp("pipe_views_tmp");
+  std::filesystem::create_directories(dir);
+  const std::string rnic = IWARP_RNIC_BIN;
+  auto run = [&](const std::string& args, const std::string& tmpdir) {
+    const std::string cmd = "cat '" + file + "' | TMPDIR='" + tmpdir + "' '" + rnic +
+                            "' replay --quiet --no-progress " + args + " - > /dev/null 2>&1";
+    return std::system(cmd.c_str());
+  };
+  EXPECT_EQ(run("--html '" + html + "' --ladder '" + svg + "'", dir), 0);
+  std::ifstream h(html), l(svg);
+  const std::string page((std::istreambuf_iterator<char>(h)), std::istreambuf_iterator<char>());
+  const std::string ladder((std::istreambuf_iterator<char>(l)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("rnic replay --html: -"), std::string::npos);
+  EXPECT_NE(ladder.find("<svg"), std::string::npos);
+  EXPECT_EQ(page.find("/proc/self/fd"), std::string::npos);
+  // --permute and --html copy the pipe too: a directory that cannot hold it refuses them.
+  EXPECT_NE(run("--permute 3", dir + "/missing"), 0);
+  EXPECT_EQ(run("--permute 3", dir), 0);
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  const std::string dev = rnic + " replay --quiet --no-progress /dev/null 2>&1";
+  FILE* p = ::popen(dev.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char line[512] = {};
+  const bool got = std::fgets(line, sizeof line, p) != nullptr;
+  const int st = ::pclose(p);
+  EXPECT_TRUE(got);
+  EXPECT_EQ(WEXITSTATUS(st), 2);
+  EXPECT_TRUE(std::string(line).starts_with("rnic replay: /dev/null: ")) << line;
+  EXPECT_EQ(std::string(line).find("neither a regular file"), std::string::npos) << line;
+  std::filesystem::remove_all(dir);
+  std::remove(html.c_str());
+  std::remove(svg.c_str());
 }
 
 // Peak resident set of `rnic replay --quiet path` (octets), and its exit status; with `pipe`,

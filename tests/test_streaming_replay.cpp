@@ -964,7 +964,7 @@ TEST(PlanFromFile, ConnectionsOneAfterTheOtherAreLearnedInOneRead) {
   std::remove(path.c_str());
 }
 
-// Writes `bytes` into the named pipe `fifo` from a thread of its own, which waits at most 10 s
+// Writes `bytes` into the named pipe `fifo` from a thread of its own, which waits at most 60 s
 // for a reader (opening the pipe without blocking) and survives one that stops reading; join()
 // says how many octets went in.
 class PipeWriter {
@@ -973,7 +973,7 @@ class PipeWriter {
     ::signal(SIGPIPE, SIG_IGN);
     thread_ = std::thread([this, fifo, bytes = std::move(bytes)] {
       int fd = -1;
-      for (int i = 0; i < 2000 && fd < 0; ++i)
+      for (int i = 0; i < 12000 && fd < 0; ++i)
         if ((fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK)) < 0)
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
       if (fd < 0) return;
@@ -1009,9 +1009,25 @@ TEST(PlanFromFile, APipeIsCopiedIntoAnUnnamedFileAndReadAsOne) {
   const auto file = std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap";
   const auto fifo = scratch("fifo");
   const auto dir = scratch("tmpdir");
+  // $TMPDIR (googletest's TempDir() reads it too), the pipe and the directory are put back
+  // however the test ends.
+  struct Restore {
+    std::string fifo, dir;
+    std::optional<std::string> tmpdir;
+    ~Restore() {
+      if (tmpdir)
+        ::setenv("TMPDIR", tmpdir->c_str(), 1);
+      else
+        ::unsetenv("TMPDIR");
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+      std::filesystem::remove(fifo, ec);
+    }
+  } restore{
+      fifo, dir,
+      std::getenv("TMPDIR") ? std::optional<std::string>(std::getenv("TMPDIR")) : std::nullopt};
   std::filesystem::create_directories(dir);
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const std::string saved = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "";
   ::setenv("TMPDIR", dir.c_str(), 1);
   PipeWriter writer(fifo, slurp(file));
   const auto piped = make_plan_from_file(fifo);
@@ -1052,12 +1068,6 @@ TEST(PlanFromFile, APipeIsCopiedIntoAnUnnamedFileAndReadAsOne) {
   EXPECT_LT(writer3.join(), 4u << 20);
   ASSERT_FALSE(junk);
   EXPECT_EQ(junk.error(), fifo + ": unknown file format");
-  if (saved.empty())
-    ::unsetenv("TMPDIR");
-  else
-    ::setenv("TMPDIR", saved.c_str(), 1);
-  std::filesystem::remove_all(dir);
-  std::remove(fifo.c_str());
 }
 
 // `rnic replay --drop` as the file is read: every capture of the corpus with frames taken out
@@ -1111,12 +1121,30 @@ TEST(PlanFromFile, FramesDroppedAsTheFileIsReadAreDroppedAsFromTheCaptureReadWho
 
 // A SYN sent again: with the first one taken out the second is the SYN, as in the capture read
 // whole; with both taken out the client's stream starts at its lowest sequence number (and the
-// flow is noted as starting mid-connection).
+// flow is noted as starting mid-connection). And a second SYN with another ISN (4 below the
+// first): with the first taken out, its ISN is the stream's (the stream then starts 4 octets
+// before the MPA Request, which is not replayed; drop_frames() kept the first one's ISN and
+// replayed it).
 TEST(PlanFromFile, ASynSentAgainIsTheSynOnceTheFirstIsDropped) {
   auto f = read_frames(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/siw/rping_lo.pcap");
   ASSERT_FALSE(f.frames.empty());
   ASSERT_TRUE(is_syn(f.frames[0].second));
+  auto other = f;
   f.frames.insert(f.frames.begin() + 1, f.frames[0]);  // frames 1 and 2: the client's SYN
+  auto syn = other.frames[0].second;
+  put32(syn, tcp_of(syn).tcp + 4, get32(syn, tcp_of(syn).tcp + 4) - 4);
+  other.frames.insert(other.frames.begin() + 1, {other.frames[0].first, syn});
+  const auto other_path = scratch("syn_other_isn.pcap");
+  write_frames(other, other_path);
+  {
+    SCOPED_TRACE("a second SYN with another ISN, the first dropped");
+    const auto b = plan_both(other_path, {1});
+    expect_same(b);
+    ASSERT_FALSE(b.streamed);
+    EXPECT_NE(b.streamed.error().find("no iWARP connection to replay"), std::string::npos)
+        << b.streamed.error();
+  }
+  std::remove(other_path.c_str());
   const auto path = scratch("syn_again.pcap");
   write_frames(f, path);
   for (const std::vector<std::uint64_t>& drop :

@@ -1,6 +1,7 @@
 // rnic replay: feeds both directions of every iWARP connection in a capture through two
 // emulated endpoints and reports what their receive engines did (see docs/replay.md).
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,8 +68,16 @@ struct ReplayOpts {
 // not grow with the capture's length. Otherwise the capture is read whole, its payloads left in
 // the file. A pipe ("-" or a named one) is first copied into an unnamed temporary file, read
 // instead.
+// A device (a terminal, a disk) is read once, as before: it is not copied (it may never end).
+bool is_device(const std::string& path) {
+  struct stat st {};
+  const int r = path == "-" ? ::fstat(0, &st) : ::stat(path.c_str(), &st);
+  return r == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode));
+}
+
 std::expected<replay::Plan, std::string> plan_replay(const ReplayOpts& o) {
-  if (!o.permute && o.html.empty()) return replay::make_plan_from_file(o.file, {}, o.drop);
+  if (!o.permute && o.html.empty() && !is_device(o.file))
+    return replay::make_plan_from_file(o.file, {}, o.drop);
   // The payloads stay in the file (read again as each connection is learned and replayed): the
   // learning pass's memory grows with the capture's segments, not with their octets.
   auto cap = trace::read_capture(o.file, {.payloads_in_file = true, .copy_pipe = true});
@@ -177,10 +186,17 @@ int run_replay(const ReplayOpts& o) {
   }
   pb.clear();
 
+  // The views read the capture again: a pipe from the copy the plan reads its payloads from
+  // (the open file, through /proc), shown by the name it was given.
+  std::string again = o.file;
+  if (struct stat st{}; !plan->connections.empty() && plan->connections.front().file &&
+                        (o.file == "-" || ::stat(o.file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)))
+    again = fmt::format("/proc/self/fd/{}", plan->connections.front().file->fd());
   if (!o.html.empty()) {
     auto view = htmlview::build_view(
-        o.file, *plan, result,
-        perm ? "a seeded disorder: " + perm->describe() : std::string("capture order"));
+        again, *plan, result,
+        perm ? "a seeded disorder: " + perm->describe() : std::string("capture order"), {},
+        {.file = o.file, .heading = {}});
     if (!view) {
       fmt::print(stderr, "rnic replay: --html: {}\n", view.error());
       return 2;
@@ -214,7 +230,7 @@ int run_replay(const ReplayOpts& o) {
   }
   if (!o.ladder.empty()) {
     auto svg = replay_ladder_svg(
-        o.file, *plan, result,
+        again, *plan, result,
         fmt::format("{} as rnic replay{} ran it", o.file,
                     perm ? fmt::format(" --permute {}", *o.permute) : std::string()));
     if (!svg) {

@@ -586,8 +586,8 @@ std::expected<Capture, std::string> scan_open(std::unique_ptr<pcap_t, PcapCloser
 }  // namespace
 
 std::expected<Capture, std::string> read_capture(const std::string& path, const ReadOptions& opts) {
-  // ("-" is libpcap's standard input: read once, its payloads held.)
-  if (!opts.payloads_in_file || path == "-") {
+  // ("-" is libpcap's standard input: read once, its payloads held, unless it is copied.)
+  if (!opts.payloads_in_file || (path == "-" && !opts.copy_pipe)) {
     KeepAll keep(false);
     return scan_capture(path, keep);
   }
