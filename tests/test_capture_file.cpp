@@ -33,6 +33,7 @@
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
 #include "tests/child_rss.hpp"
+#include "tests/pipe_writer.hpp"
 #include "tests/sanitizers.hpp"
 #include "trace/pcap_reader.hpp"
 #include "trace/trace_generator.hpp"
@@ -378,23 +379,7 @@ TEST(CaptureFile, PipeHoldsItsPayloads) {
   const auto bytes = slurp(source_file("pcap_traces/siw/rping_lo.pcap"));
   const auto fifo = temp("pipe.pcap");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  // The writer waits at most 10 s for a reader (never for ever) and survives one that stops.
-  ::signal(SIGPIPE, SIG_IGN);
-  std::thread writer([&] {
-    int fd = -1;
-    for (int i = 0; i < 1000 && fd < 0; ++i) {
-      fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // (ENXIO until a reader opens it)
-      if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (fd < 0) return;
-    ::fcntl(fd, F_SETFL, 0);
-    for (std::size_t at = 0; at < bytes.size();) {
-      const ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
-      if (n <= 0) break;
-      at += static_cast<std::size_t>(n);
-    }
-    ::close(fd);
-  });
+  testing_support::PipeWriter writer(fifo, std::string(bytes.begin(), bytes.end()));
   auto cap = read_capture(fifo, {.payloads_in_file = true});
   writer.join();
   ASSERT_TRUE(cap) << cap.error();

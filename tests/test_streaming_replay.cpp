@@ -29,6 +29,7 @@
 #include "replay/replay_plan.hpp"
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
+#include "tests/pipe_writer.hpp"
 #include "trace/pcap_reader.hpp"
 #include "trace/tcp_reassembly.hpp"
 #include "trace/trace_decoder.hpp"
@@ -964,38 +965,7 @@ TEST(PlanFromFile, ConnectionsOneAfterTheOtherAreLearnedInOneRead) {
   std::remove(path.c_str());
 }
 
-// Writes `bytes` into the named pipe `fifo` from a thread of its own, which waits at most 60 s
-// for a reader (opening the pipe without blocking) and survives one that stops reading; join()
-// says how many octets went in.
-class PipeWriter {
- public:
-  PipeWriter(const std::string& fifo, std::string bytes) {
-    ::signal(SIGPIPE, SIG_IGN);
-    thread_ = std::thread([this, fifo, bytes = std::move(bytes)] {
-      int fd = -1;
-      for (int i = 0; i < 12000 && fd < 0; ++i)
-        if ((fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK)) < 0)
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      if (fd < 0) return;
-      ::fcntl(fd, F_SETFL, 0);
-      for (std::size_t at = 0; at < bytes.size();) {
-        const ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
-        if (n <= 0) break;
-        at += static_cast<std::size_t>(n);
-        written_ = at;
-      }
-      ::close(fd);
-    });
-  }
-  std::size_t join() {
-    thread_.join();
-    return written_;
-  }
-
- private:
-  std::thread thread_;
-  std::atomic<std::size_t> written_{0};
-};
+using testing_support::PipeWriter;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
