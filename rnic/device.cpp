@@ -47,11 +47,10 @@ std::int64_t now_ns() {
 }
 }  // namespace
 
-// The engine thread runs handlers holding engine_mu_ (a batch of those already queued, up to
-// kHandlersPerBatch), so that a busy-polling program thread (progress()) can run them instead
-// while this thread is parked. Parked, it
-// wakes every lease period to see whether the program still polls; a stopped io_context ends
-// the loop either way (run_one() returns 0, as run() would return).
+// The engine thread runs handlers holding engine_mu_ (up to kHandlersPerBatch in a row), so that a
+// busy-polling program thread (progress()) can run them instead while this thread is parked.
+// Parked, it wakes every lease period to see whether the program still polls; a stopped io_context
+// ends the loop either way (run_one() returns 0, as run() would return).
 namespace {
 constexpr std::uint64_t kHandlersPerBatch = 16;
 }  // namespace
@@ -71,15 +70,26 @@ void Device::engine_loop() {
         if (last == 0) ++handbacks_;
         lease_wanted_ = false;  // nobody polled for a lease period: the engine takes over
       }
+      // Up to kHandlersPerBatch handlers under one hold of the lock and one count, each run as
+      // run_one() runs it (blocking in epoll when nothing is queued, as before: no poll of the
+      // reactor in between, no extra system call), until a poller asks for the engine
+      // (lease_wanted_, looked at after each handler as before) or the engine stops.
       std::lock_guard l(engine_mu_);
-      if (io_.run_one() == 0) break;
-      // The handlers already queued behind it run under the same lock (one lock and one count
-      // per batch, not per handler), until a poller asks for the engine (lease_wanted_).
-      std::uint64_t ran = 1;
-      while (ran < kHandlersPerBatch && !lease_wanted_.load(std::memory_order_relaxed) &&
-             io_.poll_one() != 0)
-        ++ran;
-      engine_handlers_.fetch_add(ran, std::memory_order_relaxed);
+      struct Count {  // (counted even when a handler throws)
+        std::atomic<std::uint64_t>& total;
+        std::uint64_t ran = 0;
+        ~Count() { total.fetch_add(ran, std::memory_order_relaxed); }
+      } count{engine_handlers_};
+      bool stopped = false;
+      while (count.ran < kHandlersPerBatch) {
+        if (io_.run_one() == 0) {
+          stopped = true;
+          break;
+        }
+        ++count.ran;
+        if (lease_wanted_.load()) break;
+      }
+      if (stopped) break;
     }
   } catch (const std::exception& e) {
     log::layer("rnic").critical("{}: engine stopped by an exception: {}", name_, e.what());

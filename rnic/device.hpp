@@ -182,8 +182,8 @@ class Device {
   std::unique_ptr<StatServer> stat_;  // uses io_: destroyed before it
   bool revoke_now(STag stag);
   void engine_loop();
-  // Busy polling: whoever runs handlers holds engine_mu_ (the engine thread for a batch of up
-  // to 16 queued ones, a poller for up to 64 in one progress()); lease_wanted_ asks the engine
+  // Busy polling: whoever runs handlers holds engine_mu_ (the engine thread for up to 16
+  // handlers in a row, a poller for up to 64 in one progress()); lease_wanted_ asks the engine
   // thread to park until no program thread has polled for the lease (lease_us_; last_poll_ns_,
   // steady clock).
   std::atomic<bool> busy_poll_{false};
