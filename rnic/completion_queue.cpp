@@ -103,13 +103,23 @@ int CompletionQueue::poll(std::span<Wc> out, bool may_progress) {
 }
 
 int CompletionQueue::take(std::span<Wc> out, bool* armed) {
-  std::lock_guard l(mu_);
-  if (armed) *armed = arm_ != Arm::None;
-  int n = 0;
-  while (n < static_cast<int>(out.size()) && head_ != tail_) {
-    out[static_cast<std::size_t>(n++)] = ring_[head_ % ring_.size()];
-    ++head_;
+  constexpr auto relaxed = std::memory_order_relaxed;
+  // An empty ring is seen without mu_: a program that spins on its CQ would otherwise take, at
+  // every poll, the lock the engine's push needs. The ring moves only under mu_, so a look
+  // without it is at worst a poll too early; and a completion pushed before this thread armed
+  // the CQ (under mu_) is seen here, the lock ordering the two.
+  if (tail_.load(relaxed) == head_.load(relaxed)) {
+    if (armed) *armed = arm_.load(relaxed) != Arm::None;
+    return 0;
   }
+  std::lock_guard l(mu_);
+  if (armed) *armed = arm_.load(relaxed) != Arm::None;
+  std::uint64_t h = head_.load(relaxed);
+  const std::uint64_t t = tail_.load(relaxed);
+  int n = 0;
+  for (; n < static_cast<int>(out.size()) && h != t; ++h)
+    out[static_cast<std::size_t>(n++)] = ring_[h % ring_.size()];
+  head_.store(h, relaxed);
   return n;
 }
 
@@ -120,9 +130,9 @@ int CompletionQueue::req_notify(bool solicited_only) {
   std::lock_guard l(mu_);
   // Arming for all completions wins over an earlier solicited-only arm.
   if (!solicited_only)
-    arm_ = Arm::All;
-  else if (arm_ == Arm::None)
-    arm_ = Arm::Solicited;
+    arm_.store(Arm::All, std::memory_order_relaxed);
+  else if (arm_.load(std::memory_order_relaxed) == Arm::None)
+    arm_.store(Arm::Solicited, std::memory_order_relaxed);
   return 0;
 }
 
@@ -143,7 +153,8 @@ bool CompletionQueue::overflowed() const {
 
 std::size_t CompletionQueue::used() const {
   std::lock_guard l(mu_);
-  return static_cast<std::size_t>(tail_ - head_);
+  return static_cast<std::size_t>(tail_.load(std::memory_order_relaxed) -
+                                  head_.load(std::memory_order_relaxed));
 }
 
 bool CompletionQueue::push(const Wc& wc, bool solicited) {
@@ -157,20 +168,24 @@ std::size_t CompletionQueue::push(std::span<const Wc> wcs, bool solicited) {
     std::lock_guard l(mu_);
     ++stats_.pushes;
     bool failed = false;
+    std::uint64_t t = tail_.load(std::memory_order_relaxed);
+    const std::uint64_t h = head_.load(std::memory_order_relaxed);
     for (const auto& wc : wcs) {
-      if (tail_ - head_ == ring_.size()) {
+      if (t - h == ring_.size()) {
         overflow_ = true;
         break;
       }
-      ring_[tail_ % ring_.size()] = wc;
-      ++tail_;
+      ring_[t % ring_.size()] = wc;
+      ++t;
       ++n;
       failed |= wc.status != WcStatus::Success;
     }
+    tail_.store(t, std::memory_order_release);
     stats_.completions += n;
     // A failed completion counts as solicited, as in the verbs specification.
-    if (n > 0 && (arm_ == Arm::All || (arm_ == Arm::Solicited && (solicited || failed)))) {
-      arm_ = Arm::None;
+    const Arm arm = arm_.load(std::memory_order_relaxed);
+    if (n > 0 && (arm == Arm::All || (arm == Arm::Solicited && (solicited || failed)))) {
+      arm_.store(Arm::None, std::memory_order_relaxed);
       notify = true;
       ++stats_.events;
     }

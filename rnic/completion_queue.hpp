@@ -5,6 +5,7 @@
 // waits for without spinning (the channel is an eventfd).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -102,8 +103,10 @@ class CompletionQueue {
   enum class Arm : std::uint8_t { None, Solicited, All };
   mutable std::mutex mu_;
   std::vector<Wc> ring_;
-  std::uint64_t head_ = 0, tail_ = 0;  // free-running
-  Arm arm_ = Arm::None;
+  // Free-running; they and arm_ change only under mu_, and are atomic so that take() can see an
+  // empty ring without taking mu_ (the lock the engine's push needs).
+  std::atomic<std::uint64_t> head_{0}, tail_{0};
+  std::atomic<Arm> arm_{Arm::None};
   bool overflow_ = false;
   Stats stats_;
   std::mutex channel_mu_;  // guards channel_ (taken before the channel's own lock)
