@@ -104,7 +104,8 @@ class CompletionQueue {
   mutable std::mutex mu_;
   std::vector<Wc> ring_;
   // Free-running; they and arm_ change only under mu_, and are atomic so that take() can see an
-  // empty ring without taking mu_ (the lock the engine's push needs).
+  // empty ring without taking mu_ (the lock the engine's push needs). That look reads no ring
+  // slot: one read without mu_ would need acquire loads of tail_ (push stores it with release).
   std::atomic<std::uint64_t> head_{0}, tail_{0};
   std::atomic<Arm> arm_{Arm::None};
   bool overflow_ = false;
