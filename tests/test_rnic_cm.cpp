@@ -280,6 +280,13 @@ TEST_P(PeerToPeer, ResponderMaySendFirstAfterTheRtr) {
   ASSERT_TRUE(wc) << wc.error();
   EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
   EXPECT_STREQ(rbuf, "responder first");
+  // The Send's buffer (on this stack) must outlive its WR: the sender's completion, not the
+  // peer's receive, says the engine is done with it. (Without this wait ASan once caught the
+  // engine's sendmsg() still reading `msg` after the test had returned: the peer had its octets
+  // before sendmsg() returned.)
+  auto sent = c.server->wait(c.server->send_cq());
+  ASSERT_TRUE(sent) << sent.error();
+  EXPECT_EQ(sent->status, IBV_WC_SUCCESS);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rnic, PeerToPeer,
