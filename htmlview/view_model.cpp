@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
+#include <stdexcept>
 #include <tuple>
 #include <variant>
 
@@ -13,6 +15,7 @@
 #include "ladder/svg_writer.hpp"
 #include "replay/replay_explain.hpp"
 #include "replay/replay_report.hpp"
+#include "replay/stream_ranges.hpp"
 #include "trace/explain.hpp"
 #include "trace/trace_decoder.hpp"
 
@@ -131,6 +134,23 @@ bool starts(const ladder::Message& m, const ddp::DdpHeader& h) {
   if (h.tagged) return h.stag.value() == m.stag && h.to.value() == m.to;
   return h.qn.value() == m.qn && h.msn.value() == m.msn && h.mo.value() == m.mo;
 }
+
+// Hands a capture's segments to the decoder until every event has its last segment.
+class UntilEventsClose final : public trace::SegmentSink {
+ public:
+  UntilEventsClose(trace::FileDecoder& dec, const std::vector<Ev>& evs) : dec_(dec), evs_(evs) {}
+  void on_segment(std::size_t index, trace::TcpFlow& flow, int dir,
+                  const trace::SegmentView& s) override {
+    dec_.on_segment(index, flow, dir, s);
+    while (closed_ < evs_.size() && evs_[closed_].closed) ++closed_;
+  }
+  bool done() const override { return closed_ == evs_.size(); }
+
+ private:
+  trace::FileDecoder& dec_;
+  const std::vector<Ev>& evs_;
+  std::size_t closed_ = 0;  // events before this one are closed
+};
 
 // What one endpoint's queue pair has done so far, from the replay's timeline.
 struct SideState {
@@ -373,15 +393,18 @@ std::expected<View, std::string> build_view(const std::string& path, const repla
     if (r.error) s["problem"] = r.text;
     ev.segments.push_back(std::move(s));
   };
-  if (auto rep = trace::decode_file(path, on_record); !rep) return std::unexpected(rep.error());
+  // The capture is decoded until every event's last segment has gone by (or to its end, for an
+  // event whose last segment is not in it): no later record belongs to an event.
+  {
+    trace::DecodeReport rep;
+    trace::FileDecoder dec(rep, on_record);
+    UntilEventsClose sink(dec, evs);
+    auto cap = trace::scan_capture(path, sink);
+    if (!cap) return std::unexpected(cap.error());
+    dec.finish(*cap);
+  }
 
   // The replay's connection of each capture connection.
-  // The capture file the plan's payloads are read from, when they stayed there, and each
-  // connection's index of which segment supplies which octets (made when first needed).
-  std::optional<trace::PayloadReader> reader;
-  std::map<const replay::ConnectionPlan*, replay::StreamOctets> octets;
-  if (!plan.connections.empty() && plan.connections.front().file)
-    reader.emplace(plan.connections.front().file);
   auto plan_of = [&](std::size_t flow) -> const replay::ConnectionPlan* {
     for (const auto& c : plan.connections)
       if (c.flow == flow) return &c;
@@ -404,18 +427,28 @@ std::expected<View, std::string> build_view(const std::string& path, const repla
     std::ranges::stable_sort(list, {}, [&](std::size_t i) { return evs[i].last_frame; });
     SideState st[2];
     std::size_t t = 0, s = 0;
+    // The Reads and atomics each side posts, in the order they go in: a kept plan's steps
+    // interleave them with the segments (each before the first segment of its request's frame),
+    // a plan read again keeps them apart (ConnectionPlan::posts).
+    std::vector<const replay::Step*> posts;
+    if (cp->read_again)
+      for (const auto& p : cp->posts) posts.push_back(&p.post);
+    else
+      for (const auto& step : cp->steps)
+        if (step.kind == replay::Step::Kind::PostRead ||
+            step.kind == replay::Step::Kind::PostAtomic)
+          posts.push_back(&step);
     const std::uint64_t kept_until =
         cr->timeline.size() < cr->timeline_events && !cr->timeline.empty()
             ? cr->timeline.back().frame
             : UINT64_MAX;
     for (auto i : list) {
       const auto upto = evs[i].last_frame;
-      for (; s < cp->steps.size() && cp->steps[s].frame <= upto; ++s) {
-        const auto& step = cp->steps[s];
-        if (step.kind == replay::Step::Kind::PostRead)
-          ++st[replay::index(step.side)].reads_posted;
-        else if (step.kind == replay::Step::Kind::PostAtomic)
-          ++st[replay::index(step.side)].atomics_posted;
+      for (; s < posts.size() && posts[s]->frame <= upto; ++s) {
+        if (posts[s]->kind == replay::Step::Kind::PostRead)
+          ++st[replay::index(posts[s]->side)].reads_posted;
+        else
+          ++st[replay::index(posts[s]->side)].atomics_posted;
       }
       for (; t < cr->timeline.size() && cr->timeline[t].frame <= upto; ++t)
         st[replay::index(cr->timeline[t].side)].apply(cr->timeline[t].event, cr->timeline[t].frame);
@@ -458,6 +491,56 @@ std::expected<View, std::string> build_view(const std::string& path, const repla
     conns.push_back(std::move(j));
   }
   d["connections"] = conns;
+  // Each event's octets: its first FPDUs (or its MPA frame), as the capture's segments carried
+  // them, up to max_bytes_per_event; asked for all events at once (one more read of the capture
+  // for the connections whose steps are read again, none per event).
+  std::vector<replay::StreamRange> ranges;
+  std::vector<std::size_t> first_range(evs.size() + 1, 0);
+  for (std::size_t i = 0; i < evs.size(); ++i) {
+    first_range[i] = ranges.size();
+    if (!plan_of(evs[i].conn->index)) continue;
+    std::uint64_t left = limits.max_bytes_per_event;
+    for (auto [off, len] : evs[i].fpdus) {
+      const auto want = static_cast<std::uint32_t>(std::min<std::uint64_t>(len, left));
+      if (want == 0) break;
+      ranges.push_back({evs[i].conn->index, evs[i].e->dir, off, want});
+      left -= want;
+    }
+  }
+  first_range[evs.size()] = ranges.size();
+  std::vector<Bytes> octets;
+  std::string unreadable;
+  try {
+    octets = replay::stream_ranges(plan, ranges);
+  } catch (const trace::CaptureChanged& x) {
+    unreadable = x.what();
+  } catch (const std::length_error& x) {
+    unreadable = x.what();
+  }
+
+  // What the replay's receive engine did with each event's octets: the timeline events of the
+  // receiving side, per connection and side ordered by the stream offset they concern
+  // (counted from the stream's first octet, as the decoder counts), with their places in the
+  // timeline.
+  using ByOffset = std::vector<std::pair<std::uint64_t, std::size_t>>;
+  std::map<std::size_t, std::array<ByOffset, 2>> timeline_at;
+  auto timeline_of = [&](const replay::ConnectionPlan* cp,
+                         const replay::ConnectionResult& cr) -> const std::array<ByOffset, 2>& {
+    auto [it, fresh] = timeline_at.try_emplace(cr.flow);
+    if (!fresh) return it->second;
+    for (std::size_t k = 0; k < cr.timeline.size(); ++k) {
+      const auto& t = cr.timeline[k];
+      // The timeline's offsets count from Full Operation (after the MPA frame), the
+      // decoder's from the stream's first octet. The side receives the other's direction.
+      const auto in =
+          t.side == replay::Side::Responder ? Direction::FromInitiator : Direction::FromResponder;
+      const std::uint64_t mpa_len = cp ? cp->mpa_length[static_cast<int>(in)] : 0;
+      it->second[replay::index(t.side)].emplace_back(t.event.offset + mpa_len, k);
+    }
+    for (auto& side : it->second) std::ranges::sort(side);
+    return it->second;
+  };
+
   json events = json::array();
   for (std::size_t i = 0; i < evs.size(); ++i) {
     const auto& ev = evs[i];
@@ -494,18 +577,9 @@ std::expected<View, std::string> build_view(const std::string& path, const repla
     // Its octets: the first FPDUs (or the MPA frame), as the capture's segments carried them.
     if (cp) {
       std::vector<std::uint8_t> bytes;
-      std::string unreadable;
-      try {
-        for (auto [off, len] : ev.fpdus) {
-          const auto want = std::min<std::uint64_t>(len, limits.max_bytes_per_event - bytes.size());
-          auto idx = octets.find(cp);
-          if (idx == octets.end()) idx = octets.try_emplace(cp, *cp).first;
-          const auto got = idx->second.get(e.dir, off, want, reader ? &*reader : nullptr);
-          bytes.insert(bytes.end(), got.begin(), got.end());
-          if (got.size() < want || bytes.size() >= limits.max_bytes_per_event) break;
-        }
-      } catch (const trace::CaptureChanged& x) {
-        unreadable = x.what();
+      for (std::size_t k = first_range[i]; k < first_range[i + 1] && k < octets.size(); ++k) {
+        bytes.insert(bytes.end(), octets[k].begin(), octets[k].end());
+        if (octets[k].size() < ranges[k].length) break;  // the rest is not in the capture
       }
       if (!bytes.empty()) {
         j["hex"] = hex_dump(bytes.data(), bytes.size());
@@ -520,17 +594,19 @@ std::expected<View, std::string> build_view(const std::string& path, const repla
     if (cr && e.kind == ladder::Event::Kind::Message) {
       json lines = json::array();
       std::uint64_t more = 0;
-      const std::uint64_t mpa_len = cp ? cp->mpa_length[static_cast<int>(e.dir)] : 0;
-      for (const auto& t : cr->timeline) {
-        if (t.side != receiver) continue;
-        // The timeline's offsets count from Full Operation (after the MPA frame), the
-        // decoder's from the stream's first octet.
-        const std::uint64_t at = t.event.offset + mpa_len;
-        if (at < ev.first_offset || at >= ev.end_offset) continue;
+      // Those about its octets, in timeline order.
+      const auto& at = timeline_of(cp, *cr)[replay::index(receiver)];
+      std::vector<std::size_t> about;
+      for (auto it = std::ranges::lower_bound(at, std::pair{ev.first_offset, std::size_t{0}});
+           it != at.end() && it->first < ev.end_offset; ++it)
+        about.push_back(it->second);
+      std::ranges::sort(about);
+      for (const auto k : about) {
         if (lines.size() >= limits.max_replay_lines) {
           ++more;
           continue;
         }
+        const auto& t = cr->timeline[k];
         lines.push_back(json{{"text", replay::format_event(t, model->t0_us)},
                              {"why", replay::explain_event(t.event)}});
       }
@@ -580,26 +656,38 @@ std::expected<View, std::string> build_view(const std::string& path, const repla
     j["memory"] = mem;
     events.push_back(std::move(j));
   }
-  d["events"] = std::move(events);
 
-  // The whole stays under the size limit: the details of the last events go first.
-  auto size = [&] { return d.dump(-1, ' ', false, json::error_handler_t::replace).size(); };
-  if (size() > limits.max_json_bytes) {
+  // The whole stays under the size limit: the details of the last events go first, 50 at a
+  // time. Its size is the rest's and each event's, dumped once each (the events array's commas
+  // between them).
+  auto size_of = [](const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace).size();
+  };
+  d["events"] = json::array();
+  std::size_t size = size_of(d) + (events.empty() ? 0 : events.size() - 1);
+  std::vector<std::size_t> sizes(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) size += sizes[i] = size_of(events[i]);
+  if (size > limits.max_json_bytes) {
     std::size_t cut = 0;
-    std::size_t i = d["events"].size();
-    while (i > 0 && size() > limits.max_json_bytes) {
+    std::size_t i = events.size();
+    while (i > 0 && size > limits.max_json_bytes) {
       for (std::size_t k = 0; k < 50 && i > 0; ++k) {
-        auto& ev = d["events"][--i];
+        auto& ev = events[--i];
         for (const char* key : {"segments", "hex", "replay", "state", "memory", "explain"})
           ev.erase(key);
         ev["cut"] = true;
+        size -= sizes[i];
+        size += sizes[i] = size_of(ev);
         ++cut;
       }
     }
+    d["events"] = std::move(events);
     d["notes"].push_back(fmt::format(
         "the view's data is limited to {} octets: the details of the last {} events are left "
         "out (replay a smaller capture, or cut it with rnic ladder --from/--to first)",
         limits.max_json_bytes, cut));
+  } else {
+    d["events"] = std::move(events);
   }
   return v;
 }

@@ -516,5 +516,49 @@ TEST(CaptureFile, RnicReplayDoesNotHoldThePayloads) {
   std::remove(large.c_str());
 }
 
+// `rnic replay --html` of a file reads its plan and its steps as `rnic replay` does (the view
+// takes each message's first octets in one more read of the file, replay::stream_ranges): what
+// it holds grows with the view (its events, at most htmlview::ViewLimits), not with the
+// capture's segments. The same 32 one-MiB Writes (so the same events and view) in 512- and in
+// 128-octet segments, 4 times as many (196,000 more): under 4 MiB more (-1.4 MiB, 2026-11-29;
+// with the steps kept, as before: 46 -> 96 MiB).
+TEST(CaptureFile, RnicReplayHtmlHoldsNothingPerSegment) {
+#if IWARP_TEST_ASAN || IWARP_TEST_TSAN
+  GTEST_SKIP() << "a sanitizer's quarantine and shadow memory make the resident set no measure";
+#endif
+  const auto fewer = temp("html_fewer.pcap"), more = temp("html_more.pcap");
+  const auto html = temp("html_view.html");
+  GeneratorOptions g;
+  g.bulk_bytes = 32u << 20;
+  g.bulk_message = 1u << 20;
+  g.pcap.mss = 512;
+  ASSERT_TRUE(generate_conversation(fewer, g));
+  g.pcap.mss = 128;
+  ASSERT_TRUE(generate_conversation(more, g));
+  auto rss = [&](const std::string& path) {
+    return testing_support::run_child_rss(
+        {IWARP_RNIC_BIN, "replay", "--quiet", "--no-progress", "--html", html, path},
+        std::chrono::seconds(300), true);
+  };
+  const auto [rss_fewer, st_fewer] = rss(fewer);
+  const auto view_fewer = std::filesystem::file_size(html);
+  const auto [rss_more, st_more] = rss(more);
+  EXPECT_EQ(st_fewer, 0);
+  EXPECT_EQ(st_more, 0);
+  ASSERT_GT(rss_fewer, 0u);
+  // (The same events: the view of the smaller segments, each event's first 8 of many more, is
+  // no larger.)
+  EXPECT_LE(std::filesystem::file_size(html), view_fewer);
+  const auto grown = rss_more > rss_fewer ? rss_more - rss_fewer : 0;
+  EXPECT_LT(grown, 4u << 20) << "max RSS " << (rss_fewer >> 20) << " MiB -> " << (rss_more >> 20)
+                             << " MiB for 4 times the segments";
+  std::printf("rnic replay --html, max RSS: %llu MiB (%llu MiB capture) -> %llu MiB (%llu MiB)\n",
+              static_cast<unsigned long long>(rss_fewer >> 20),
+              static_cast<unsigned long long>(std::filesystem::file_size(fewer) >> 20),
+              static_cast<unsigned long long>(rss_more >> 20),
+              static_cast<unsigned long long>(std::filesystem::file_size(more) >> 20));
+  for (const auto& f : {fewer, more, html}) std::remove(f.c_str());
+}
+
 }  // namespace capture_file_test
 }  // namespace iwarp::trace

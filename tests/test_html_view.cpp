@@ -413,6 +413,73 @@ TEST(HtmlView, LimitsCutTheViewWithANote) {
 
 namespace {
 
+// `rnic replay --html` of a file learns its plan as it reads the file, its steps read again and
+// none kept (its memory does not grow with the capture's length): the view is the one of the
+// plan with kept steps, event for event (decoded headers, first octets, the replay's lines, both
+// queue pairs' state, the memory touched) and drawing for drawing, on every capture of the
+// corpus, whole and with frames dropped.
+TEST(HtmlView, ViewOfAPlanReadAgainIsTheViewOfKeptSteps) {
+  std::vector<std::string> files;
+  for (const char* dir : {"generated", "siw"})
+    for (const auto& e :
+         fs::directory_iterator(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/" + dir))
+      if (e.path().extension() == ".pcap") files.push_back(e.path().string());
+  std::ranges::sort(files);
+  std::size_t views = 0, hexes = 0, lines = 0, reads = 0;
+  for (const auto& path : files) {
+    // The whole capture, and without two of its frames with data (the 12th and the 20th).
+    std::vector<std::uint64_t> data;
+    auto whole = iwarp::trace::read_capture(path);
+    ASSERT_TRUE(whole) << whole.error();
+    for (const auto& f : whole->flows)
+      for (const auto& dir : f.dir)
+        for (const auto& sg : dir)
+          if (sg.size() > 0) data.push_back(sg.frame);
+    std::ranges::sort(data);
+    std::vector<std::vector<std::uint64_t>> drops{{}};
+    if (data.size() > 20) drops.push_back({data[12], data[20]});
+    for (const auto& drop : drops) {
+      SCOPED_TRACE(path + " --drop " + ::testing::PrintToString(drop));
+      auto again = iwarp::replay::make_plan_from_file(path, {}, drop);
+      if (!again) continue;  // (nothing to replay)
+      auto cap = iwarp::trace::read_capture(path, {.payloads_in_file = true});
+      ASSERT_TRUE(cap) << cap.error();
+      if (!drop.empty()) {
+        ASSERT_TRUE(iwarp::replay::drop_frames(*cap, drop));
+      }
+      auto kept = iwarp::replay::make_plan(*cap, {}, iwarp::replay::StepSource::Kept);
+      ASSERT_TRUE(kept) << kept.error();
+      ASSERT_TRUE(
+          std::ranges::any_of(again->connections, &iwarp::replay::ConnectionPlan::read_again));
+      iwarp::replay::ReplayOptions ro;
+      ro.timeline_keep = iwarp::htmlview::kTimelineKeep;
+      const auto ra = iwarp::replay::replay(*again, ro);
+      const auto rk = iwarp::replay::replay(*kept, ro);
+      auto va = iwarp::htmlview::build_view(path, *again, ra, "capture order");
+      auto vk = iwarp::htmlview::build_view(path, *kept, rk, "capture order");
+      ASSERT_TRUE(va) << va.error();
+      ASSERT_TRUE(vk) << vk.error();
+      const auto diff = nlohmann::json::diff(vk->data, va->data);
+      EXPECT_TRUE(diff.empty()) << "the view of the plan read again differs from the kept "
+                                   "plan's (first changes): "
+                                << diff.dump().substr(0, 2000);
+      EXPECT_TRUE(va->svg == vk->svg) << "the drawings differ";
+      ++views;
+      for (const auto& ev : va->data["events"]) {
+        hexes += ev.contains("hex");
+        lines += ev.contains("replay") ? ev["replay"].size() : 0;
+        for (const auto& side : ev["state"])
+          reads += side["reads"].get<std::string>().find("0 issued") != 0;
+      }
+    }
+  }
+  // (Views with octets, replay lines and Reads posted in them: the comparison compares them.)
+  EXPECT_GT(views, 15u);
+  EXPECT_GT(hexes, 500u);
+  EXPECT_GT(lines, 500u);
+  EXPECT_GT(reads, 50u);
+}
+
 // The committed views next to the sample traces are what the commands docs/html-view.md shows
 // make today (run from the repository's root, as the doc says).
 TEST(HtmlView, CommittedViewsAreUpToDate) {

@@ -17,7 +17,7 @@ Runner add_generate_command(CLI::App& app) {
     std::string rtr = "write";
     std::uint16_t mss = 1460;
     std::uint32_t seed = 1;
-    std::uint64_t bulk = 0;
+    std::uint64_t bulk = 0, bulk_message = trace::GeneratorOptions::kBulkMessage;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
@@ -37,11 +37,18 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_option("--mss", o->mss, "TCP MSS of the capture (sets the MULPDU)")
       ->check(CLI::Range(128, 65495));
   cmd->add_option("--seed", o->seed, "Seed for the payload bytes");
-  cmd->add_option("--bulk", o->bulk,
-                  "Add this many octets of RDMA Write payload (64 KiB Writes cycling over 1 MiB\n"
-                  "of one STag) before the closing Terminate: a capture of about that size, for\n"
-                  "benchmarks (scripts/replay-bench.sh); units k, m, g (powers of 1024)")
-      ->transform(byte_size_in(0, 1ull << 42));
+  auto* bulk =
+      cmd->add_option(
+             "--bulk", o->bulk,
+             "Add this many octets of RDMA Write payload (64 KiB Writes cycling over 1 MiB\n"
+             "of one STag) before the closing Terminate: a capture of about that size, for\n"
+             "benchmarks (scripts/replay-bench.sh); units k, m, g (powers of 1024)")
+          ->transform(byte_size_in(0, 1ull << 42));
+  cmd->add_option("--bulk-message", o->bulk_message,
+                  "With --bulk: octets of each bulk Write (default 64k; at most 1m): fewer,\n"
+                  "larger messages in as many segments")
+      ->transform(byte_size_in(1, trace::GeneratorOptions::kBulkSpan))
+      ->needs(bulk);
   return [o]() {
     if (o->p2p && o->rev != 2) {
       fmt::print(stderr, "rnic generate: --p2p needs --mpa-rev 2\n");
@@ -60,6 +67,7 @@ Runner add_generate_command(CLI::App& app) {
     g.pcap.mss = o->mss;
     g.seed = o->seed;
     g.bulk_bytes = o->bulk;
+    g.bulk_message = o->bulk_message;
     auto r = trace::generate_conversation(o->out, g);
     if (!r) {
       fmt::print(stderr, "rnic generate: {}\n", r.error());

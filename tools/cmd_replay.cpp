@@ -62,31 +62,29 @@ struct ReplayOpts {
   std::string ladder, ladder_png;  // --ladder OUT.svg, --ladder-png OUT.png
 };
 
-// The replay's plan. A capture replayed in capture order (no seeded disorder, which needs each
-// segment's tagged ranges; no HTML view, which shows the segments' octets), frames dropped or
-// not, is read as a stream, its steps made as the file is read again: what the plan holds does
-// not grow with the capture's length. Otherwise the capture is read whole, its payloads left in
-// the file. A pipe ("-" or a named one) is first copied into an unnamed temporary file, read
-// instead.
-// A device (a terminal, a disk) is read once, as before: it is not copied (it may never end).
+// Whether the capture is a device (a terminal, a disk): it is read once, as before, not copied
+// (it may never end).
 bool is_device(const std::string& path) {
   struct stat st {};
   const int r = path == "-" ? ::fstat(0, &st) : ::stat(path.c_str(), &st);
   return r == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode));
 }
 
+// The replay's plan. A capture replayed in capture order (no seeded disorder, which needs each
+// segment's tagged ranges), frames dropped or not, HTML view or not, is read as a stream, its
+// steps made as the file is read again: what the plan holds does not grow with the capture's
+// length. Otherwise the capture is read whole, its payloads left in the file. A pipe ("-" or a
+// named one) is first copied into an unnamed temporary file, read instead.
 std::expected<replay::Plan, std::string> plan_replay(const ReplayOpts& o) {
-  if (!o.permute && o.html.empty() && !is_device(o.file))
-    return replay::make_plan_from_file(o.file, {}, o.drop);
+  if (!o.permute && !is_device(o.file)) return replay::make_plan_from_file(o.file, {}, o.drop);
   // The payloads stay in the file (read again as each connection is learned and replayed): the
   // learning pass's memory grows with the capture's segments, not with their octets.
   auto cap = trace::read_capture(o.file, {.payloads_in_file = true, .copy_pipe = true});
   if (!cap) return std::unexpected(cap.error());
   if (!o.drop.empty())
     if (auto d = replay::drop_frames(*cap, o.drop); !d) return std::unexpected(d.error());
-  // Without a seeded disorder or an HTML view, the steps are made as the file is read again.
-  const auto source =
-      o.permute || !o.html.empty() ? replay::StepSource::Kept : replay::StepSource::ReadAgain;
+  // Without a seeded disorder, the steps are made as the file is read again.
+  const auto source = o.permute ? replay::StepSource::Kept : replay::StepSource::ReadAgain;
   // (The plan keeps what the replay needs, the file included.)
   return replay::make_plan(*cap, {}, source);
 }
@@ -274,8 +272,8 @@ Runner add_replay_command(CLI::App& app) {
       "connection with its MPA exchange). A capture file is read as it comes, nothing held per\n"
       "segment: once to learn the connections (more for some captures), then again as the replay\n"
       "goes, to make its steps. A pipe (FILE '-' is standard input) is first copied into an\n"
-      "unnamed file in $TMPDIR (default /tmp). --permute and --html, and connections past the\n"
-      "budget of reads (of many side by side), take memory per segment. Details: docs/replay.md.");
+      "unnamed file in $TMPDIR (default /tmp). --permute, and connections past the budget of\n"
+      "reads (of many side by side), take memory per segment. Details: docs/replay.md.");
   cmd->add_option("file", o->file, "Capture file (pcap or pcapng)")->required();
   cmd->add_flag("--json", o->json, "Print one JSON document (connections, CQEs, timeline)");
   auto* tl = cmd->add_flag("--timeline", o->timeline,

@@ -163,10 +163,13 @@ std::expected<GeneratedTrace, std::string> generate_conversation(const std::stri
     ims.body = std::uint64_t{0x1112131415161718ull};
     run(S, ims);
   }
-  // Bulk Writes (only when asked for): the same 64 KiB of data, again and again, to 1 MiB of
-  // STag 0x00bb0001 at the responder.
+  // Bulk Writes (only when asked for): the same data, again and again, to 1 MiB of STag
+  // 0x00bb0001 at the responder.
   if (opts.bulk_bytes > 0) {
-    constexpr std::uint64_t kMessage = 64 * 1024, kSpan = 1024 * 1024;
+    if (opts.bulk_message == 0 || opts.bulk_message > GeneratorOptions::kBulkSpan)
+      return std::unexpected(fmt::format("bulk Writes of {} octets: from 1 to {} octets",
+                                         opts.bulk_message, GeneratorOptions::kBulkSpan));
+    const std::uint64_t kMessage = opts.bulk_message, kSpan = GeneratorOptions::kBulkSpan;
     const ByteSpan block = buf(kMessage);
     std::uint64_t to = 0;
     for (std::uint64_t left = opts.bulk_bytes; left > 0 && r;) {

@@ -19,10 +19,13 @@ struct GeneratorOptions {
   mpa::Policy responder;
   PcapWriterOptions pcap;  // pcap.mss also sets each direction's MULPDU
   std::uint32_t seed = 1;  // payload contents
-  // Octets of bulk RDMA Write payload (64 KiB messages from the initiator to one STag, cycling
-  // over 1 MiB of tagged offsets) written before the closing Terminate: a capture of any size
-  // whose replay needs a fixed 1 MiB of shadow memory (scripts/replay-bench.sh). 0: none.
+  // Octets of bulk RDMA Write payload (messages of bulk_message octets from the initiator to one
+  // STag, cycling over 1 MiB of tagged offsets) written before the closing Terminate: a capture
+  // of any size whose replay needs a fixed 1 MiB of shadow memory (scripts/replay-bench.sh).
+  // 0: none.
   std::uint64_t bulk_bytes = 0;
+  std::uint64_t bulk_message = kBulkMessage;  // 1 .. kBulkSpan
+  static constexpr std::uint64_t kBulkMessage = 64 * 1024, kBulkSpan = 1024 * 1024;
 };
 
 struct GeneratedTrace {
