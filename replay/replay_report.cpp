@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <random>
+#include <stdexcept>
 
 namespace iwarp::replay {
 
@@ -139,9 +141,16 @@ std::string format_text(const Plan& plan, const ReplayResult& r,
                         const std::optional<Permutation>& order,
                         const std::optional<PermutationCheck>& check, const ReportOptions& o) {
   std::string s;
+  write_text([&](std::string_view piece) { s += piece; }, plan, r, order, check, o);
+  return s;
+}
+
+void write_text(const ReportSink& out, const Plan& plan, const ReplayResult& r,
+                const std::optional<Permutation>& order,
+                const std::optional<PermutationCheck>& check, const ReportOptions& o) {
   auto line = [&](std::string l) {
-    s += l;
-    s += '\n';
+    l += '\n';
+    out(l);
   };
   line(fmt::format("{}: {} frames, {} iWARP connection(s) replayed in {}", plan.path, plan.frames,
                    plan.connections.size(), order_text(order)));
@@ -166,18 +175,21 @@ std::string format_text(const Plan& plan, const ReplayResult& r,
     for (const auto& n : cp.notes) line("  note: " + n);
     for (const auto& f : cp.limits) line("  limit reached: " + f.text);
     if (o.timeline_limit > 0 || o.timeline_all) {
-      const std::size_t n =
-          o.timeline_all ? cr.timeline.size() : std::min(o.timeline_limit, cr.timeline.size());
+      const std::uint64_t n = o.timeline_all
+                                  ? kept_timeline_events(cr)
+                                  : std::min<std::uint64_t>(o.timeline_limit, cr.timeline.size());
       line(fmt::format("  timeline ({} event(s){}):", cr.timeline_events,
                        n < cr.timeline_events
                            ? fmt::format(", the first {} shown; --timeline for all", n)
                            : ""));
       line(fmt::format("  {:>7} {:>10} {}  {:<26} {:<14} {}", "frame", "time", "E", "event",
                        "where", "detail"));
-      for (std::size_t k = 0; k < n; ++k) {
-        line("  " + format_event(cr.timeline[k], t0));
-        if (o.explain) line("            why: " + o.explain(cr.timeline[k]));
-      }
+      std::uint64_t k = 0;
+      for_each_timeline_event(cr, [&](const TimelineEntry& t) {
+        if (k++ >= n) return;
+        line("  " + format_event(t, t0));
+        if (o.explain) line("            why: " + o.explain(t));
+      });
     }
     line(fmt::format("  {} step(s), {} segment(s) injected", cr.steps, cr.segments_injected));
     if (order) {
@@ -238,11 +250,30 @@ std::string format_text(const Plan& plan, const ReplayResult& r,
     line(fmt::format("result: {} Terminate(s)/violation(s) the trace does not hold", r.unexpected));
   else
     line("result: the permuted replay differs from the capture-order replay");
-  return s;
+}
+
+// One timeline event in the JSON report.
+json event_json(const TimelineEntry& t, std::uint64_t t0,
+                const std::function<std::string(const TimelineEntry&)>& explain) {
+  json j{{"frame", t.frame},
+         {"time", static_cast<double>(t.time_us - std::min(t.time_us, t0)) / 1e6},
+         {"endpoint", to_string(t.side)},
+         {"event", event_name(t.event.kind)},
+         {"offset", t.event.offset},
+         {"end", t.event.end},
+         {"beyond_hole", t.event.beyond_hole},
+         {"sends", t.event.sends},
+         {"read_responses", t.event.read_responses},
+         {"read_requests", t.event.read_requests},
+         {"writes", t.event.writes},
+         {"text", t.event.text}};
+  if (explain) j["explanation"] = explain(t);
+  return j;
 }
 
 json to_json(const Plan& plan, const ReplayResult& r, const std::optional<Permutation>& order,
-             const std::optional<PermutationCheck>& check, bool timeline) {
+             const std::optional<PermutationCheck>& check, bool timeline,
+             const std::function<std::string(const TimelineEntry&)>& explain) {
   const std::uint64_t t0 = t0_of(plan);
   json doc{{"file", plan.path},
            {"frames", plan.frames},
@@ -342,19 +373,8 @@ json to_json(const Plan& plan, const ReplayResult& r, const std::optional<Permut
       c["permutation_differences"] = check->differences[i];
     if (timeline) {
       json tl = json::array();
-      for (const auto& t : cr.timeline)
-        tl.push_back(json{{"frame", t.frame},
-                          {"time", static_cast<double>(t.time_us - std::min(t.time_us, t0)) / 1e6},
-                          {"endpoint", to_string(t.side)},
-                          {"event", event_name(t.event.kind)},
-                          {"offset", t.event.offset},
-                          {"end", t.event.end},
-                          {"beyond_hole", t.event.beyond_hole},
-                          {"sends", t.event.sends},
-                          {"read_responses", t.event.read_responses},
-                          {"read_requests", t.event.read_requests},
-                          {"writes", t.event.writes},
-                          {"text", t.event.text}});
+      for_each_timeline_event(
+          cr, [&](const TimelineEntry& t) { tl.push_back(event_json(t, t0, explain)); });
       c["timeline"] = std::move(tl);
     }
     conns.push_back(std::move(c));
@@ -383,6 +403,57 @@ json to_json(const Plan& plan, const ReplayResult& r, const std::optional<Permut
   }
   doc["exit_status"] = exit_status(r, check);
   return doc;
+}
+
+void write_json(const ReportSink& out, const Plan& plan, const ReplayResult& r,
+                const std::optional<Permutation>& order,
+                const std::optional<PermutationCheck>& check, bool timeline,
+                const std::function<std::string(const TimelineEntry&)>& explain) {
+  json doc = to_json(plan, r, order, check, false);
+  if (!timeline) {
+    out(doc.dump(1));
+    out("\n");
+    return;
+  }
+  // Each connection's timeline stands in the document as a string a capture cannot foresee (a
+  // random number between control characters), replaced as it is written by the events, each
+  // dumped as dump(1) would at that depth.
+  auto& conns = doc["connections"];
+  std::vector<std::string> marks;
+  const std::uint64_t nonce =
+      (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  for (std::size_t i = 0; i < conns.size(); ++i) {
+    conns[i]["timeline"] = fmt::format("\x01timeline {} {:016x}\x01", i, nonce);
+    marks.push_back(json(conns[i]["timeline"]).dump());
+  }
+  const std::string text = doc.dump(1);
+  const std::uint64_t t0 = t0_of(plan);
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < marks.size(); ++i) {
+    const auto m = text.find(marks[i], at);
+    if (m == std::string::npos)
+      throw std::logic_error("the JSON report lost a timeline's place");  // (cannot happen)
+    out(std::string_view(text).substr(at, m - at));
+    at = m + marks[i].size();
+    // The member's indent: the spaces that begin its line.
+    const auto bol = text.rfind('\n', m) + 1;
+    const auto indent = text.find_first_not_of(' ', bol) - bol;
+    const std::string pad(indent + 1, ' ');
+    std::uint64_t n = 0;
+    for_each_timeline_event(r.connections[i], [&](const TimelineEntry& t) {
+      std::string e = event_json(t, t0, explain).dump(1);
+      std::string piece = n++ ? ",\n" : "[\n";
+      piece += pad;
+      for (const char c : e) {
+        piece += c;
+        if (c == '\n') piece += pad;
+      }
+      out(piece);
+    });
+    out(n ? "\n" + std::string(indent, ' ') + "]" : std::string("[]"));
+  }
+  out(std::string_view(text).substr(at));
+  out("\n");
 }
 
 }  // namespace iwarp::replay

@@ -36,12 +36,28 @@ int exit_status(const ReplayResult& r, const std::optional<PermutationCheck>& ch
 // One timeline line: frame, time since `t0_us`, endpoint, event and its detail.
 std::string format_event(const TimelineEntry& t, std::uint64_t t0_us);
 
+// Where a report goes, piece by piece (rnic replay: standard output), so that a timeline of any
+// length is printed as it is read back (for_each_timeline_event), never held whole.
+using ReportSink = std::function<void(std::string_view)>;
+
+// The text report.
+void write_text(const ReportSink& out, const Plan& plan, const ReplayResult& r,
+                const std::optional<Permutation>& order,
+                const std::optional<PermutationCheck>& check, const ReportOptions& o);
 std::string format_text(const Plan& plan, const ReplayResult& r,
                         const std::optional<Permutation>& order,
                         const std::optional<PermutationCheck>& check, const ReportOptions& o);
 
+// The JSON report. With `timeline`, each connection's kept timeline events, each with an
+// "explanation" member when `explain` is set.
 nlohmann::json to_json(const Plan& plan, const ReplayResult& r,
                        const std::optional<Permutation>& order,
-                       const std::optional<PermutationCheck>& check, bool timeline);
+                       const std::optional<PermutationCheck>& check, bool timeline,
+                       const std::function<std::string(const TimelineEntry&)>& explain = {});
+// to_json(...).dump(1) and a newline, written with each timeline's events dumped one at a time.
+void write_json(const ReportSink& out, const Plan& plan, const ReplayResult& r,
+                const std::optional<Permutation>& order,
+                const std::optional<PermutationCheck>& check, bool timeline,
+                const std::function<std::string(const TimelineEntry&)>& explain = {});
 
 }  // namespace iwarp::replay

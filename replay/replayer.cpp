@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "common/log.hpp"
+#include "replay/timeline_spool.hpp"
 #include "rnic/device.hpp"
 #include "rnic/transport.hpp"
 
@@ -116,6 +117,7 @@ struct Shared {
   Counts counts;                        // of all of them
   std::vector<TimelineEntry> findings;  // every Terminate sent or received and violation
   std::optional<std::string> closed[2];
+  std::shared_ptr<TimelineSpool> spool;  // the events past `keep` (ReplayOptions::spool_timeline)
 };
 
 // The capture frame being injected, as the engine thread of one endpoint sees it.
@@ -489,7 +491,10 @@ void Recorder::on_event(const RxEvent& e) {
   if (e.kind == RxEvent::Kind::TerminateSent || e.kind == RxEvent::Kind::Violation ||
       e.kind == RxEvent::Kind::TerminateReceived)
     shared_->findings.push_back(t);
-  if (shared_->timeline.size() < shared_->keep) shared_->timeline.push_back(t);
+  if (shared_->timeline.size() < shared_->keep)
+    shared_->timeline.push_back(t);
+  else if (shared_->spool)
+    shared_->spool->append(t);
 }
 
 // Runs the engines until nothing more happens (doorbells, transmissions, completions).
@@ -653,6 +658,15 @@ void record_endpoint(Endpoint& e, bool keep_memory) {
   r.memory_hash = h;
 }
 
+// The RTR's receive completion is left out of the CQEs; the timeline says what it was.
+void name_rtr(TimelineEntry& t) {
+  static const std::string rtr_wr = fmt::format("receive WR {}", kRtrWrId);
+  if (t.event.kind == RxEvent::Kind::Completion && t.event.text.ends_with(rtr_wr))
+    t.event.text =
+        "the peer-to-peer RTR (a zero-length Send, MSN 1) taken by the zero-length receive "
+        "posted for it; its completion is left out";
+}
+
 // The timeline both engines wrote, and how each endpoint's connection closed.
 void take_timeline(ConnectionResult& res, Endpoint (&eps)[2], Shared& shared,
                    std::vector<TimelineEntry>& findings) {
@@ -663,14 +677,13 @@ void take_timeline(ConnectionResult& res, Endpoint (&eps)[2], Shared& shared,
     res.counts = shared.counts;
     findings = std::move(shared.findings);
     for (int s = 0; s < 2; ++s) eps[s].result.closed = shared.closed[s];
+    // (The events of the tear-down that follows are not the replay's: the spool takes no more.)
+    if (shared.spool) {
+      shared.spool->flush();
+      res.timeline_spool = std::move(shared.spool);
+    }
   }
-  // The RTR's receive completion is left out of the CQEs; the timeline says what it was.
-  const std::string rtr_wr = fmt::format("receive WR {}", kRtrWrId);
-  for (auto& t : res.timeline)
-    if (t.event.kind == RxEvent::Kind::Completion && t.event.text.ends_with(rtr_wr))
-      t.event.text =
-          "the peer-to-peer RTR (a zero-length Send, MSN 1) taken by the zero-length receive "
-          "posted for it; its completion is left out";
+  for (auto& t : res.timeline) name_rtr(t);
 }
 
 // Tear down: every queue pair to ERROR (it drops its self-reference), then the devices; the
@@ -698,6 +711,11 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   res.flow = plan.flow;
   auto shared = std::make_shared<Shared>();
   shared->keep = opts.timeline_keep;
+  if (opts.spool_timeline) {
+    auto spool = TimelineSpool::create();
+    if (!spool) throw std::runtime_error(spool.error());
+    shared->spool = std::move(*spool);
+  }
   Endpoint eps[2];
   const std::uint64_t seed = 0x5eed0000ull + plan.flow;
   build_endpoint(eps[0], plan, Side::Initiator, seed * 2 + 1);
@@ -844,8 +862,24 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   take_timeline(res, eps, *shared, findings);
   tear_down(res, eps);
   if (failed) std::rethrow_exception(failed);
+  if (res.timeline_spool && res.timeline_spool->error())
+    throw std::runtime_error(*res.timeline_spool->error());
   finish(res, plan, findings);
   return res;
+}
+
+void for_each_timeline_event(const ConnectionResult& r,
+                             const std::function<void(const TimelineEntry&)>& fn) {
+  for (const auto& t : r.timeline) fn(t);
+  if (r.timeline_spool)
+    r.timeline_spool->for_each([&](TimelineEntry&& t) {
+      name_rtr(t);
+      fn(t);
+    });
+}
+
+std::uint64_t kept_timeline_events(const ConnectionResult& r) {
+  return r.timeline.size() + (r.timeline_spool ? r.timeline_spool->size() : 0);
 }
 
 ReplayResult replay(const Plan& plan, const ReplayOptions& opts) {

@@ -33,6 +33,8 @@ struct Permutation {
   std::string describe() const;
 };
 
+class TimelineSpool;  // replay/timeline_spool.hpp
+
 struct ReplayOptions {
   std::optional<Permutation> permutation;  // none: capture order
   bool keep_memory = false;                // keep every shadow region's octets (tests)
@@ -42,6 +44,10 @@ struct ReplayOptions {
   // and violation is found): what the report will print, so that a long capture's timeline
   // does not grow the replay's memory.
   std::size_t timeline_keep = SIZE_MAX;
+  // The events past timeline_keep are kept in an unnamed file (TimelineSpool) rather than only
+  // counted: a report that prints them all holds no more of them in memory than timeline_keep.
+  // The replay throws std::runtime_error, in one line, when that file cannot be made or written.
+  bool spool_timeline = false;
 };
 
 struct TimelineEntry {
@@ -100,6 +106,8 @@ struct ConnectionResult {
   EndpointResult ep[2];
   std::vector<TimelineEntry> timeline;  // the first ReplayOptions::timeline_keep events
   std::uint64_t timeline_events = 0;    // all of them
+  // With ReplayOptions::spool_timeline: the events after those (for_each_timeline_event).
+  std::shared_ptr<const TimelineSpool> timeline_spool;
   Counts counts;
   std::vector<Finding> terminates_sent, terminates_received, violations;
   std::vector<std::string> not_reproduced;  // Terminates of the trace the emulation did not send
@@ -109,6 +117,13 @@ struct ConnectionResult {
   std::uint64_t split = 0;           // segments re-cut
   std::uint64_t unexpected() const;  // Terminates sent and violations the trace does not hold
 };
+
+// Every timeline event a connection's replay kept, in order: those in memory, then those in its
+// spool (ReplayOptions::spool_timeline). Throws std::runtime_error when the spool cannot be read.
+void for_each_timeline_event(const ConnectionResult& r,
+                             const std::function<void(const TimelineEntry&)>& fn);
+// How many that is.
+std::uint64_t kept_timeline_events(const ConnectionResult& r);
 
 struct ReplayResult {
   std::vector<ConnectionResult> connections;

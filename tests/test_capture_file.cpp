@@ -560,5 +560,45 @@ TEST(CaptureFile, RnicReplayHtmlHoldsNothingPerSegment) {
   for (const auto& f : {fewer, more, html}) std::remove(f.c_str());
 }
 
+// `rnic replay --timeline` and `--json` print every timeline event: past the first 4,096 of a
+// connection they wait in an unnamed temporary file (replay::TimelineSpool), and the report is
+// written as they are read back. 16 and 64 one-MiB Writes in 256-octet segments (about 70,000
+// and 280,000 timeline events): under 4 MiB more (0 MiB, 2026-11-29; held in memory, as
+// before: --timeline 42 -> 153 MiB, --json 202 -> 753 MiB).
+TEST(CaptureFile, RnicReplayPrintsEveryTimelineEventHoldingFewInMemory) {
+#if IWARP_TEST_ASAN || IWARP_TEST_TSAN
+  GTEST_SKIP() << "a sanitizer's quarantine and shadow memory make the resident set no measure";
+#endif
+  const auto fewer = temp("timeline_fewer.pcap"), more = temp("timeline_more.pcap");
+  GeneratorOptions g;
+  g.bulk_message = 1u << 20;
+  g.pcap.mss = 256;
+  g.bulk_bytes = 16u << 20;
+  ASSERT_TRUE(generate_conversation(fewer, g));
+  g.bulk_bytes = 64u << 20;
+  ASSERT_TRUE(generate_conversation(more, g));
+  for (const char* how : {"--timeline", "--json"}) {
+    SCOPED_TRACE(how);
+    auto rss = [&](const std::string& path) {
+      return testing_support::run_child_rss({IWARP_RNIC_BIN, "replay", "--no-progress", how, path},
+                                            std::chrono::seconds(300), true);
+    };
+    const auto [rss_fewer, st_fewer] = rss(fewer);
+    const auto [rss_more, st_more] = rss(more);
+    EXPECT_EQ(st_fewer, 0);
+    EXPECT_EQ(st_more, 0);
+    ASSERT_GT(rss_fewer, 0u);
+    const auto grown = rss_more > rss_fewer ? rss_more - rss_fewer : 0;
+    EXPECT_LT(grown, 4u << 20) << "max RSS " << (rss_fewer >> 20) << " MiB -> " << (rss_more >> 20)
+                               << " MiB for 4 times the events";
+    std::printf("rnic replay %s, max RSS: %llu MiB (%llu MiB capture) -> %llu MiB (%llu MiB)\n",
+                how, static_cast<unsigned long long>(rss_fewer >> 20),
+                static_cast<unsigned long long>(std::filesystem::file_size(fewer) >> 20),
+                static_cast<unsigned long long>(rss_more >> 20),
+                static_cast<unsigned long long>(std::filesystem::file_size(more) >> 20));
+  }
+  for (const auto& f : {fewer, more}) std::remove(f.c_str());
+}
+
 }  // namespace capture_file_test
 }  // namespace iwarp::trace

@@ -50,6 +50,10 @@ class ProgressBar {
   bool shown_ = false;
 };
 
+// Timeline events per connection `--timeline` and `--json` keep in memory; the others wait in a
+// temporary file until they are printed.
+constexpr std::size_t kTimelineInMemory = 4096;
+
 struct ReplayOpts {
   std::string file;
   bool json = false, timeline = false, quiet = false, progress = false, no_progress = false;
@@ -147,11 +151,14 @@ int run_replay(const ReplayOpts& o) {
   try {
     replay::ReplayOptions ro;
     if (bar) ro.progress = progress_for(0);
-    // Only what the report prints is kept of each timeline.
-    if (o.json)
-      ro.timeline_keep = o.quiet ? 0 : SIZE_MAX;
-    else if (!o.timeline)
+    // Only what the report prints is kept of each timeline; a report that prints all of it
+    // keeps what is past the first events in a temporary file (replay::TimelineSpool).
+    if (o.json || o.timeline) {
+      ro.timeline_keep = o.quiet ? 0 : kTimelineInMemory;
+      ro.spool_timeline = !o.quiet;
+    } else {
       ro.timeline_keep = o.quiet ? 0 : 40;
+    }
     // The HTML view shows each event's timeline and the state it leads to.
     if (!o.html.empty()) ro.timeline_keep = std::max(ro.timeline_keep, htmlview::kTimelineKeep);
     // The ladder draws the events, up to what a ladder model holds.
@@ -205,27 +212,30 @@ int run_replay(const ReplayOpts& o) {
     }
   }
 
-  if (o.json) {
-    auto doc = replay::to_json(*plan, result, perm, check, !o.quiet);
-    if (o.explain && !o.quiet) {
-      // The JSON timeline lists each connection's kept events in order, as the result does.
-      auto& conns = doc["connections"];
-      for (std::size_t i = 0; i < conns.size() && i < result.connections.size(); ++i) {
-        auto& tl = conns[i]["timeline"];
-        const auto& events = result.connections[i].timeline;
-        for (std::size_t k = 0; k < tl.size() && k < events.size(); ++k)
-          tl[k]["explanation"] = replay::explain_event(events[k].event);
-      }
+  // (The report is written as it is made: a timeline read back from its temporary file is not
+  // held whole.)
+  const replay::ReportSink out = [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+  };
+  std::function<std::string(const replay::TimelineEntry&)> explain;
+  if (o.explain)
+    explain = [](const replay::TimelineEntry& t) { return replay::explain_event(t.event); };
+  try {
+    if (o.json) {
+      replay::write_json(out, *plan, result, perm, check, !o.quiet, explain);
+    } else {
+      replay::ReportOptions ro;
+      ro.timeline_all = o.timeline;
+      ro.timeline_limit = o.quiet ? 0 : 40;
+      ro.explain = explain;
+      replay::write_text(out, *plan, result, perm, check, ro);
     }
-    fmt::print("{}\n", doc.dump(1));
-  } else {
-    replay::ReportOptions ro;
-    ro.timeline_all = o.timeline;
-    ro.timeline_limit = o.quiet ? 0 : 40;
-    if (o.explain)
-      ro.explain = [](const replay::TimelineEntry& t) { return replay::explain_event(t.event); };
-    fmt::print("{}", replay::format_text(*plan, result, perm, check, ro));
+  } catch (const std::runtime_error& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "rnic replay: {}: {}\n", o.file, e.what());
+    return 2;
   }
+  std::fflush(stdout);
   if (!o.ladder.empty()) {
     auto svg = replay_ladder_svg(
         again, *plan, result,
@@ -275,10 +285,13 @@ Runner add_replay_command(CLI::App& app) {
       "unnamed file in $TMPDIR (default /tmp). --permute, and connections past the budget of\n"
       "reads (of many side by side), take memory per segment. Details: docs/replay.md.");
   cmd->add_option("file", o->file, "Capture file (pcap or pcapng)")->required();
-  cmd->add_flag("--json", o->json, "Print one JSON document (connections, CQEs, timeline)");
+  cmd->add_flag("--json", o->json,
+                "Print one JSON document (connections, CQEs, the whole timeline: events past the\n"
+                "first 4096 of a connection wait in an unnamed file in $TMPDIR until printed)");
   auto* tl = cmd->add_flag("--timeline", o->timeline,
-                           "Print the whole timeline (by default the first 40 events of each "
-                           "connection)");
+                           "Print the whole timeline (by default the first 40 events of each\n"
+                           "connection; past the first 4096 they wait in an unnamed file in\n"
+                           "$TMPDIR until printed)");
   auto* quiet =
       cmd->add_flag("--quiet", o->quiet, "Print no timeline, only the summaries")->excludes(tl);
   cmd->add_flag("--explain", o->explain,

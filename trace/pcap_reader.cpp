@@ -24,6 +24,8 @@
 #include <optional>
 #include <tuple>
 
+#include "common/unnamed_file.hpp"
+
 namespace iwarp::trace {
 
 std::string IpEndpoint::to_string() const {
@@ -597,22 +599,16 @@ std::expected<Capture, std::string> read_capture(const std::string& path, const 
 }
 
 std::expected<int, std::string> copy_to_unnamed_file(int fd, const std::string& path) {
-  const char* env = std::getenv("TMPDIR");
-  const std::string dir = env && *env ? env : "/tmp";
+  const auto made = open_unnamed_file();
+  const std::string dir = made ? temp_dir() : made.error().dir;
   auto fail = [&](const char* what, int e) {
     return std::unexpected(fmt::format(
         "{}: a pipe is copied into a temporary file to be read again; {} in {}: {} (set TMPDIR "
         "to a directory with room, or give the capture as a file)",
         path, what, dir, std::strerror(e)));
   };
-  int out = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (out < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-    // (A file system without O_TMPFILE: a named file, unlinked before anything is written.)
-    std::string name = dir + "/rnic-pipe-XXXXXX";
-    out = ::mkostemp(name.data(), O_CLOEXEC);
-    if (out >= 0) ::unlink(name.c_str());
-  }
-  if (out < 0) return fail("making the file", errno);
+  if (!made) return fail("making the file", made.error().error);
+  const int out = *made;
   constexpr std::size_t kChunk = 1u << 20;
   const auto buf = std::make_unique_for_overwrite<std::uint8_t[]>(kChunk);
   // A stream that does not start as a capture libpcap reads (pcap or pcapng) is not copied
