@@ -13,9 +13,11 @@ std::string temp_dir() {
   return env && *env ? env : "/tmp";
 }
 
-std::expected<int, UnnamedFileError> open_unnamed_file() {
+std::expected<int, UnnamedFileError> open_unnamed_file(UnnamedFileMethod how) {
   const std::string dir = temp_dir();
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  int fd = -1;
+  errno = EOPNOTSUPP;
+  if (how == UnnamedFileMethod::Any) fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
     // (A file system without O_TMPFILE: a named file, unlinked before anything is written.)
     std::string name = dir + "/rnic-tmp-XXXXXX";

@@ -18,6 +18,12 @@ struct UnnamedFileError {
 // $TMPDIR, or /tmp where it is unset or empty.
 std::string temp_dir();
 
-std::expected<int, UnnamedFileError> open_unnamed_file();
+// How the file is made: Any tries O_TMPFILE first, and falls back to Named (mkostemp, then
+// unlink) where the file system has no O_TMPFILE; Named goes there at once (tests).
+enum class UnnamedFileMethod : unsigned char { Any, Named };
+
+// Opened read-write, close-on-exec.
+std::expected<int, UnnamedFileError> open_unnamed_file(
+    UnnamedFileMethod how = UnnamedFileMethod::Any);
 
 }  // namespace iwarp
