@@ -268,12 +268,13 @@ TEST_P(PeerToPeer, ResponderMaySendFirstAfterTheRtr) {
     rmr = ep.reg(rbuf, sizeof rbuf, IBV_ACCESS_LOCAL_WRITE);
     post_one_recv(ep.qp(), rbuf, sizeof rbuf, rmr->lkey);
   };
+  // (Before the endpoints: a failed assertion leaves no Send reading a freed buffer.)
+  char msg[] = "responder first";
   auto c = connect(so, co);
   ASSERT_TRUE(c.connected) << c.connected.error();
   ASSERT_TRUE(c.accepted) << c.accepted.error();
   EXPECT_TRUE(c.server->params()->peer_to_peer);
   EXPECT_EQ(c.server->params()->rtr, GetParam());
-  char msg[] = "responder first";
   auto* smr = c.server->reg(msg, sizeof msg, 0);
   ASSERT_EQ(post_one(c.server->qp(), {.addr = msg, .len = sizeof msg, .lkey = smr->lkey}), 0);
   auto wc = c.client->wait(c.client->recv_cq());
@@ -329,11 +330,12 @@ TEST(RnicQpState, PostingBeforeConnectingSaysWhy) {
 
 // Many WRs posted as one chain go out in one gather write, not one system call each.
 TEST(RnicDoorbell, ChainIsOneBatch) {
+  // (The buffers before the endpoints: a failed assertion leaves no WR reading a freed one.)
+  constexpr int kN = 64;
+  std::vector<char> buf(kN * 16, 'x'), rbuf(kN * 16);
   auto c = connect({}, {});
   ASSERT_TRUE(c.connected) << c.connected.error();
   ASSERT_TRUE(c.accepted) << c.accepted.error();
-  constexpr int kN = 64;
-  std::vector<char> buf(kN * 16, 'x'), rbuf(kN * 16);
   auto* smr = c.client->reg(buf.data(), buf.size(), 0);
   auto* rmr = c.server->reg(rbuf.data(), rbuf.size(), IBV_ACCESS_LOCAL_WRITE);
   std::vector<ibv_recv_wr> rw(kN);
@@ -383,10 +385,11 @@ TEST(RnicDoorbell, ChainIsOneBatch) {
 // RFC 7306 §4.3: Immediate Data reports the length of the Write right before it; a bare
 // SEND_WITH_IMM after an unrelated Write and a Send reports no Write length.
 TEST(RnicImmediate, BareImmediateAfterOtherMessagesHasNoWriteLength) {
+  // (The buffers before the endpoints: a failed assertion leaves no WR reading a freed one.)
+  std::vector<char> src(1000, 'w'), dst(1000), rbuf(64);
   auto c = connect({}, {});
   ASSERT_TRUE(c.connected) << c.connected.error();
   ASSERT_TRUE(c.accepted) << c.accepted.error();
-  std::vector<char> src(1000, 'w'), dst(1000), rbuf(64);
   auto* smr = c.client->reg(src.data(), src.size(), 0);
   auto* dmr =
       c.server->reg(dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);

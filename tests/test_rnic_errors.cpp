@@ -1301,6 +1301,8 @@ TEST_P(RnicFeatures, FencedWriteWaitsForTheRead) {
 // follows. Without the fence the Write leaves right behind the Read Request.
 TEST(RnicFence, FencedWriteLeavesOnlyOnceTheReadIsAnswered) {
   using iwarp::testing::RawConnection;
+  // (The buffers before the endpoints: a failed assertion leaves no WR reading a freed one.)
+  std::vector<std::uint8_t> sink(64, 0), src(64, 0x77);
   std::vector<std::uint8_t> hello(16, 0);
   EndpointOptions so;
   so.on_qp_created = [&](Endpoint& e) {
@@ -1321,7 +1323,6 @@ TEST(RnicFence, FencedWriteLeavesOnlyOnceTheReadIsAnswered) {
     ASSERT_TRUE(wc) << wc.error();
     EXPECT_EQ(wc->status, IBV_WC_SUCCESS);
   }
-  std::vector<std::uint8_t> sink(64, 0), src(64, 0x77);
   auto* kmr = ep.reg(sink.data(), sink.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   auto* smr = ep.reg(src.data(), src.size(), IBV_ACCESS_LOCAL_WRITE);
   ASSERT_EQ(post_one(ep.qp(), {.op = IBV_WR_RDMA_READ,

@@ -208,6 +208,10 @@ TEST(RnicLifetime, FlushedSendIsNotReadAfterItsCompletion) {
 TEST(RnicLifetime, LocalErrorStopsPlacementIntoTheFlushedReceive) {
   log::configure("rnic=error");
   Guarded g(65536);
+  // The 8 MiB Send's source, before the endpoints: a failed assertion that returns with its
+  // region still registered leaves the engine's flush reading it as the endpoints go.
+  const std::size_t n = 8u << 20;
+  std::vector<std::uint8_t> src(n, 0x33);
   ibv_mr* mr = nullptr;
   EndpointOptions so;
   so.cm.close_timeout = 20s;
@@ -224,8 +228,6 @@ TEST(RnicLifetime, LocalErrorStopsPlacementIntoTheFlushedReceive) {
   ASSERT_TRUE(rc.peer->write(ByteSpan(wire).first(part)));
   ASSERT_TRUE(eventually([&] { return received_bytes(rc.server) - before >= part; }));
   // A large Send that blocks on the peer's closed window.
-  const std::size_t n = 8u << 20;
-  std::vector<std::uint8_t> src(n, 0x33);
   ibv_mr* smr = ibv_reg_mr(rc.server.pd(), src.data(), n, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_EQ(post_one(rc.server.qp(), {.op = IBV_WR_SEND,
                                       .addr = src.data(),

@@ -87,10 +87,11 @@ void sends(testing::Pair& p, int n, std::vector<std::uint8_t>& sbuf, ibv_mr* smr
 }
 
 TEST(Stat, ConnectedPairShowsItsQpRegionAndCountersThatMove) {
+  // (Before the endpoints: receives posted into `rbuf` stay posted until the queue pair goes.)
+  std::vector<std::uint8_t> sbuf(4096, 0x5a), rbuf(8192);
   auto p = testing::connect_pair();
   ASSERT_TRUE(p.server && p.client && p.server->qp() && p.client->qp());
   ASSERT_FALSE(address_of(*p.server).empty());
-  std::vector<std::uint8_t> sbuf(4096, 0x5a), rbuf(8192);
   auto* smr = p.client->reg(sbuf.data(), sbuf.size(), IBV_ACCESS_LOCAL_WRITE);
   auto* rmr =
       p.server->reg(rbuf.data(), rbuf.size(),
