@@ -679,7 +679,9 @@ void take_timeline(ConnectionResult& res, Endpoint (&eps)[2], Shared& shared,
     for (int s = 0; s < 2; ++s) eps[s].result.closed = shared.closed[s];
     // (The events of the tear-down that follows are not the replay's: the spool takes no more.)
     if (shared.spool) {
-      shared.spool->flush();
+      const auto run = shared.spool->end_run();
+      res.spool_offset = run.offset;
+      res.spool_count = run.count;
       res.timeline_spool = std::move(shared.spool);
     }
   }
@@ -701,7 +703,10 @@ void tear_down(ConnectionResult& res, Endpoint (&eps)[2]) {
 
 }  // namespace
 
-ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptions& opts) {
+namespace {
+
+ConnectionResult replay_one(const ConnectionPlan& plan, const ReplayOptions& opts,
+                            std::shared_ptr<TimelineSpool> spool) {
   // (A disorder keeps a segment behind one that wrote the same tagged octets: it needs each
   // segment's tagged ranges, which only kept steps have.)
   if (opts.permutation && plan.read_again)
@@ -711,10 +716,9 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   res.flow = plan.flow;
   auto shared = std::make_shared<Shared>();
   shared->keep = opts.timeline_keep;
-  if (opts.spool_timeline) {
-    auto spool = TimelineSpool::create();
-    if (!spool) throw std::runtime_error(spool.error());
-    shared->spool = std::move(*spool);
+  if (spool) {
+    spool->begin_run();
+    shared->spool = std::move(spool);
   }
   Endpoint eps[2];
   const std::uint64_t seed = 0x5eed0000ull + plan.flow;
@@ -868,31 +872,39 @@ ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptio
   return res;
 }
 
+}  // namespace
+
+ConnectionResult replay_connection(const ConnectionPlan& plan, const ReplayOptions& opts) {
+  return replay_one(plan, opts, opts.spool_timeline ? std::make_shared<TimelineSpool>() : nullptr);
+}
+
 void for_each_timeline_event(const ConnectionResult& r,
                              const std::function<void(const TimelineEntry&)>& fn) {
   for (const auto& t : r.timeline) fn(t);
   if (r.timeline_spool)
-    r.timeline_spool->for_each([&](TimelineEntry&& t) {
+    r.timeline_spool->for_each({r.spool_offset, r.spool_count}, [&](TimelineEntry&& t) {
       name_rtr(t);
       fn(t);
     });
 }
 
 std::uint64_t kept_timeline_events(const ConnectionResult& r) {
-  return r.timeline.size() + (r.timeline_spool ? r.timeline_spool->size() : 0);
+  return r.timeline.size() + r.spool_count;
 }
 
 ReplayResult replay(const Plan& plan, const ReplayOptions& opts) {
   ReplayResult r;
   const std::uint64_t total = plan.total_steps();
   std::uint64_t base = 0;
+  // (One spool for all the connections: one file at most, whatever their number.)
+  const auto spool = opts.spool_timeline ? std::make_shared<TimelineSpool>() : nullptr;
   for (const auto& c : plan.connections) {
     ReplayOptions o = opts;
     if (opts.progress)
       o.progress = [&, base](std::uint64_t done, std::uint64_t) {
         opts.progress(base + done, total);
       };
-    r.connections.push_back(replay_connection(c, o));
+    r.connections.push_back(replay_one(c, o, spool));
     base += c.step_count;
     r.totals += r.connections.back().counts;
     r.unexpected += r.connections.back().unexpected();

@@ -44,9 +44,10 @@ struct ReplayOptions {
   // and violation is found): what the report will print, so that a long capture's timeline
   // does not grow the replay's memory.
   std::size_t timeline_keep = SIZE_MAX;
-  // The events past timeline_keep are kept in an unnamed file (TimelineSpool) rather than only
-  // counted: a report that prints them all holds no more of them in memory than timeline_keep.
-  // The replay throws std::runtime_error, in one line, when that file cannot be made or written.
+  // The events past timeline_keep are kept in a temporary file (TimelineSpool, one for all the
+  // connections of a replay(), made once more than 1 MiB of them wait) rather than only counted:
+  // a report that prints them all holds no more of them in memory than timeline_keep. The
+  // replay throws std::runtime_error, in one line, when that file cannot be made or written.
   bool spool_timeline = false;
 };
 
@@ -106,8 +107,10 @@ struct ConnectionResult {
   EndpointResult ep[2];
   std::vector<TimelineEntry> timeline;  // the first ReplayOptions::timeline_keep events
   std::uint64_t timeline_events = 0;    // all of them
-  // With ReplayOptions::spool_timeline: the events after those (for_each_timeline_event).
+  // With ReplayOptions::spool_timeline: the events after those (for_each_timeline_event), the
+  // spool's run from octet spool_offset, spool_count events.
   std::shared_ptr<const TimelineSpool> timeline_spool;
+  std::uint64_t spool_offset = 0, spool_count = 0;
   Counts counts;
   std::vector<Finding> terminates_sent, terminates_received, violations;
   std::vector<std::string> not_reproduced;  // Terminates of the trace the emulation did not send

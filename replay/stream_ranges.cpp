@@ -18,16 +18,11 @@ struct Fill {
   std::vector<bool> have;
 };
 
-// A direction of a connection read again: its ranges by offset, and where its stream stands.
+// A direction of a connection read again: its ranges by offset.
 struct DirectionFill {
   std::vector<std::size_t> fills;      // indices into the fills, by range offset
   std::vector<std::uint64_t> offsets;  // their offsets, in that order
   std::uint64_t longest = 0;           // the longest of them
-  // The stream offset of the furthest segment so far and its sequence number: a segment's
-  // offset is taken from it, so that streams past 2 GiB are counted right (RFC 9293 §3.4's
-  // sequence space wraps at 2^32).
-  std::int64_t top_offset = 0;
-  TcpSeq top_seq;
 };
 
 struct ConnectionFill {
@@ -54,11 +49,10 @@ class RangeSink final : public trace::SegmentSink {
         std::binary_search(cp.left_out.begin(), cp.left_out.end(), v.frame))
       return;
     DirectionFill& df = it->second.dir[dir];
-    const std::int64_t at = df.top_offset + (v.seq - df.top_seq);
-    if (at > df.top_offset) {
-      df.top_offset = at;
-      df.top_seq = v.seq;
-    }
+    // Its stream offset, as the replay and StreamOctets take it: the 32-bit difference from
+    // the stream's first sequence number (RFC 9293 §3.4's sequence space wraps at 2^32; a
+    // segment far ahead, a capture's garbage, moves nothing).
+    const std::int64_t at = v.seq - cp.stream_seq[dir];
     const std::int64_t end = at + static_cast<std::int64_t>(v.payload.size());
     if (end <= 0 || df.fills.empty()) return;
     // The renumbering of Atomic Responses patches some octets: the replay injects them patched.
@@ -132,10 +126,7 @@ std::vector<Bytes> stream_ranges(const Plan& plan, std::span<const StreamRange> 
       throw trace::CaptureChanged(
           "internal error: a connection whose steps are read again has no capture file");
     auto& conn = again[cp->file.get()][cp->flow];
-    if (!conn.cp) {
-      conn.cp = cp;
-      for (int d = 0; d < 2; ++d) conn.dir[d].top_seq = cp->stream_seq[d];
-    }
+    conn.cp = cp;
     conn.dir[index(r.dir)].fills.push_back(fills.size());
     fills.push_back(Fill{&r, Bytes(r.length), std::vector<bool>(r.length, false)});
   }

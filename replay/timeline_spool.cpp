@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
@@ -16,10 +17,10 @@ namespace {
 constexpr std::size_t kBuffer = 1u << 20;
 
 // An event's record: its fixed fields as this process holds them (the file is read back by the
-// process that wrote it), then its text.
+// process that wrote it; padding zeroed), then its text.
 struct Fixed {
-  std::uint64_t frame, time_us, offset, end;
-  std::uint32_t qp_num, sends, read_responses, read_requests, writes, payload, text_length;
+  std::uint64_t frame, time_us, offset, end, text_length;
+  std::uint32_t qp_num, sends, read_responses, read_requests, writes, payload;
   std::uint8_t side, kind, beyond_hole, has_hdr, has_term;
   ddp::DdpHeader hdr;
   TermCode term;
@@ -27,40 +28,47 @@ struct Fixed {
 static_assert(std::is_trivially_copyable_v<ddp::DdpHeader> &&
               std::is_trivially_copyable_v<TermCode> && std::is_trivially_copyable_v<Fixed>);
 
-// The longest text an event carries (a line of the receive engine's); longer is cut.
-constexpr std::uint32_t kMaxText = 64u << 10;
+// A text longer than this is no event's (the receive engine's lines are short): a record that
+// says so was damaged.
+constexpr std::uint64_t kMaxText = 16u << 20;
+
+std::string tmp_error(const char* what, int e) {
+  return fmt::format(
+      "the timeline is kept in a temporary file in {} until it is printed; {}: {} (set TMPDIR "
+      "to a directory with room, or leave out --timeline/--json)",
+      temp_dir(), what, std::strerror(e));
+}
 
 }  // namespace
-
-std::expected<std::shared_ptr<TimelineSpool>, std::string> TimelineSpool::create() {
-  auto fd = open_unnamed_file();
-  if (!fd)
-    return std::unexpected(fmt::format(
-        "the timeline is kept in a temporary file until it is printed; making it in {}: {} (set "
-        "TMPDIR to a directory with room)",
-        fd.error().dir, std::strerror(fd.error().error)));
-  return std::shared_ptr<TimelineSpool>(new TimelineSpool(*fd));
-}
 
 TimelineSpool::~TimelineSpool() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+void TimelineSpool::begin_run() {
+  run_ = Run{octets(), 0};
+}
+
+TimelineSpool::Run TimelineSpool::end_run() {
+  return run_;
+}
+
 void TimelineSpool::append(const TimelineEntry& t) {
-  ++count_;
+  ++run_.count;
   if (error_) return;
-  Fixed f{};
+  Fixed f;
+  std::memset(static_cast<void*>(&f), 0, sizeof f);
   f.frame = t.frame;
   f.time_us = t.time_us;
   f.offset = t.event.offset;
   f.end = t.event.end;
+  f.text_length = t.event.text.size();
   f.qp_num = t.event.qp_num;
   f.sends = t.event.sends;
   f.read_responses = t.event.read_responses;
   f.read_requests = t.event.read_requests;
   f.writes = t.event.writes;
   f.payload = t.event.payload;
-  f.text_length = static_cast<std::uint32_t>(std::min<std::size_t>(t.event.text.size(), kMaxText));
   f.side = static_cast<std::uint8_t>(t.side);
   f.kind = static_cast<std::uint8_t>(t.event.kind);
   f.beyond_hole = t.event.beyond_hole;
@@ -70,63 +78,83 @@ void TimelineSpool::append(const TimelineEntry& t) {
   if (t.event.term) f.term = *t.event.term;
   const auto* p = reinterpret_cast<const std::uint8_t*>(&f);
   buf_.insert(buf_.end(), p, p + sizeof f);
-  buf_.insert(buf_.end(), t.event.text.begin(), t.event.text.begin() + f.text_length);
-  if (buf_.size() >= kBuffer) flush();
+  buf_.insert(buf_.end(), t.event.text.begin(), t.event.text.end());
+  if (buf_.size() >= kBuffer) write_out();
 }
 
-void TimelineSpool::flush() {
+void TimelineSpool::write_out() {
+  if (fd_ < 0) {
+    auto fd = open_unnamed_file();
+    if (!fd) {
+      error_ = fmt::format(
+          "the timeline is kept in a temporary file until it is printed; making it in {}: {} "
+          "(set TMPDIR to a directory with room, or leave out --timeline/--json)",
+          fd.error().dir, std::strerror(fd.error().error));
+      buf_ = Bytes();
+      return;
+    }
+    fd_ = *fd;
+  }
   std::size_t at = 0;
-  while (!error_ && at < buf_.size()) {
+  while (at < buf_.size()) {
     const ssize_t w =
         ::pwrite(fd_, buf_.data() + at, buf_.size() - at, static_cast<off_t>(written_ + at));
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0)
-      error_ = fmt::format(
-          "the timeline is kept in a temporary file in {} until it is printed; writing it: {} "
-          "(set TMPDIR to a directory with room, or leave out --timeline/--json)",
-          temp_dir(), std::strerror(w < 0 ? errno : ENOSPC));
-    else
-      at += static_cast<std::size_t>(w);
+    if (w <= 0) {
+      error_ = tmp_error("writing it", w < 0 ? errno : ENOSPC);
+      buf_ = Bytes();
+      return;
+    }
+    at += static_cast<std::size_t>(w);
   }
   written_ += at;
-  buf_.clear();
+  buf_.clear();  // (its capacity stays: the next megabyte goes in the same place)
 }
 
-void TimelineSpool::for_each(const std::function<void(TimelineEntry&&)>& fn) const {
+void TimelineSpool::read(std::uint64_t at, std::size_t n, std::uint8_t* out) const {
+  if (at + n > octets())
+    throw std::runtime_error("the timeline's temporary file: it ends before the events written");
+  while (n > 0 && at < written_) {
+    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(n, written_ - at));
+    const ssize_t r = ::pread(fd_, out, want, static_cast<off_t>(at));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      throw std::runtime_error(fmt::format("the timeline's temporary file: reading it back: {}",
+                                           r < 0 ? std::strerror(errno) : "it is shorter"));
+    at += static_cast<std::uint64_t>(r);
+    out += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  if (n > 0) std::memcpy(out, buf_.data() + (at - written_), n);
+}
+
+void TimelineSpool::for_each(const Run& run, const std::function<void(TimelineEntry&&)>& fn) const {
+  if (error_) throw std::runtime_error(*error_);
+  // Read in chunks of up to kBuffer; a record that crosses a chunk's end starts the next one.
   Bytes chunk;
-  std::size_t have = 0;  // octets of `chunk` not yet used, from `used`
-  std::size_t used = 0;
-  std::uint64_t at = 0;  // file offset of the next read
-  std::uint64_t seen = 0;
-  auto fail = [&](const std::string& why) {
-    throw std::runtime_error(fmt::format("the timeline's temporary file: {}", why));
-  };
-  // At least `n` octets from `used` on, reading more of the file as needed.
-  auto need = [&](std::size_t n) {
-    if (have >= n) return;
+  std::size_t used = 0;           // of `chunk`
+  std::uint64_t at = run.offset;  // spool octet of chunk[chunk.size()]
+  const std::uint64_t end = octets();
+  auto need = [&](std::uint64_t n) {
+    if (chunk.size() - used >= n) return;
+    if (n > end - at + (chunk.size() - used))
+      throw std::runtime_error("the timeline's temporary file: it ends before the events written");
     chunk.erase(chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(used));
     used = 0;
-    while (have < n) {
-      if (at >= written_) fail("it ends before the events written");
-      const std::size_t want = static_cast<std::size_t>(
-          std::min<std::uint64_t>(std::max(kBuffer, n - have), written_ - at));
-      chunk.resize(have + want);
-      const ssize_t r = ::pread(fd_, chunk.data() + have, want, static_cast<off_t>(at));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) fail(r < 0 ? std::strerror(errno) : "it is shorter than what was written");
-      have += static_cast<std::size_t>(r);
-      at += static_cast<std::uint64_t>(r);
-      chunk.resize(have);
-    }
+    const auto more = static_cast<std::size_t>(
+        std::min<std::uint64_t>(std::max<std::uint64_t>(kBuffer, n - chunk.size()), end - at));
+    const std::size_t have = chunk.size();
+    chunk.resize(have + more);
+    read(at, more, chunk.data() + have);
+    at += more;
   };
-  const std::uint64_t kept = error_ ? 0 : count_;
-  for (; seen < kept; ++seen) {
+  for (std::uint64_t k = 0; k < run.count; ++k) {
     need(sizeof(Fixed));
     Fixed f;
     std::memcpy(&f, chunk.data() + used, sizeof f);
     used += sizeof f;
-    have -= sizeof f;
-    if (f.text_length > kMaxText) fail("an event's record is damaged");
+    if (f.text_length > kMaxText)
+      throw std::runtime_error("the timeline's temporary file: an event's record is damaged");
     need(f.text_length);
     TimelineEntry t;
     t.frame = f.frame;
@@ -144,9 +172,9 @@ void TimelineSpool::for_each(const std::function<void(TimelineEntry&&)>& fn) con
     t.event.payload = f.payload;
     if (f.has_hdr) t.event.hdr = f.hdr;
     if (f.has_term) t.event.term = f.term;
-    t.event.text.assign(reinterpret_cast<const char*>(chunk.data() + used), f.text_length);
-    used += f.text_length;
-    have -= f.text_length;
+    t.event.text.assign(reinterpret_cast<const char*>(chunk.data() + used),
+                        static_cast<std::size_t>(f.text_length));
+    used += static_cast<std::size_t>(f.text_length);
     fn(std::move(t));
   }
 }

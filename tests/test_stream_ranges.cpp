@@ -236,6 +236,39 @@ TEST(StreamRanges, TheFirstCopyOfARetransmittedSegmentIsTheOneShown) {
   std::remove(path.c_str());
 }
 
+// Garbage segments far ahead in a stream (sequence numbers 2^31 and 2^32 - 2 MiB past a real
+// one, as a damaged capture may hold) move nothing: the octets of the segments after them are
+// found where the replay puts them (a review found them lost when each segment's offset was
+// taken from the furthest one before it).
+TEST(StreamRanges, SegmentsFarAheadMoveNothing) {
+  const auto path = temp("far.pcap");
+  ASSERT_TRUE(trace::generate_conversation(path, {}));
+  auto frames = frames_of(path);
+  // The 12th frame with data.
+  std::size_t at = 0, seen = 0;
+  for (std::size_t i = 0; i < frames.size() && at == 0; ++i)
+    if (tcp_payload(frames[i].second).second > 0 && ++seen == 12) at = i;
+  ASSERT_NE(at, 0u);
+  auto out = frames;
+  std::size_t put = at + 1;  // (in this order: each jump less than 2^31 past the one before)
+  for (const std::uint32_t ahead : {0x7ff00000u, 0xffe00000u}) {
+    auto far = frames[at];
+    const std::size_t tcp = 14 + (far.second[14] & 0x0f) * 4u;
+    std::uint32_t seq =
+        static_cast<std::uint32_t>(far.second[tcp + 4] << 24 | far.second[tcp + 5] << 16 |
+                                   far.second[tcp + 6] << 8 | far.second[tcp + 7]);
+    seq += ahead;
+    for (int k = 0; k < 4; ++k)
+      far.second[tcp + 4 + static_cast<std::size_t>(k)] = static_cast<u_char>(seq >> (24 - 8 * k));
+    out.insert(out.begin() + static_cast<std::ptrdiff_t>(put++), far);
+  }
+  const auto far_path = temp("far_ahead.pcap");
+  write_frames(far_path, out);
+  EXPECT_GT(expect_kept_octets(far_path, {}), 20u);
+  std::remove(far_path.c_str());
+  std::remove(path.c_str());
+}
+
 // Ranges adding up to more than kMaxRangeOctets are refused before anything is read or held.
 TEST(StreamRanges, TooManyOctetsAtOnceAreRefused) {
   auto plan = make_plan_from_file(std::string(IWARP_SOURCE_DIR) +

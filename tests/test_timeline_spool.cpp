@@ -19,6 +19,7 @@
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
 #include "replay/timeline_spool.hpp"
+#include "trace/trace_decoder.hpp"
 #include "trace/trace_generator.hpp"
 
 namespace iwarp::replay {
@@ -63,7 +64,7 @@ std::string text_written(const Plan& plan, const ReplayResult& r, bool with_expl
 // also checked against the document to_json builds, dumped whole, as `rnic replay --json`
 // printed it before.)
 TEST(TimelineSpool, ReportsAreThoseOfTheTimelineHeldInMemory) {
-  std::uint64_t spooled = 0, spool_octets = 0;
+  std::uint64_t spooled = 0;
   std::size_t plans = 0, rtrs = 0;
   // (And a peer-to-peer RTR that is a Send, whose completion the timeline names as such.)
   const auto rtr = temp("rtr_send.pcap");
@@ -100,8 +101,7 @@ TEST(TimelineSpool, ReportsAreThoseOfTheTimelineHeldInMemory) {
         for (const auto& c : part.connections) {
           EXPECT_EQ(kept_timeline_events(c), c.timeline_events);
           ASSERT_NE(c.timeline_spool, nullptr);
-          spooled += c.timeline_spool->size();
-          spool_octets += c.timeline_spool->octets();
+          spooled += c.spool_count;
         }
         EXPECT_EQ(json_written(*plan, part, ex), json_whole);
         const auto text = text_written(*plan, part, ex);
@@ -113,26 +113,68 @@ TEST(TimelineSpool, ReportsAreThoseOfTheTimelineHeldInMemory) {
   EXPECT_GT(plans, 8u);
   EXPECT_GT(spooled, 2000u);
   EXPECT_EQ(rtrs, 6u);  // (the RTR capture's six reports)
-  std::printf("%llu events spooled in %llu octets\n", static_cast<unsigned long long>(spooled),
-              static_cast<unsigned long long>(spool_octets));
+
   std::remove(rtr.c_str());
 }
 
-// Without room for its temporary file, the replay ends in one line saying where and why.
-TEST(TimelineSpool, NoRoomForTheFileIsOneLine) {
-  const std::string missing = temp("no-such-dir");
-  std::filesystem::remove_all(missing);
-  const char* old = std::getenv("TMPDIR");
-  const std::string saved = old ? old : "";
-  ::setenv("TMPDIR", missing.c_str(), 1);
-  auto plan = make_plan_from_file(std::string(IWARP_SOURCE_DIR) +
-                                  "/pcap_traces/generated/mpa2_p2p_read_crc.pcap");
+// A spool of many megabytes (written out a megabyte at a time, read back in chunks whose ends
+// cut records) gives back every event: the reports of a long connection are those of its
+// timeline held in memory.
+TEST(TimelineSpool, ManyMegabytesReadBackWhole) {
+  const auto path = temp("long.pcap");
+  trace::GeneratorOptions g;
+  g.pcap.mss = 256;
+  g.bulk_bytes = 6u << 20;
+  ASSERT_TRUE(trace::generate_conversation(path, g));
+  auto plan = make_plan_from_file(path);
+  ASSERT_TRUE(plan) << plan.error();
+  const auto whole = replay(*plan, {});
   ReplayOptions ro;
   ro.timeline_keep = 0;
   ro.spool_timeline = true;
-  std::string what;
+  const auto part = replay(*plan, ro);
+  ASSERT_EQ(part.connections.size(), 1u);
+  const auto& c = part.connections.front();
+  ASSERT_NE(c.timeline_spool, nullptr);
+  EXPECT_TRUE(c.timeline_spool->has_file());
+  EXPECT_GT(c.timeline_spool->octets(), 4u << 20);
+  EXPECT_EQ(c.spool_count, c.timeline_events);
+  EXPECT_EQ(json_written(*plan, part, false), json_written(*plan, whole, false));
+  EXPECT_EQ(text_written(*plan, part, true), text_written(*plan, whole, true));
+  std::remove(path.c_str());
+}
+
+// Without a directory for its temporary file, a replay that spools less than its buffer (a
+// megabyte) makes no file and goes on; one that spools more ends in one line saying where and
+// why.
+TEST(TimelineSpool, NoRoomForTheFileIsOneLine) {
+  const std::string missing = temp("no-such-dir");
+  std::filesystem::remove_all(missing);
+  const auto big = temp("big.pcap");
+  trace::GeneratorOptions g;
+  g.pcap.mss = 256;
+  g.bulk_bytes = 2u << 20;
+  ASSERT_TRUE(trace::generate_conversation(big, g));
+  auto small = make_plan_from_file(std::string(IWARP_SOURCE_DIR) +
+                                   "/pcap_traces/generated/mpa2_p2p_read_crc.pcap");
+  ASSERT_TRUE(small) << small.error();
+  auto large = make_plan_from_file(big);
+  ASSERT_TRUE(large) << large.error();
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", missing.c_str(), 1);
+  ReplayOptions ro;
+  ro.timeline_keep = 0;
+  ro.spool_timeline = true;
+  std::string small_error, what;
+  ReplayResult r;
   try {
-    (void)replay(*plan, ro);
+    r = replay(*small, ro);
+  } catch (const std::runtime_error& e) {
+    small_error = e.what();
+  }
+  try {
+    (void)replay(*large, ro);
   } catch (const std::runtime_error& e) {
     what = e.what();
   }
@@ -140,10 +182,14 @@ TEST(TimelineSpool, NoRoomForTheFileIsOneLine) {
     ::setenv("TMPDIR", saved.c_str(), 1);
   else
     ::unsetenv("TMPDIR");
-  ASSERT_TRUE(plan) << plan.error();
+  EXPECT_EQ(small_error, "");
+  ASSERT_EQ(r.connections.size(), 1u);
+  EXPECT_GT(r.connections[0].spool_count, 0u);
+  EXPECT_FALSE(r.connections[0].timeline_spool->has_file());
   EXPECT_NE(what.find("making it in " + missing + ": No such file or directory"), std::string::npos)
       << what;
   EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  std::remove(big.c_str());
 }
 
 // Runs `sh -c script` with the arguments after it, and returns its exit status and standard error.
@@ -184,11 +230,14 @@ TEST(TimelineSpool, AFileThatCannotBeWrittenEndsTheReplayInOneLine) {
   for (const char* how : {"--timeline", "--json"}) {
     SCOPED_TRACE(how);
     // (SIGXFSZ ignored, as a shell leaves it for the program it starts: the write fails instead.)
+    const auto out = temp("stdout.txt");
     const auto [status, err] =
         sh("trap '' XFSZ; ulimit -f 256; exec \"$1\" replay --no-progress "
-           "\"$2\" \"$3\" >/dev/null",
-           {IWARP_RNIC_BIN, how, path});
+           "\"$2\" \"$3\" >\"$4\"",
+           {IWARP_RNIC_BIN, how, path, out});
     EXPECT_EQ(status, 2) << err;
+    EXPECT_EQ(std::filesystem::file_size(out), 0u) << "a report was printed";
+    std::remove(out.c_str());
     // (The replay's own log lines aside: the capture's Terminate is logged as it is replayed.)
     std::string last;
     for (std::size_t b = 0; b < err.size();) {
@@ -204,6 +253,58 @@ TEST(TimelineSpool, AFileThatCannotBeWrittenEndsTheReplayInOneLine) {
               std::string::npos)
         << err;
     EXPECT_NE(last.find("File too large"), std::string::npos) << err;
+  }
+  std::remove(path.c_str());
+}
+
+// A report that cannot be written whole (standard output a full disk: /dev/full) ends in exit
+// status 2 and one line, as the whole report printed at once did, not in a report cut short and
+// exit status 0.
+TEST(TimelineSpool, AReportThatCannotBeWrittenIsAnError) {
+  const std::string path = std::string(IWARP_SOURCE_DIR) + "/pcap_traces/generated/mpa1_crc.pcap";
+  for (const char* how : {"--timeline", "--json", "--quiet"}) {
+    SCOPED_TRACE(how);
+    const auto [status, err] = sh("exec \"$1\" replay --no-progress \"$2\" \"$3\" >/dev/full",
+                                  {IWARP_RNIC_BIN, how, path});
+    EXPECT_EQ(status, 2) << err;
+    EXPECT_NE(err.find("rnic replay: " + path + ": writing the report: No space left on device\n"),
+              std::string::npos)
+        << err;
+  }
+}
+
+// `rnic generate --bulk N --bulk-message M` (the captures the memory tests use): the bulk Writes
+// are M octets each; an M out of range, or an M without a --bulk above 0, is one line and exit
+// status 2.
+TEST(GenerateBulk, MessageSizeSetsTheWritesAndIsCheckedInOneLine) {
+  const auto path = temp("bulk_message.pcap");
+  // Writes to the bulk STag that end a message (L=1), per size asked for.
+  auto writes = [&](const char* size) -> std::size_t {
+    const auto [status, err] =
+        sh("exec \"$1\" generate --bulk 1m --bulk-message \"$2\" \"$3\" >/dev/null",
+           {IWARP_RNIC_BIN, size, path});
+    EXPECT_EQ(status, 0) << err;
+    std::size_t n = 0;
+    auto rep = trace::decode_file(path, [&](trace::Record&& r) {
+      n += r.kind == trace::Record::Kind::Fpdu && r.ddp && r.ddp->tagged && r.ddp->last &&
+           r.ddp->stag.value() == 0x00bb0001;
+    });
+    EXPECT_TRUE(rep) << rep.error();
+    return n;
+  };
+  EXPECT_EQ(writes("64k"), 16u);
+  EXPECT_EQ(writes("256k"), 4u);
+  EXPECT_EQ(writes("1m"), 1u);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--bulk", "1m", "--bulk-message", "0"},
+        {"--bulk", "1m", "--bulk-message", "2m"},
+        {"--bulk", "0", "--bulk-message", "4k"}}) {
+    SCOPED_TRACE(::testing::PrintToString(args));
+    const auto [status, err] =
+        sh("exec \"$1\" generate \"$2\" \"$3\" \"$4\" \"$5\" \"$6\" >/dev/null",
+           {IWARP_RNIC_BIN, args[0], args[1], args[2], args[3], path});
+    EXPECT_EQ(status, 2) << err;
+    EXPECT_NE(err.find("--bulk-message"), std::string::npos) << err;
   }
   std::remove(path.c_str());
 }

@@ -40,16 +40,22 @@ Runner add_generate_command(CLI::App& app) {
   auto* bulk =
       cmd->add_option(
              "--bulk", o->bulk,
-             "Add this many octets of RDMA Write payload (64 KiB Writes cycling over 1 MiB\n"
-             "of one STag) before the closing Terminate: a capture of about that size, for\n"
-             "benchmarks (scripts/replay-bench.sh); units k, m, g (powers of 1024)")
+             "Add this many octets of RDMA Write payload (Writes of --bulk-message octets,\n"
+             "64 KiB by default, cycling over 1 MiB of one STag) before the closing Terminate: a\n"
+             "capture of about that size, for benchmarks (scripts/replay-bench.sh); units k, m,\n"
+             "g (powers of 1024)")
           ->transform(byte_size_in(0, 1ull << 42));
-  cmd->add_option("--bulk-message", o->bulk_message,
-                  "With --bulk: octets of each bulk Write (default 64k; at most 1m): fewer,\n"
-                  "larger messages in as many segments")
-      ->transform(byte_size_in(1, trace::GeneratorOptions::kBulkSpan))
-      ->needs(bulk);
-  return [o]() {
+  auto* bulk_message =
+      cmd->add_option("--bulk-message", o->bulk_message,
+                      "With --bulk: octets of each bulk Write (default 64k; at most 1m): fewer,\n"
+                      "larger messages in as many segments")
+          ->transform(byte_size_in(1, trace::GeneratorOptions::kBulkSpan))
+          ->needs(bulk);
+  return [o, bulk_message]() {
+    if (bulk_message->count() > 0 && o->bulk == 0) {
+      fmt::print(stderr, "rnic generate: --bulk-message needs --bulk above 0\n");
+      return 2;
+    }
     if (o->p2p && o->rev != 2) {
       fmt::print(stderr, "rnic generate: --p2p needs --mpa-rev 2\n");
       return 2;

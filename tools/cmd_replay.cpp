@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <memory>
 #include <new>
+#include <system_error>
 
 #include "htmlview/html_writer.hpp"
 #include "htmlview/view_model.hpp"
@@ -52,7 +54,7 @@ class ProgressBar {
 
 // Timeline events per connection `--timeline` and `--json` keep in memory; the others wait in a
 // temporary file until they are printed.
-constexpr std::size_t kTimelineInMemory = 4096;
+constexpr std::size_t kTimelineInMemory = 256;
 
 struct ReplayOpts {
   std::string file;
@@ -165,7 +167,11 @@ int run_replay(const ReplayOpts& o) {
     if (!o.ladder.empty()) ro.timeline_keep = std::max(ro.timeline_keep, ladder::kMaxEvents);
     if (perm) {
       ro.keep_memory = true;
-      auto base = replay::replay(*plan, ro);
+      // (The capture-order replay is compared, CQEs and memory, not printed: no timeline.)
+      auto base_ro = ro;
+      base_ro.timeline_keep = 0;
+      base_ro.spool_timeline = false;
+      auto base = replay::replay(*plan, base_ro);
       ro.permutation = perm;
       if (bar) ro.progress = progress_for(1);
       result = replay::replay(*plan, ro);
@@ -214,8 +220,11 @@ int run_replay(const ReplayOpts& o) {
 
   // (The report is written as it is made: a timeline read back from its temporary file is not
   // held whole.)
+  // A report that cannot be written whole (a full disk, a closed pipe) is an error, not a
+  // report cut short that exits 0.
   const replay::ReportSink out = [](std::string_view piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    if (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size())
+      throw std::system_error(errno, std::generic_category(), "writing the report");
   };
   std::function<std::string(const replay::TimelineEntry&)> explain;
   if (o.explain)
@@ -230,12 +239,12 @@ int run_replay(const ReplayOpts& o) {
       ro.explain = explain;
       replay::write_text(out, *plan, result, perm, check, ro);
     }
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      throw std::system_error(errno, std::generic_category(), "writing the report");
   } catch (const std::runtime_error& e) {
-    std::fflush(stdout);
     fmt::print(stderr, "rnic replay: {}: {}\n", o.file, e.what());
     return 2;
   }
-  std::fflush(stdout);
   if (!o.ladder.empty()) {
     auto svg = replay_ladder_svg(
         again, *plan, result,
@@ -279,7 +288,8 @@ Runner add_replay_command(CLI::App& app) {
       "in the trace is reported with its cause; a capture cut short is reported as such);\n"
       "1 the replay found violations the trace does not hold, or a --permute replay differed\n"
       "from the capture-order one; 2 unusable input (unreadable file, not a capture, no iWARP\n"
-      "connection with its MPA exchange). A capture file is read as it comes, nothing held per\n"
+      "connection with its MPA exchange), or a temporary file or the report that could not be\n"
+      "written. A capture file is read as it comes, nothing held per\n"
       "segment: once to learn the connections (more for some captures), then again as the replay\n"
       "goes, to make its steps. A pipe (FILE '-' is standard input) is first copied into an\n"
       "unnamed file in $TMPDIR (default /tmp). --permute, and connections past the budget of\n"
@@ -287,10 +297,10 @@ Runner add_replay_command(CLI::App& app) {
   cmd->add_option("file", o->file, "Capture file (pcap or pcapng)")->required();
   cmd->add_flag("--json", o->json,
                 "Print one JSON document (connections, CQEs, the whole timeline: events past the\n"
-                "first 4096 of a connection wait in an unnamed file in $TMPDIR until printed)");
+                "first 256 of a connection wait in an unnamed file in $TMPDIR until printed)");
   auto* tl = cmd->add_flag("--timeline", o->timeline,
                            "Print the whole timeline (by default the first 40 events of each\n"
-                           "connection; past the first 4096 they wait in an unnamed file in\n"
+                           "connection; past the first 256 they wait in an unnamed file in\n"
                            "$TMPDIR until printed)");
   auto* quiet =
       cmd->add_flag("--quiet", o->quiet, "Print no timeline, only the summaries")->excludes(tl);
