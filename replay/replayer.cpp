@@ -682,6 +682,7 @@ void take_timeline(ConnectionResult& res, Endpoint (&eps)[2], Shared& shared,
       const auto run = shared.spool->end_run();
       res.spool_offset = run.offset;
       res.spool_count = run.count;
+      res.spool_octets = run.octets;
       res.timeline_spool = std::move(shared.spool);
     }
   }
@@ -882,10 +883,11 @@ void for_each_timeline_event(const ConnectionResult& r,
                              const std::function<void(const TimelineEntry&)>& fn) {
   for (const auto& t : r.timeline) fn(t);
   if (r.timeline_spool)
-    r.timeline_spool->for_each({r.spool_offset, r.spool_count}, [&](TimelineEntry&& t) {
-      name_rtr(t);
-      fn(t);
-    });
+    r.timeline_spool->for_each({r.spool_offset, r.spool_count, r.spool_octets},
+                               [&](TimelineEntry&& t) {
+                                 name_rtr(t);
+                                 fn(t);
+                               });
 }
 
 std::uint64_t kept_timeline_events(const ConnectionResult& r) {

@@ -110,7 +110,7 @@ struct ConnectionResult {
   // With ReplayOptions::spool_timeline: the events after those (for_each_timeline_event), the
   // spool's run from octet spool_offset, spool_count events.
   std::shared_ptr<const TimelineSpool> timeline_spool;
-  std::uint64_t spool_offset = 0, spool_count = 0;
+  std::uint64_t spool_offset = 0, spool_count = 0, spool_octets = 0;
   Counts counts;
   std::vector<Finding> terminates_sent, terminates_received, violations;
   std::vector<std::string> not_reproduced;  // Terminates of the trace the emulation did not send

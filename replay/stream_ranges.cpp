@@ -7,6 +7,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "trace/trace_decoder.hpp"
+
 namespace iwarp::replay {
 
 namespace {
@@ -18,11 +20,14 @@ struct Fill {
   std::vector<bool> have;
 };
 
-// A direction of a connection read again: its ranges by offset.
+// A direction of a connection read again: its ranges by offset, and a segment whose stream
+// offset is known, from which the next ones' are taken.
 struct DirectionFill {
   std::vector<std::size_t> fills;      // indices into the fills, by range offset
   std::vector<std::uint64_t> offsets;  // their offsets, in that order
   std::uint64_t longest = 0;           // the longest of them
+  std::int64_t ref_offset = 0;
+  TcpSeq ref_seq;
 };
 
 struct ConnectionFill {
@@ -49,10 +54,17 @@ class RangeSink final : public trace::SegmentSink {
         std::binary_search(cp.left_out.begin(), cp.left_out.end(), v.frame))
       return;
     DirectionFill& df = it->second.dir[dir];
-    // Its stream offset, as the replay and StreamOctets take it: the 32-bit difference from
-    // the stream's first sequence number (RFC 9293 §3.4's sequence space wraps at 2^32; a
-    // segment far ahead, a capture's garbage, moves nothing).
-    const std::int64_t at = v.seq - cp.stream_seq[dir];
+    // Its stream offset: the 32-bit difference from a segment whose offset is known (RFC 9293
+    // §3.4's sequence space wraps at 2^32), which moves up to a segment at most the decoder's
+    // reassembly window ahead of it (trace::kDefaultWindow: further, the decoder drops it too).
+    // So offsets past 2 GiB are counted as the decoder counts them, and a garbage segment far
+    // ahead moves nothing.
+    const std::int64_t at = df.ref_offset + (v.seq - df.ref_seq);
+    if (at > df.ref_offset &&
+        at - df.ref_offset <= static_cast<std::int64_t>(trace::kDefaultWindow)) {
+      df.ref_offset = at;
+      df.ref_seq = v.seq;
+    }
     const std::int64_t end = at + static_cast<std::int64_t>(v.payload.size());
     if (end <= 0 || df.fills.empty()) return;
     // The renumbering of Atomic Responses patches some octets: the replay injects them patched.
@@ -126,7 +138,10 @@ std::vector<Bytes> stream_ranges(const Plan& plan, std::span<const StreamRange> 
       throw trace::CaptureChanged(
           "internal error: a connection whose steps are read again has no capture file");
     auto& conn = again[cp->file.get()][cp->flow];
-    conn.cp = cp;
+    if (!conn.cp) {
+      conn.cp = cp;
+      for (int d = 0; d < 2; ++d) conn.dir[d].ref_seq = cp->stream_seq[d];
+    }
     conn.dir[index(r.dir)].fills.push_back(fills.size());
     fills.push_back(Fill{&r, Bytes(r.length), std::vector<bool>(r.length, false)});
   }

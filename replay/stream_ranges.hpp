@@ -16,9 +16,7 @@
 namespace iwarp::replay {
 
 // Octets [offset, offset + length) of direction `dir` of the plan's connection `flow`
-// (ConnectionPlan::flow), stream offsets counted as the decoder counts them (MPA frame included)
-// within the first 2 GiB of the stream (a segment's offset is its sequence number's 32-bit
-// difference from the stream's first, as the replay takes it).
+// (ConnectionPlan::flow), stream offsets counted as the decoder counts them (MPA frame included).
 struct StreamRange {
   std::size_t flow = 0;
   mpa::Direction dir = mpa::Direction::FromInitiator;

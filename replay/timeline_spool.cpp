@@ -50,6 +50,7 @@ void TimelineSpool::begin_run() {
 }
 
 TimelineSpool::Run TimelineSpool::end_run() {
+  run_.octets = octets() - run_.offset;
   return run_;
 }
 
@@ -74,12 +75,32 @@ void TimelineSpool::append(const TimelineEntry& t) {
   f.beyond_hole = t.event.beyond_hole;
   f.has_hdr = t.event.hdr.has_value();
   f.has_term = t.event.term.has_value();
-  if (t.event.hdr) f.hdr = *t.event.hdr;
+  if (const auto& h = t.event.hdr) {
+    // (Field by field: a copy of the whole header would bring its padding along, unwritten.)
+    f.hdr.tagged = h->tagged;
+    f.hdr.last = h->last;
+    f.hdr.ddp_rsvd = h->ddp_rsvd;
+    f.hdr.dv = h->dv;
+    f.hdr.rv = h->rv;
+    f.hdr.rdmap_rsvd = h->rdmap_rsvd;
+    f.hdr.opcode = h->opcode;
+    f.hdr.stag = h->stag;
+    f.hdr.to = h->to;
+    f.hdr.rsvd_ulp = h->rsvd_ulp;
+    f.hdr.qn = h->qn;
+    f.hdr.msn = h->msn;
+    f.hdr.mo = h->mo;
+  }
   if (t.event.term) f.term = *t.event.term;
+  // The buffer holds at most kBuffer octets (or one record longer than that): written out
+  // before a record that would take it further.
+  const std::size_t record = sizeof f + t.event.text.size();
+  if (!buf_.empty() && buf_.size() + record > kBuffer) write_out();
+  if (error_) return;
+  if (buf_.capacity() < kBuffer) buf_.reserve(kBuffer);
   const auto* p = reinterpret_cast<const std::uint8_t*>(&f);
   buf_.insert(buf_.end(), p, p + sizeof f);
   buf_.insert(buf_.end(), t.event.text.begin(), t.event.text.end());
-  if (buf_.size() >= kBuffer) write_out();
 }
 
 void TimelineSpool::write_out() {
@@ -132,9 +153,9 @@ void TimelineSpool::for_each(const Run& run, const std::function<void(TimelineEn
   if (error_) throw std::runtime_error(*error_);
   // Read in chunks of up to kBuffer; a record that crosses a chunk's end starts the next one.
   Bytes chunk;
-  std::size_t used = 0;           // of `chunk`
-  std::uint64_t at = run.offset;  // spool octet of chunk[chunk.size()]
-  const std::uint64_t end = octets();
+  std::size_t used = 0;                               // of `chunk`
+  std::uint64_t at = run.offset;                      // spool octet of chunk[chunk.size()]
+  const std::uint64_t end = run.offset + run.octets;  // (the run's own: no read past it)
   auto need = [&](std::uint64_t n) {
     if (chunk.size() - used >= n) return;
     if (n > end - at + (chunk.size() - used))

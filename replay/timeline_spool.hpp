@@ -25,9 +25,9 @@ class TimelineSpool {
   TimelineSpool(const TimelineSpool&) = delete;
   TimelineSpool& operator=(const TimelineSpool&) = delete;
 
-  // A connection's events: `count` records from octet `offset` of the spool.
+  // A connection's events: `count` records in `octets` octets from octet `offset` of the spool.
   struct Run {
-    std::uint64_t offset = 0, count = 0;
+    std::uint64_t offset = 0, count = 0, octets = 0;
   };
   // Starts a connection's run; append() adds to it; end_run() returns it.
   void begin_run();

@@ -18,6 +18,7 @@
 #include "program_support.hpp"
 #include "replay/replay_plan.hpp"
 #include "replay/replayer.hpp"
+#include "tests/corpus_files.hpp"
 #include "trace/pcap_reader.hpp"
 
 namespace {
@@ -419,12 +420,7 @@ namespace {
 // queue pairs' state, the memory touched) and drawing for drawing, on every capture of the
 // corpus, whole and with frames dropped.
 TEST(HtmlView, ViewOfAPlanReadAgainIsTheViewOfKeptSteps) {
-  std::vector<std::string> files;
-  for (const char* dir : {"generated", "siw"})
-    for (const auto& e :
-         fs::directory_iterator(std::string(IWARP_SOURCE_DIR) + "/pcap_traces/" + dir))
-      if (e.path().extension() == ".pcap") files.push_back(e.path().string());
-  std::ranges::sort(files);
+  const auto files = ::testing_support::corpus_captures();
   std::size_t views = 0, hexes = 0, lines = 0, reads = 0;
   for (const auto& path : files) {
     // The whole capture, and without two of its frames with data (the 12th and the 20th).

@@ -16,6 +16,8 @@
 
 #include "replay/replay_plan.hpp"
 #include "replay/stream_ranges.hpp"
+#include "tests/corpus_files.hpp"
+#include "tests/pcap_frames.hpp"
 #include "trace/pcap_reader.hpp"
 #include "trace/trace_decoder.hpp"
 #include "trace/trace_generator.hpp"
@@ -24,13 +26,7 @@ namespace iwarp::replay {
 namespace {
 
 std::vector<std::string> corpus() {
-  std::vector<std::string> files;
-  for (const char* dir : {"pcap_traces/generated", "pcap_traces/siw"})
-    for (const auto& e :
-         std::filesystem::directory_iterator(std::string(IWARP_SOURCE_DIR) + "/" + dir))
-      if (e.path().extension() == ".pcap") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  return files;
+  return ::testing_support::corpus_captures();
 }
 
 std::string temp(const std::string& name) {
@@ -159,37 +155,9 @@ TEST(StreamRanges, SequenceNumbersThatWrapAreFollowed) {
   std::remove(path.c_str());
 }
 
-// Frames of a capture (pcap_next_ex), to write back changed.
-std::vector<std::pair<pcap_pkthdr, std::vector<u_char>>> frames_of(const std::string& path) {
-  char err[PCAP_ERRBUF_SIZE];
-  pcap_t* p = pcap_open_offline(path.c_str(), err);
-  EXPECT_NE(p, nullptr) << err;
-  std::vector<std::pair<pcap_pkthdr, std::vector<u_char>>> out;
-  if (!p) return out;
-  pcap_pkthdr* h = nullptr;
-  const u_char* d = nullptr;
-  while (pcap_next_ex(p, &h, &d) == 1) out.emplace_back(*h, std::vector<u_char>(d, d + h->caplen));
-  pcap_close(p);
-  return out;
-}
-
-void write_frames(const std::string& path,
-                  const std::vector<std::pair<pcap_pkthdr, std::vector<u_char>>>& frames) {
-  pcap_t* dead = pcap_open_dead(DLT_EN10MB, 262144);
-  pcap_dumper_t* w = pcap_dump_open(dead, path.c_str());
-  ASSERT_NE(w, nullptr) << pcap_geterr(dead);
-  for (const auto& [h, d] : frames) pcap_dump(reinterpret_cast<u_char*>(w), &h, d.data());
-  pcap_dump_close(w);
-  pcap_close(dead);
-}
-
-// Offset of the TCP payload of an Ethernet/IPv4/TCP frame, and its length.
-std::pair<std::size_t, std::size_t> tcp_payload(const std::vector<u_char>& f) {
-  const std::size_t ip = 14, ihl = (f[ip] & 0x0f) * 4u;
-  const std::size_t tcp = ip + ihl, doff = (f[tcp + 12] >> 4) * 4u;
-  const std::size_t total = static_cast<std::size_t>(f[ip + 2] << 8 | f[ip + 3]);
-  return {tcp + doff, ip + total - (tcp + doff)};
-}
+using testing_support::frames_of;
+using testing_support::tcp_payload;
+using testing_support::write_frames;
 
 // A segment sent again carrying other octets: each octet comes from the first segment in capture
 // order that carried it, whichever copy that is (as the replay injects it: its TCP receiver

@@ -29,6 +29,7 @@
 #include "replay/replay_plan.hpp"
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
+#include "tests/corpus_files.hpp"
 #include "tests/pipe_writer.hpp"
 #include "trace/pcap_reader.hpp"
 #include "trace/tcp_reassembly.hpp"
@@ -39,13 +40,7 @@ namespace iwarp::replay {
 namespace {
 
 std::vector<std::string> corpus() {
-  std::vector<std::string> files;
-  for (const char* dir : {"pcap_traces/generated", "pcap_traces/siw"})
-    for (const auto& e :
-         std::filesystem::directory_iterator(std::string(IWARP_SOURCE_DIR) + "/" + dir))
-      if (e.path().extension() == ".pcap") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  return files;
+  return ::testing_support::corpus_captures();
 }
 
 TEST(StreamingReplay, PlanThatReadsTheFileReplaysAsTheOneInMemory) {

@@ -19,6 +19,8 @@
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
 #include "replay/timeline_spool.hpp"
+#include "tests/corpus_files.hpp"
+#include "tests/pcap_frames.hpp"
 #include "trace/trace_decoder.hpp"
 #include "trace/trace_generator.hpp"
 
@@ -26,13 +28,7 @@ namespace iwarp::replay {
 namespace {
 
 std::vector<std::string> corpus() {
-  std::vector<std::string> files;
-  for (const char* dir : {"pcap_traces/generated", "pcap_traces/siw"})
-    for (const auto& e :
-         std::filesystem::directory_iterator(std::string(IWARP_SOURCE_DIR) + "/" + dir))
-      if (e.path().extension() == ".pcap") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  return files;
+  return ::testing_support::corpus_captures();
 }
 
 std::string temp(const std::string& name) {
@@ -142,6 +138,51 @@ TEST(TimelineSpool, ManyMegabytesReadBackWhole) {
   EXPECT_EQ(json_written(*plan, part, false), json_written(*plan, whole, false));
   EXPECT_EQ(text_written(*plan, part, true), text_written(*plan, whole, true));
   std::remove(path.c_str());
+}
+
+// Two long connections one after the other share the spool, each a run: the second's starts
+// inside the file (the first's megabytes were written out) and ends in the buffer; each reads
+// back whole, and no more than its own octets.
+TEST(TimelineSpool, ConnectionsOneAfterTheOtherReadBackTheirOwnRuns) {
+  const auto first = temp("first.pcap"), second = temp("second.pcap"), both = temp("both.pcap");
+  trace::GeneratorOptions g;
+  g.pcap.mss = 256;
+  g.bulk_bytes = 3u << 20;
+  ASSERT_TRUE(trace::generate_conversation(first, g));
+  g.pcap.client.port = 40001;
+  g.bulk_bytes = 2u << 20;
+  g.pcap.start_time_us += 60'000'000;
+  ASSERT_TRUE(trace::generate_conversation(second, g));
+  auto frames = testing_support::frames_of(first);
+  const auto more = testing_support::frames_of(second);
+  frames.insert(frames.end(), more.begin(), more.end());
+  testing_support::write_frames(both, frames);
+  auto plan = make_plan_from_file(both);
+  ASSERT_TRUE(plan) << plan.error();
+  ASSERT_EQ(plan->connections.size(), 2u);
+  const auto whole = replay(*plan, {});
+  ReplayOptions ro;
+  ro.timeline_keep = 3;
+  ro.spool_timeline = true;
+  const auto part = replay(*plan, ro);
+  ASSERT_EQ(part.connections.size(), 2u);
+  const auto& a = part.connections[0];
+  const auto& b = part.connections[1];
+  ASSERT_NE(a.timeline_spool, nullptr);
+  EXPECT_EQ(a.timeline_spool, b.timeline_spool) << "one spool for the replay";
+  EXPECT_TRUE(a.timeline_spool->has_file());
+  EXPECT_EQ(a.spool_offset, 0u);
+  EXPECT_EQ(b.spool_offset, a.spool_octets);
+  EXPECT_GT(a.spool_octets, 2u << 20);
+  EXPECT_GT(b.spool_octets, 1u << 20);
+  for (std::size_t i = 0; i < 2; ++i) {
+    std::uint64_t n = 0;
+    for_each_timeline_event(part.connections[i], [&](const TimelineEntry&) { ++n; });
+    EXPECT_EQ(n, whole.connections[i].timeline_events) << "connection " << i;
+  }
+  EXPECT_EQ(json_written(*plan, part, false), json_written(*plan, whole, false));
+  EXPECT_EQ(text_written(*plan, part, false), text_written(*plan, whole, false));
+  for (const auto& f : {first, second, both}) std::remove(f.c_str());
 }
 
 // Without a directory for its temporary file, a replay that spools less than its buffer (a

@@ -220,8 +220,9 @@ int run_replay(const ReplayOpts& o) {
 
   // (The report is written as it is made: a timeline read back from its temporary file is not
   // held whole.)
-  // A report that cannot be written whole (a full disk, a closed pipe) is an error, not a
-  // report cut short that exits 0.
+  // A report that cannot be written whole (a full disk; a closed pipe where SIGPIPE is ignored,
+  // else the signal ends the program as before) is an error, not a report cut short that exits
+  // 0.
   const replay::ReportSink out = [](std::string_view piece) {
     if (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size())
       throw std::system_error(errno, std::generic_category(), "writing the report");
